@@ -1,0 +1,171 @@
+#include "fragscope/trace/frame_reader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "fragscope/trace/trace_format.h"
+
+namespace fragscope {
+
+namespace {
+constexpr std::size_t kReadChunk = 1 << 20;
+
+uint32_t GetLe32(const unsigned char* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+}  // namespace
+
+FrameReader::FrameReader(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
+
+FrameReader::FrameReader(FrameReader&& other) noexcept { *this = std::move(other); }
+
+FrameReader& FrameReader::operator=(FrameReader&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    name_ = std::move(other.name_);
+    buffer_ = std::move(other.buffer_);
+    pos_ = other.pos_;
+    end_ = other.end_;
+    consumed_ = other.consumed_;
+    good_offset_ = other.good_offset_;
+    frames_read_ = other.frames_read_;
+    major_ = other.major_;
+    minor_ = other.minor_;
+    read_error_ = other.read_error_;
+    error_ = std::move(other.error_);
+  }
+  return *this;
+}
+
+FrameReader::~FrameReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<FrameReader> FrameReader::OpenFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrFormat(
+        "%s: cannot open trace: %s; check the path (traces are written by `fragscope run -o` or "
+        "FRAGSCOPE_OUTPUT)",
+        path, std::strerror(errno)));
+  }
+  return FromFd(fd, path);
+}
+
+absl::StatusOr<FrameReader> FrameReader::FromFd(int fd, std::string name) {
+  FrameReader reader(fd, std::move(name));
+  if (absl::Status s = reader.ReadHeader(); !s.ok()) return s;
+  return reader;
+}
+
+bool FrameReader::Fill(std::size_t n) {
+  if (end_ - pos_ >= n) return true;
+  // Compact, then grow to hold n bytes (n is bounded by kMaxFrameBytes + a varint).
+  if (pos_ > 0) {
+    std::memmove(buffer_.data(), buffer_.data() + pos_, end_ - pos_);
+    consumed_ += pos_;
+    end_ -= pos_;
+    pos_ = 0;
+  }
+  if (buffer_.size() < std::max(n, kReadChunk)) buffer_.resize(std::max(n, kReadChunk));
+  while (end_ < n) {
+    ssize_t got = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      read_error_ = true;
+      error_ = absl::StrFormat("%s: read error at byte %d: %s", name_, consumed_ + end_,
+                               std::strerror(errno));
+      return false;
+    }
+    if (got == 0) return false;
+    end_ += static_cast<std::size_t>(got);
+  }
+  return true;
+}
+
+absl::Status FrameReader::ReadHeader() {
+  if (!Fill(kTraceHeaderBytes)) {
+    if (read_error_) return absl::DataLossError(error_);
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: not a fragscope trace (only %d bytes, a trace starts with a %d-byte header); was "
+        "the program killed before the agent wrote anything?",
+        name_, end_ - pos_, kTraceHeaderBytes));
+  }
+  const unsigned char* p = buffer_.data() + pos_;
+  if (std::memcmp(p, kTraceMagic, sizeof(kTraceMagic)) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: not a fragscope trace (bad magic); expected a file written by `fragscope run -o` or "
+        "FRAGSCOPE_OUTPUT (PyTorch .pickle snapshots go through `fragscope import`)",
+        name_));
+  }
+  major_ = GetLe32(p + 8);
+  minor_ = GetLe32(p + 12);
+  if (major_ == 0 || major_ > kFormatMajor) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: trace format %d.%d is not supported by this fragscope (reads %d.x); upgrade "
+        "fragscope to read it",
+        name_, major_, minor_, kFormatMajor));
+  }
+  pos_ += kTraceHeaderBytes;
+  good_offset_ = consumed_ + pos_;
+  return absl::OkStatus();
+}
+
+FrameReader::Result FrameReader::Next(v1::Frame* out) {
+  if (read_error_) return Result::kError;
+  // Varint length: at most 10 bytes; fewer may be available at the end of the stream.
+  uint64_t length = 0;
+  std::size_t varint_bytes = 0;
+  for (;;) {
+    if (!Fill(varint_bytes + 1)) {
+      if (read_error_) return Result::kError;
+      if (varint_bytes == 0 && end_ == pos_) return Result::kEnd;
+      error_ = absl::StrFormat(
+          "%s: truncated inside a frame length at byte %d; read %d whole frames up to byte %d",
+          name_, consumed_ + pos_, frames_read_, good_offset_);
+      return Result::kTruncated;
+    }
+    unsigned char b = buffer_[pos_ + varint_bytes];
+    if (varint_bytes == 9 && b > 1) varint_bytes = 10;  // would overflow 64 bits
+    if (varint_bytes >= 10) {
+      error_ = absl::StrFormat("%s: malformed frame length at byte %d (varint too long)", name_,
+                               consumed_ + pos_);
+      return Result::kError;
+    }
+    length |= uint64_t{b & 0x7fu} << (7 * varint_bytes);
+    ++varint_bytes;
+    if ((b & 0x80) == 0) break;
+  }
+  if (length > kMaxFrameBytes) {
+    error_ = absl::StrFormat(
+        "%s: malformed frame at byte %d: length %d exceeds the %d-byte limit (corrupt trace)",
+        name_, consumed_ + pos_, length, kMaxFrameBytes);
+    return Result::kError;
+  }
+  if (!Fill(varint_bytes + length)) {
+    if (read_error_) return Result::kError;
+    error_ = absl::StrFormat(
+        "%s: truncated: the frame at byte %d needs %d bytes, only %d remain; read %d whole "
+        "frames up to byte %d",
+        name_, consumed_ + pos_, varint_bytes + length, end_ - pos_, frames_read_, good_offset_);
+    return Result::kTruncated;
+  }
+  const unsigned char* body = buffer_.data() + pos_ + varint_bytes;
+  if (!out->ParseFromArray(body, static_cast<int>(length))) {
+    error_ = absl::StrFormat("%s: malformed frame at byte %d (%d bytes do not parse as a Frame)",
+                             name_, consumed_ + pos_, length);
+    return Result::kError;
+  }
+  pos_ += varint_bytes + length;
+  good_offset_ = consumed_ + pos_;
+  ++frames_read_;
+  return Result::kFrame;
+}
+
+}  // namespace fragscope

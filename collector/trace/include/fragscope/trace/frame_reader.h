@@ -1,0 +1,70 @@
+// Reads a fragscope stream (trace file or connected socket) frame by frame.
+#ifndef FRAGSCOPE_TRACE_FRAME_READER_H_
+#define FRAGSCOPE_TRACE_FRAME_READER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fragscope.pb.h"
+
+namespace fragscope {
+
+// Not thread-safe; one reader per stream. Owns its file descriptor. Memory is bounded by the
+// largest frame (kMaxFrameBytes) plus a fixed read buffer, whatever the input.
+class FrameReader {
+ public:
+  enum class Result {
+    kFrame,      // *out holds the next frame
+    kEnd,        // clean end: the stream ended on a frame boundary
+    kTruncated,  // the stream ended inside a frame; everything before it was returned
+    kError,      // malformed bytes or a read error; see error()
+  };
+
+  // Opens `path` and checks its header. Errors name the file and say what to do.
+  static absl::StatusOr<FrameReader> OpenFile(const std::string& path);
+  // Takes ownership of `fd` (a file or a connected stream socket) and reads the header from it,
+  // blocking. `name` is used in messages.
+  static absl::StatusOr<FrameReader> FromFd(int fd, std::string name);
+
+  FrameReader(FrameReader&& other) noexcept;
+  FrameReader& operator=(FrameReader&& other) noexcept;
+  FrameReader(const FrameReader&) = delete;
+  FrameReader& operator=(const FrameReader&) = delete;
+  ~FrameReader();
+
+  Result Next(v1::Frame* out);
+
+  // For kTruncated and kError: what went wrong, with the stream name and byte offset.
+  const std::string& error() const { return error_; }
+  uint32_t major() const { return major_; }
+  uint32_t minor() const { return minor_; }
+  // Byte offset just past the last whole frame returned.
+  uint64_t good_offset() const { return good_offset_; }
+  uint64_t frames_read() const { return frames_read_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  FrameReader(int fd, std::string name);
+  absl::Status ReadHeader();
+  // Makes at least `n` bytes available at buffer_[pos_]; false at end of stream or error.
+  bool Fill(std::size_t n);
+
+  int fd_ = -1;
+  std::string name_;
+  std::vector<unsigned char> buffer_;
+  std::size_t pos_ = 0;    // next unread byte in buffer_
+  std::size_t end_ = 0;    // one past the last valid byte in buffer_
+  uint64_t consumed_ = 0;  // stream offset of buffer_[0]
+  uint64_t good_offset_ = 0;
+  uint64_t frames_read_ = 0;
+  uint32_t major_ = 0;
+  uint32_t minor_ = 0;
+  bool read_error_ = false;
+  std::string error_;
+};
+
+}  // namespace fragscope
+
+#endif  // FRAGSCOPE_TRACE_FRAME_READER_H_

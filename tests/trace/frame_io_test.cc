@@ -1,0 +1,278 @@
+// Trace framing: round trips, and every kind of damaged input gives a clear result, never a
+// crash or lost frames.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fragscope.pb.h"
+#include "fragscope/trace/frame_reader.h"
+#include "fragscope/trace/frame_writer.h"
+#include "fragscope/trace/trace_format.h"
+#include "gtest/gtest.h"
+
+namespace fragscope {
+namespace {
+
+using Result = FrameReader::Result;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/fragscope-trace-test-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<v1::Frame> SampleFrames(int n) {
+  std::vector<v1::Frame> frames;
+  v1::Frame hello;
+  hello.mutable_hello()->set_pid(1234);
+  hello.mutable_hello()->set_exe("/bin/train");
+  frames.push_back(hello);
+  for (int i = 0; i < n; ++i) {
+    v1::Frame f;
+    auto* a = f.mutable_alloc();
+    a->set_seq(i + 1);
+    a->set_api(v1::API_cudaMalloc);
+    a->set_address(0x7f0000000000ull + (static_cast<uint64_t>(i) << 21));
+    a->set_size(uint64_t{1} << (i % 30));
+    a->set_device(i % 3);
+    frames.push_back(f);
+  }
+  return frames;
+}
+
+void WriteFrames(const std::string& path, const std::vector<v1::Frame>& frames) {
+  auto writer = FrameWriter::CreateFile(path);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (const auto& f : frames) ASSERT_TRUE(writer->Write(f).ok());
+  ASSERT_TRUE(writer->Close().ok());
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Reads all frames; returns the final result.
+Result ReadFrames(const std::string& path, std::vector<v1::Frame>* out, std::string* error) {
+  auto reader = FrameReader::OpenFile(path);
+  if (!reader.ok()) {
+    *error = std::string(reader.status().message());
+    return Result::kError;
+  }
+  v1::Frame f;
+  Result r;
+  while ((r = reader->Next(&f)) == Result::kFrame) out->push_back(f);
+  *error = reader->error();
+  return r;
+}
+
+TEST(FrameIo, RoundTripKeepsEveryFrameInOrder) {
+  TempDir dir;
+  auto frames = SampleFrames(5000);  // several read buffers' worth
+  WriteFrames(dir.File("t.fst"), frames);
+  std::vector<v1::Frame> got;
+  std::string error;
+  ASSERT_EQ(ReadFrames(dir.File("t.fst"), &got, &error), Result::kEnd) << error;
+  ASSERT_EQ(got.size(), frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    ASSERT_EQ(got[i].SerializeAsString(), frames[i].SerializeAsString()) << "frame " << i;
+  }
+}
+
+TEST(FrameIo, HeaderCarriesMagicAndVersion) {
+  TempDir dir;
+  WriteFrames(dir.File("t.fst"), {});
+  std::string bytes = ReadAll(dir.File("t.fst"));
+  ASSERT_EQ(bytes.size(), kTraceHeaderBytes);
+  EXPECT_EQ(bytes.substr(0, 8), std::string(kTraceMagic, 8));
+  EXPECT_EQ(static_cast<unsigned char>(bytes[8]), kFormatMajor);
+  auto reader = FrameReader::OpenFile(dir.File("t.fst"));
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ(reader->major(), kFormatMajor);
+  v1::Frame f;
+  EXPECT_EQ(reader->Next(&f), Result::kEnd);
+}
+
+TEST(FrameIo, EveryTruncationKeepsTheWholeFramesBeforeIt) {
+  TempDir dir;
+  auto frames = SampleFrames(3);
+  WriteFrames(dir.File("t.fst"), frames);
+  std::string bytes = ReadAll(dir.File("t.fst"));
+  // Frame boundaries, to know how many whole frames each cut leaves.
+  std::vector<size_t> ends;
+  size_t pos = kTraceHeaderBytes;
+  for (const auto& f : frames) {
+    size_t len = f.ByteSizeLong();
+    pos += 1 + len;  // every sample frame is < 128 bytes: one-byte varint
+    ends.push_back(pos);
+  }
+  ASSERT_EQ(pos, bytes.size());
+  for (size_t cut = kTraceHeaderBytes + 1; cut < bytes.size(); ++cut) {
+    WriteBytes(dir.File("cut.fst"), bytes.substr(0, cut));
+    std::vector<v1::Frame> got;
+    std::string error;
+    Result r = ReadFrames(dir.File("cut.fst"), &got, &error);
+    size_t whole = 0;
+    while (whole < ends.size() && ends[whole] <= cut) ++whole;
+    bool on_boundary = whole > 0 && ends[whole - 1] == cut;
+    EXPECT_EQ(r, on_boundary ? Result::kEnd : Result::kTruncated) << "cut at " << cut;
+    EXPECT_EQ(got.size(), whole) << "cut at " << cut;
+    if (!on_boundary) {
+      EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+    }
+  }
+}
+
+TEST(FrameIo, RejectsNonTraceAndShortFiles) {
+  TempDir dir;
+  WriteBytes(dir.File("short"), "FRAG");
+  std::vector<v1::Frame> got;
+  std::string error;
+  EXPECT_EQ(ReadFrames(dir.File("short"), &got, &error), Result::kError);
+  EXPECT_NE(error.find("not a fragscope trace"), std::string::npos) << error;
+  EXPECT_NE(error.find(dir.File("short")), std::string::npos) << "names the file: " << error;
+
+  WriteBytes(dir.File("pickle"), std::string("\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+                                             "\x00\x00\x00\x00\x00",
+                                             17));
+  got.clear();
+  EXPECT_EQ(ReadFrames(dir.File("pickle"), &got, &error), Result::kError);
+  EXPECT_NE(error.find("bad magic"), std::string::npos) << error;
+
+  EXPECT_EQ(ReadFrames(dir.File("missing"), &got, &error), Result::kError);
+  EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
+}
+
+TEST(FrameIo, RejectsNewerMajorVersionButAcceptsNewerMinor) {
+  TempDir dir;
+  unsigned char header[kTraceHeaderBytes];
+  EncodeTraceHeader(kFormatMajor + 1, 0, header);
+  WriteBytes(dir.File("new"), std::string(reinterpret_cast<char*>(header), sizeof(header)));
+  std::vector<v1::Frame> got;
+  std::string error;
+  EXPECT_EQ(ReadFrames(dir.File("new"), &got, &error), Result::kError);
+  EXPECT_NE(error.find("upgrade"), std::string::npos) << error;
+
+  EncodeTraceHeader(kFormatMajor, kFormatMinor + 7, header);
+  WriteBytes(dir.File("minor"), std::string(reinterpret_cast<char*>(header), sizeof(header)));
+  EXPECT_EQ(ReadFrames(dir.File("minor"), &got, &error), Result::kEnd) << error;
+}
+
+TEST(FrameIo, OversizedLengthIsAnErrorNotAnAllocation) {
+  TempDir dir;
+  unsigned char header[kTraceHeaderBytes];
+  EncodeTraceHeader(kFormatMajor, kFormatMinor, header);
+  std::string bytes(reinterpret_cast<char*>(header), sizeof(header));
+  bytes += std::string("\xff\xff\xff\xff\xff\xff\xff\xff\x7f", 9);  // ~2^63
+  WriteBytes(dir.File("huge"), bytes);
+  std::vector<v1::Frame> got;
+  std::string error;
+  EXPECT_EQ(ReadFrames(dir.File("huge"), &got, &error), Result::kError);
+  EXPECT_NE(error.find("exceeds"), std::string::npos) << error;
+
+  bytes.resize(kTraceHeaderBytes);
+  bytes += std::string(11, '\xff');  // varint longer than 10 bytes
+  WriteBytes(dir.File("longvarint"), bytes);
+  EXPECT_EQ(ReadFrames(dir.File("longvarint"), &got, &error), Result::kError);
+  EXPECT_NE(error.find("varint"), std::string::npos) << error;
+}
+
+TEST(FrameIo, BitFlipsNeverCrashAndNeverLoseEarlierFrames) {
+  TempDir dir;
+  auto frames = SampleFrames(50);
+  WriteFrames(dir.File("t.fst"), frames);
+  const std::string bytes = ReadAll(dir.File("t.fst"));
+  std::mt19937 rng(42);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string damaged = bytes;
+    size_t at = kTraceHeaderBytes + rng() % (bytes.size() - kTraceHeaderBytes);
+    damaged[at] = static_cast<char>(damaged[at] ^ (1u << (rng() % 8)));
+    WriteBytes(dir.File("flip.fst"), damaged);
+    std::vector<v1::Frame> got;
+    std::string error;
+    Result r = ReadFrames(dir.File("flip.fst"), &got, &error);
+    EXPECT_NE(r, Result::kFrame);
+    // Frames wholly before the flipped byte must come back unchanged.
+    size_t pos = kTraceHeaderBytes;
+    size_t intact = 0;
+    while (intact < frames.size() && pos + 1 + frames[intact].ByteSizeLong() <= at) {
+      pos += 1 + frames[intact].ByteSizeLong();
+      ++intact;
+    }
+    ASSERT_GE(got.size(), intact) << "flip at " << at;
+    for (size_t i = 0; i < intact; ++i) {
+      EXPECT_EQ(got[i].SerializeAsString(), frames[i].SerializeAsString());
+    }
+  }
+}
+
+TEST(FrameIo, ReadsFromAPipeLikeASocket) {
+  auto frames = SampleFrames(200);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    unsigned char header[kTraceHeaderBytes];
+    EncodeTraceHeader(kFormatMajor, kFormatMinor, header);
+    if (write(fds[1], header, sizeof(header)) != sizeof(header)) _exit(1);
+    for (const auto& f : frames) {
+      std::string body = f.SerializeAsString();
+      std::string framed;
+      uint64_t v = body.size();
+      while (v >= 0x80) {
+        framed.push_back(static_cast<char>((v & 0x7f) | 0x80));
+        v >>= 7;
+      }
+      framed.push_back(static_cast<char>(v));
+      framed += body;
+      // Byte-at-a-time writes exercise partial reads.
+      for (char c : framed) {
+        if (write(fds[1], &c, 1) != 1) _exit(1);
+      }
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  auto reader = FrameReader::FromFd(fds[0], "pipe");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  v1::Frame f;
+  size_t n = 0;
+  Result r;
+  while ((r = reader->Next(&f)) == Result::kFrame) {
+    ASSERT_LT(n, frames.size());
+    EXPECT_EQ(f.SerializeAsString(), frames[n].SerializeAsString());
+    ++n;
+  }
+  EXPECT_EQ(r, Result::kEnd) << reader->error();
+  EXPECT_EQ(n, frames.size());
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_EQ(status, 0);
+}
+
+}  // namespace
+}  // namespace fragscope
