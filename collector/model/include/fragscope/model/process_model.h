@@ -1,0 +1,58 @@
+// The collector model of one process stream.
+//
+// Usage (what `fragscope run/report` does):
+//
+//   fragscope::ProcessModel model(options);
+//   fragscope::v1::Frame frame;
+//   while (reader.Next(&frame) == FrameReader::Result::kFrame) model.Apply(frame);
+//   fragscope::ModelSummary summary = model.Summarize();
+//   fragscope::RenderText(summary, symbolizer, std::cout);   // fragscope/report/report_text.h
+//
+// The model rebuilds, per device, the segments this process holds and the blocks inside them
+// exactly as DESIGN.md "Collector model" says, keeps gap summaries so metrics are O(log n) per
+// event, and runs the OOM analysis inline: a failure's class is decided from the state at the
+// failure, not at the end. Memory is O(live blocks + distinct stacks + kept post-mortems), not
+// O(events). The rules it applies are written down in collector/REPORT.md.
+//
+// Thread-safety: not thread-safe; one thread applies frames and summarizes (a live view that
+// reads from another thread must serialize with Apply). Summaries are independent copies.
+#ifndef FRAGSCOPE_MODEL_PROCESS_MODEL_H_
+#define FRAGSCOPE_MODEL_PROCESS_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "fragscope.pb.h"
+#include "fragscope/model/model_options.h"
+#include "fragscope/model/model_summary.h"
+
+namespace fragscope {
+
+class ProcessModel {
+ public:
+  explicit ProcessModel(ModelOptions options = {});
+  ~ProcessModel();
+  ProcessModel(const ProcessModel&) = delete;
+  ProcessModel& operator=(const ProcessModel&) = delete;
+  ProcessModel(ProcessModel&&) noexcept;
+  ProcessModel& operator=(ProcessModel&&) noexcept;
+
+  // Applies the next frame of the stream (frames in stream order; `seq` decides nothing here,
+  // the agent already ordered them). Never fails: what cannot be placed is counted and reported.
+  void Apply(const v1::Frame& frame);
+
+  // The state now. Failures still waiting for a retry are judged as if the stream ended here
+  // (unrecovered), which is what a report of a cut trace wants; a later Apply may still mark
+  // them recovered. Cost: O(devices x (sites + pools) + kept post-mortems).
+  ModelSummary Summarize() const;
+
+  const ModelOptions& options() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fragscope
+
+#endif  // FRAGSCOPE_MODEL_PROCESS_MODEL_H_

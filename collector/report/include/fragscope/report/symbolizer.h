@@ -1,0 +1,57 @@
+// Turning return addresses into function, file:line and module for reports.
+//
+// The collector's libdw implementation (collector/symbolize) derives from Symbolizer; this
+// header also provides the fallback every report can use without debug info: `module+0xoffset`.
+#ifndef FRAGSCOPE_REPORT_SYMBOLIZER_H_
+#define FRAGSCOPE_REPORT_SYMBOLIZER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fragscope/model/model_summary.h"
+
+namespace fragscope {
+
+// One source-level frame of a return address (an inlined call gives several, innermost first).
+struct SymbolizedFrame {
+  std::string function;        // demangled; empty if unknown
+  std::string file;            // empty if unknown
+  uint32_t line = 0;           // 0 if unknown
+  std::string module;          // path of the module holding the pc; empty if none
+  uint64_t module_offset = 0;  // pc - module load address
+  uint64_t pc = 0;
+};
+
+// Implementations may cache (Symbolize is non-const for that). Not required to be thread-safe:
+// reports call it from one thread.
+class Symbolizer {
+ public:
+  virtual ~Symbolizer() = default;
+  // Frames for one pc, innermost first. Never empty: an unknown pc gives one frame with only
+  // `pc` set.
+  virtual std::vector<SymbolizedFrame> Symbolize(uint64_t pc) = 0;
+};
+
+// Names a pc by the module containing it: `libfoo.so+0x1a2b`. Needs no debug info. Keeps a copy
+// of the module list.
+class ModuleOffsetSymbolizer : public Symbolizer {
+ public:
+  explicit ModuleOffsetSymbolizer(std::vector<ModuleInfo> modules);
+  std::vector<SymbolizedFrame> Symbolize(uint64_t pc) override;
+
+ private:
+  std::vector<ModuleInfo> modules_;  // sorted by load_address
+};
+
+// "function (file:line)", or "module+0xoffset", or "0xpc" — the one-line form reports print.
+std::string FormatFrame(const SymbolizedFrame& frame);
+
+// The frames of stack `stack_id` in `summary` (source frames of a converted stream, or its pcs
+// through `symbolizer`), innermost first; empty for stack 0 or an unknown id.
+std::vector<SymbolizedFrame> SymbolizeStack(const ModelSummary& summary, uint64_t stack_id,
+                                            Symbolizer& symbolizer);
+
+}  // namespace fragscope
+
+#endif  // FRAGSCOPE_REPORT_SYMBOLIZER_H_
