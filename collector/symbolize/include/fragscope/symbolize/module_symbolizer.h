@@ -1,0 +1,56 @@
+// Turns return addresses captured in a traced process into function, file and line, using the
+// module map the agent shipped (path, build-id, load address). Runs in the collector, never in
+// the traced process.
+#ifndef FRAGSCOPE_SYMBOLIZE_MODULE_SYMBOLIZER_H_
+#define FRAGSCOPE_SYMBOLIZE_MODULE_SYMBOLIZER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fragscope.pb.h"
+
+namespace fragscope {
+
+// One resolved address. Fields the debug information does not give stay empty (line 0).
+struct SourceLocation {
+  uint64_t pc = 0;
+  std::string module;    // path of the module containing pc; empty if none
+  uint64_t offset = 0;   // pc - module load bias
+  std::string function;  // demangled; empty when unknown
+  std::string file;
+  uint32_t line = 0;
+
+  // "function (file:line)", "function (module+0x1a2b)" or "module+0x1a2b" or "0x7f...".
+  std::string ToString() const;
+};
+
+// Not thread-safe. Caches results per pc, so memory is O(distinct pcs). Opens each module file
+// at most once; a module whose build-id differs from the one recorded (rebuilt since the trace
+// was taken) is resolved only to module+offset, never to possibly wrong names.
+class ModuleSymbolizer {
+ public:
+  ModuleSymbolizer();
+  ~ModuleSymbolizer();
+  ModuleSymbolizer(const ModuleSymbolizer&) = delete;
+  ModuleSymbolizer& operator=(const ModuleSymbolizer&) = delete;
+
+  // Adds modules (later ModuleMap frames append, as dlopen adds modules).
+  void AddModules(const v1::ModuleMap& map);
+  // Resolves one return address; the reference stays valid until the next AddModules().
+  const SourceLocation& Symbolize(uint64_t pc);
+
+ private:
+  struct ModuleEntry;
+  ModuleEntry* FindModule(uint64_t pc);
+  void Resolve(ModuleEntry& module, SourceLocation& loc);
+
+  std::map<uint64_t, std::unique_ptr<ModuleEntry>> modules_;  // by load start address
+  std::map<uint64_t, SourceLocation> cache_;
+};
+
+}  // namespace fragscope
+
+#endif  // FRAGSCOPE_SYMBOLIZE_MODULE_SYMBOLIZER_H_

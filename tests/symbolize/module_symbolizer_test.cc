@@ -1,0 +1,131 @@
+// The symbolizer resolves addresses in a real loaded module to function and file:line, and
+// refuses to guess names when the module on disk is not the one recorded.
+#include "fragscope/symbolize/module_symbolizer.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cstring>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace fragscope {
+namespace {
+
+struct Found {
+  std::string path;
+  uint64_t bias = 0;
+  uint64_t size = 0;
+  std::string build_id;
+};
+
+// The same facts the agent records, read the same way (dl_iterate_phdr).
+Found FindLoaded(const char* name_part) {
+  Found found;
+  std::pair<const char*, Found*> query(name_part, &found);
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* f = static_cast<std::pair<const char*, Found*>*>(data);
+        if (info->dlpi_name == nullptr || std::strstr(info->dlpi_name, f->first) == nullptr) {
+          return 0;
+        }
+        Found& out = *f->second;
+        out.path = info->dlpi_name;
+        out.bias = info->dlpi_addr;
+        uint64_t hi = 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type == PT_LOAD) hi = std::max<uint64_t>(hi, ph.p_vaddr + ph.p_memsz);
+          if (ph.p_type == PT_NOTE) {
+            const char* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
+            const char* end = p + ph.p_memsz;
+            while (p + sizeof(ElfW(Nhdr)) <= end) {
+              auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
+              const char* desc = p + sizeof(*n) + ((n->n_namesz + 3) & ~3u);
+              if (n->n_type == NT_GNU_BUILD_ID) out.build_id.assign(desc, n->n_descsz);
+              p = desc + ((n->n_descsz + 3) & ~3u);
+            }
+          }
+        }
+        out.size = hi;
+        return 1;
+      },
+      &query);
+  return found;
+}
+
+class ModuleSymbolizerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    handle_ = dlopen(SAMPLE_MODULE_PATH, RTLD_NOW);
+    ASSERT_NE(handle_, nullptr) << dlerror();
+    fn_ = reinterpret_cast<uint64_t>(dlsym(handle_, "fragscope_sample_function"));
+    ASSERT_NE(fn_, 0u);
+    found_ = FindLoaded("libfragscope_sample_module");
+    ASSERT_FALSE(found_.path.empty());
+  }
+  void TearDown() override {
+    if (handle_) dlclose(handle_);
+  }
+  v1::ModuleMap Map(const std::string& build_id) const {
+    v1::ModuleMap map;
+    auto* m = map.add_modules();
+    m->set_path(found_.path);
+    m->set_load_address(found_.bias);
+    m->set_size(found_.size);
+    m->set_build_id(build_id);
+    return map;
+  }
+  void* handle_ = nullptr;
+  uint64_t fn_ = 0;
+  Found found_;
+};
+
+TEST_F(ModuleSymbolizerTest, ResolvesFunctionFileAndLine) {
+  ASSERT_FALSE(found_.build_id.empty()) << "the test module is linked with a build-id";
+  ModuleSymbolizer symbolizer;
+  symbolizer.AddModules(Map(found_.build_id));
+  // A return address just past the first instruction of the function.
+  const SourceLocation& loc = symbolizer.Symbolize(fn_ + 1);
+  EXPECT_EQ(loc.function, "fragscope_sample_function");
+  EXPECT_NE(loc.file.find("sample_module.cc"), std::string::npos) << loc.file;
+  EXPECT_GT(loc.line, 0u);
+  EXPECT_EQ(loc.module, found_.path);
+  EXPECT_EQ(loc.offset, fn_ + 1 - found_.bias);
+  EXPECT_NE(loc.ToString().find("fragscope_sample_function (/"), std::string::npos)
+      << loc.ToString();
+}
+
+TEST_F(ModuleSymbolizerTest, WrongBuildIdGivesOnlyModuleAndOffset) {
+  ModuleSymbolizer symbolizer;
+  symbolizer.AddModules(Map(std::string(20, '\x42')));
+  const SourceLocation& loc = symbolizer.Symbolize(fn_ + 1);
+  EXPECT_TRUE(loc.function.empty()) << loc.function;
+  EXPECT_TRUE(loc.file.empty());
+  EXPECT_EQ(loc.module, found_.path);
+  EXPECT_NE(loc.ToString().find("+0x"), std::string::npos) << loc.ToString();
+}
+
+TEST_F(ModuleSymbolizerTest, AddressOutsideEveryModuleIsPrintedRaw) {
+  ModuleSymbolizer symbolizer;
+  symbolizer.AddModules(Map(found_.build_id));
+  const SourceLocation& loc = symbolizer.Symbolize(0x10);
+  EXPECT_TRUE(loc.module.empty());
+  EXPECT_EQ(loc.ToString(), "0x10");
+}
+
+TEST(ModuleSymbolizer, MissingFileDoesNotCrash) {
+  ModuleSymbolizer symbolizer;
+  v1::ModuleMap map;
+  auto* m = map.add_modules();
+  m->set_path("/nonexistent/libgone.so");
+  m->set_load_address(0x7f0000000000);
+  m->set_size(0x10000);
+  symbolizer.AddModules(map);
+  const SourceLocation& loc = symbolizer.Symbolize(0x7f0000001234);
+  EXPECT_EQ(loc.ToString(), "/nonexistent/libgone.so+0x1234");
+}
+
+}  // namespace
+}  // namespace fragscope
