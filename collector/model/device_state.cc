@@ -1,0 +1,250 @@
+#include "fragscope/model/device_state.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "fragscope/model/format_bytes.h"
+
+namespace fragscope {
+
+DeviceState::DeviceState(int ordinal, const ModelOptions& options)
+    : ordinal_(ordinal), options_(&options), timeline_(options.timeline_max_points) {}
+
+std::optional<uint64_t> DeviceState::total() const {
+  if (info_total && *info_total > 0) return info_total;
+  if (last_sample && last_sample->total > 0) return last_sample->total;
+  return std::nullopt;
+}
+
+void DeviceState::Deposit(const SegmentContribution& c) {
+  if (!c.counted) return;
+  seg_allocated_ += c.allocated;
+  seg_opaque_ += c.opaque;
+  seg_cached_ += c.cached;
+  seg_pending_ += c.pending;
+  seg_blocks_ += c.blocks;
+  free_ranges_ += c.free_ranges;
+  ++segments_;
+  switch (c.coverage) {
+    case Coverage::kExact:
+      ++exact_segments_;
+      break;
+    case Coverage::kOpaque:
+      ++opaque_segments_;
+      break;
+    case Coverage::kAnnotated:
+      ++annotated_segments_;
+      largest_free_by_segment_.insert(c.largest_free);
+      break;
+  }
+}
+
+void DeviceState::Retract(const SegmentContribution& c) {
+  if (!c.counted) return;
+  seg_allocated_ -= c.allocated;
+  seg_opaque_ -= c.opaque;
+  seg_cached_ -= c.cached;
+  seg_pending_ -= c.pending;
+  seg_blocks_ -= c.blocks;
+  free_ranges_ -= c.free_ranges;
+  --segments_;
+  switch (c.coverage) {
+    case Coverage::kExact:
+      --exact_segments_;
+      break;
+    case Coverage::kOpaque:
+      --opaque_segments_;
+      break;
+    case Coverage::kAnnotated:
+      --annotated_segments_;
+      largest_free_by_segment_.erase(largest_free_by_segment_.find(c.largest_free));
+      break;
+  }
+}
+
+PoolState& DeviceState::pool(uint64_t id) { return pools_[id]; }
+
+void DeviceState::RetractPool(const PoolState& p) {
+  pool_reserved_ -= p.effective_reserved();
+  pool_used_ -= p.used;
+  pool_pending_ -= p.pending;
+  pool_blocks_ -= p.blocks;
+}
+
+void DeviceState::DepositPool(const PoolState& p) {
+  pool_reserved_ += p.effective_reserved();
+  pool_used_ += p.used;
+  pool_pending_ += p.pending;
+  pool_blocks_ += p.blocks;
+}
+
+void DeviceState::SavePeakSitesIfDue() {
+  if (!peak_sites_due_) return;
+  peak_sites_ = sites_.Top(sites_.size());
+  peak_sites_due_ = false;
+}
+
+void DeviceState::AddSite(uint64_t stack_id, uint64_t bytes) {
+  SavePeakSitesIfDue();
+  sites_.Add(stack_id, bytes);
+}
+
+void DeviceState::RemoveSite(uint64_t stack_id, uint64_t bytes) {
+  SavePeakSitesIfDue();
+  sites_.Remove(stack_id, bytes);
+}
+
+std::vector<SiteEntry> DeviceState::SitesAtPeak(std::size_t n) const {
+  if (peak_sites_due_) return sites_.Top(n);
+  return TopSites(peak_sites_, n);
+}
+
+DeviceMetrics DeviceState::Metrics(bool with_reasons) const {
+  DeviceMetrics m;
+  // Graph memory is device memory this process holds (the graph's pool), so it is reserved and
+  // allocated; managed and imported memory are not this process's device segments.
+  m.reserved = driver_segment_bytes + handle_bytes + pool_reserved_ + graph_bytes;
+  m.allocated = seg_allocated_ + pool_used_ + graph_bytes;
+  m.opaque = seg_opaque_;
+  m.cached = seg_cached_;
+  m.pending = seg_pending_ + pool_pending_;
+  m.largest_free = largest_free_by_segment_.empty() ? 0 : *largest_free_by_segment_.rbegin();
+  m.stranded = m.cached - std::min(m.cached, m.largest_free);
+  m.pool_free = pool_reserved_ - std::min(pool_reserved_, pool_used_ + pool_pending_);
+  if (!with_reasons) {
+    // The per-event path: same decision, no strings.
+    if (opaque_segments_ == 0 && m.cached > 0 && m.cached >= options_->fragmentation_floor_bytes) {
+      m.fragmentation.value =
+          1.0 - static_cast<double>(m.largest_free) / static_cast<double>(m.cached);
+    }
+  } else if (opaque_segments_ > 0) {
+    m.fragmentation = Measured<double>::Unknown(absl::StrFormat(
+        "%d opaque segment(s) holding %s: a caching allocator carves them and its free ranges "
+        "are not visible",
+        opaque_segments_, FormatBytes(m.opaque)));
+  } else if (m.cached == 0 || m.cached < options_->fragmentation_floor_bytes) {
+    m.fragmentation = Measured<double>::Unknown(
+        absl::StrFormat("cached %s is below the %s floor: the ratio would be noise",
+                        FormatBytes(m.cached), FormatBytes(options_->fragmentation_floor_bytes)));
+  } else {
+    m.fragmentation = Measured<double>::Known(1.0 - static_cast<double>(m.largest_free) /
+                                                        static_cast<double>(m.cached));
+  }
+  if (!last_sample) {
+    m.untracked = Measured<uint64_t>::Unknown(
+        with_reasons ? "no device free/total sample (MemInfo) in the stream" : "");
+  } else {
+    const uint64_t sample_total = last_sample->total > 0 ? last_sample->total : total().value_or(0);
+    const uint64_t used = sample_total - std::min(sample_total, last_sample->free);
+    // Samples and events are not taken at the same instant: clamp rather than go negative.
+    m.untracked = Measured<uint64_t>::Known(used - std::min(used, m.reserved));
+  }
+  return m;
+}
+
+void DeviceState::AfterEvent(uint64_t seq, uint64_t time_ns) {
+  const DeviceMetrics m = Metrics(/*with_reasons=*/false);
+  if (m.reserved > peak_reserved_) {
+    peak_reserved_ = m.reserved;
+    peak_reserved_seq_ = seq;
+    peak_sites_due_ = true;
+  }
+  peak_allocated_ = std::max(peak_allocated_, m.allocated);
+  if (m.fragmentation.value) {
+    max_fragmentation_ = std::max(max_fragmentation_.value_or(0.0), *m.fragmentation.value);
+  }
+  timeline_.Offer(
+      {seq, time_ns, m.reserved, m.allocated, m.cached, m.largest_free, m.fragmentation.value});
+}
+
+void DeviceState::RecordEvent(const RecentEvent& e) {
+  if (options_->recent_events == 0) return;
+  if (recent_.size() >= options_->recent_events) recent_.pop_front();
+  recent_.push_back(e);
+}
+
+void DeviceState::ResetLive() {
+  SavePeakSitesIfDue();
+  seg_allocated_ = seg_opaque_ = seg_cached_ = seg_pending_ = 0;
+  segments_ = exact_segments_ = annotated_segments_ = opaque_segments_ = 0;
+  seg_blocks_ = free_ranges_ = 0;
+  largest_free_by_segment_.clear();
+  driver_segment_bytes = handle_bytes = unmapped_handle_bytes = imported_bytes = 0;
+  graph_bytes = managed_bytes = graph_blocks = 0;
+  for (auto& [id, p] : pools_) {
+    p.used = p.pending = p.blocks = 0;
+    p.pending_addresses.clear();
+  }
+  pool_reserved_ = pool_used_ = pool_pending_ = pool_blocks_ = 0;
+  for (const auto& [id, p] : pools_) DepositPool(p);
+  sites_ = SiteTable();
+}
+
+void DeviceState::FillSummary(DeviceSummary* out) const {
+  const DeviceMetrics m = Metrics();
+  out->ordinal = ordinal_;
+  out->uuid_hex = uuid_hex;
+  out->name = name;
+  if (auto t = total()) {
+    out->total_bytes = Measured<uint64_t>::Known(*t);
+  } else {
+    out->total_bytes = Measured<uint64_t>::Unknown("no DeviceInfo or MemInfo total");
+  }
+  if (last_sample) {
+    out->device_free_bytes = Measured<uint64_t>::Known(last_sample->free);
+    out->device_free_sample_seq = last_sample->seq;
+  } else {
+    out->device_free_bytes = Measured<uint64_t>::Unknown("no MemInfo sample");
+  }
+  out->reserved_bytes = m.reserved;
+  out->allocated_bytes = m.allocated;
+  out->opaque_bytes = m.opaque;
+  out->cached_bytes = m.cached;
+  out->pending_free_bytes = m.pending;
+  out->largest_free_range_bytes = m.largest_free;
+  out->fragmentation = m.fragmentation;
+  out->stranded_bytes = m.stranded;
+  out->untracked_bytes = m.untracked;
+  out->peak_reserved_bytes = peak_reserved_;
+  out->peak_reserved_seq = peak_reserved_seq_;
+  out->peak_allocated_bytes = peak_allocated_;
+  if (max_fragmentation_) {
+    out->max_fragmentation = Measured<double>::Known(*max_fragmentation_);
+  } else {
+    out->max_fragmentation = Measured<double>::Unknown(
+        "fragmentation was never reportable (cached below the floor or opaque segments)");
+  }
+  out->pool_reserved_bytes = pool_reserved_;
+  out->pool_used_bytes = pool_used_;
+  out->pool_pending_free_bytes = pool_pending_;
+  out->graph_bytes = graph_bytes;
+  out->managed_bytes = managed_bytes;
+  out->imported_bytes = imported_bytes;
+  out->unmapped_handle_bytes = unmapped_handle_bytes;
+  out->pools.clear();
+  for (const auto& [id, p] : pools_) {
+    PoolSummary ps;
+    ps.pool = id;
+    ps.sampled_reserved_bytes = p.sampled_reserved
+                                    ? Measured<uint64_t>::Known(*p.sampled_reserved)
+                                    : Measured<uint64_t>::Unknown("pool attributes never sampled");
+    ps.reserved_bytes = p.effective_reserved();
+    ps.used_bytes = p.used;
+    ps.pending_free_bytes = p.pending;
+    ps.blocks = p.blocks;
+    out->pools.push_back(std::move(ps));
+  }
+  std::sort(out->pools.begin(), out->pools.end(),
+            [](const PoolSummary& a, const PoolSummary& b) { return a.pool < b.pool; });
+  out->segments = segments_;
+  out->exact_segments = exact_segments_;
+  out->annotated_segments = annotated_segments_;
+  out->opaque_segments = opaque_segments_;
+  out->blocks = seg_blocks_ + pool_blocks_ + graph_blocks;
+  out->free_ranges = free_ranges_;
+  out->sites = sites_.Top(options_->top_sites);
+  out->sites_at_peak = SitesAtPeak(options_->top_sites);
+  out->timeline = timeline_.points();
+}
+
+}  // namespace fragscope

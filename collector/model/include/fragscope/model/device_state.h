@@ -1,0 +1,163 @@
+// Per-device aggregates of the collector model: the sums behind every metric, kept up to date
+// as segments, handles and pools change, so a metric is O(1) to read.
+#ifndef FRAGSCOPE_MODEL_DEVICE_STATE_H_
+#define FRAGSCOPE_MODEL_DEVICE_STATE_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "fragscope/model/model_options.h"
+#include "fragscope/model/model_summary.h"
+#include "fragscope/model/segment.h"
+#include "fragscope/model/site_table.h"
+#include "fragscope/model/timeline.h"
+
+namespace fragscope {
+
+// One memory pool's live state. Bytes.
+struct PoolState {
+  std::optional<uint64_t> sampled_reserved;  // cudaMemPoolAttrReservedMemCurrent
+  std::optional<uint64_t> sampled_used;      // cudaMemPoolAttrUsedMemCurrent
+  uint64_t used = 0;                         // live async blocks
+  uint64_t pending = 0;  // freed with cudaFreeAsync, not known to be reusable yet
+  uint64_t blocks = 0;
+  absl::flat_hash_set<uint64_t> pending_addresses;
+  // The pool's share of `reserved`: never less than what its live and pending blocks occupy.
+  uint64_t effective_reserved() const {
+    const uint64_t floor = used + pending;
+    return sampled_reserved && *sampled_reserved > floor ? *sampled_reserved : floor;
+  }
+};
+
+// The metrics of one device at one moment (DESIGN.md definitions), computed in O(1).
+struct DeviceMetrics {
+  uint64_t reserved = 0;
+  uint64_t allocated = 0;
+  uint64_t opaque = 0;
+  uint64_t cached = 0;
+  uint64_t pending = 0;  // annotated pending + pool pending
+  uint64_t largest_free = 0;
+  Measured<double> fragmentation;
+  uint64_t stranded = 0;
+  Measured<uint64_t> untracked;
+  uint64_t pool_free = 0;
+};
+
+// Not thread-safe; owned by the ProcessModel. Segments themselves live in the model's address
+// index (UVA: one VA space for all devices); this holds what they add up to.
+class DeviceState {
+ public:
+  DeviceState(int ordinal, const ModelOptions& options);
+
+  int ordinal() const { return ordinal_; }
+
+  // Identity and samples.
+  std::string uuid_hex;
+  std::string name;
+  std::optional<uint64_t> info_total;  // DeviceInfo.total_bytes
+  struct MemSample {
+    uint64_t free = 0;
+    uint64_t total = 0;
+    uint64_t seq = 0;
+  };
+  std::optional<MemSample> last_sample;
+  std::optional<uint64_t> total() const;
+
+  // Segment contributions: every change to a segment is Retract(before) + Deposit(after).
+  void Deposit(const SegmentContribution& c);
+  void Retract(const SegmentContribution& c);
+
+  // Buckets (bytes).
+  uint64_t driver_segment_bytes = 0;  // physical bytes of driver-allocation segments
+  uint64_t handle_bytes = 0;          // live, non-imported VMM handles on this device
+  uint64_t unmapped_handle_bytes = 0;
+  uint64_t imported_bytes = 0;
+  uint64_t graph_bytes = 0;
+  uint64_t managed_bytes = 0;
+  uint64_t graph_blocks = 0;
+
+  // Pools: every change goes through UpdatePool so the totals stay right.
+  PoolState& pool(uint64_t id);
+  template <typename F>
+  void UpdatePool(uint64_t id, F&& change) {
+    PoolState& p = pool(id);
+    RetractPool(p);
+    change(p);
+    DepositPool(p);
+  }
+  const absl::flat_hash_map<uint64_t, PoolState>& pools() const { return pools_; }
+
+  // Sites: every change goes through here so the copy at peak is taken before it is lost.
+  void AddSite(uint64_t stack_id, uint64_t bytes);
+  void RemoveSite(uint64_t stack_id, uint64_t bytes);
+  const SiteTable& sites() const { return sites_; }
+  std::vector<SiteEntry> SitesAtPeak(std::size_t n) const;
+
+  // `with_reasons` = false skips formatting the unknown reasons (the per-event path); the
+  // values are the same.
+  DeviceMetrics Metrics(bool with_reasons = true) const;
+  uint64_t opaque_segments() const { return opaque_segments_; }
+
+  // After each event that touched the device: peaks, max fragmentation, timeline.
+  void AfterEvent(uint64_t seq, uint64_t time_ns);
+  uint64_t peak_reserved() const { return peak_reserved_; }
+
+  void RecordEvent(const RecentEvent& e);
+  std::vector<RecentEvent> RecentEvents() const { return {recent_.begin(), recent_.end()}; }
+
+  // Forgets all live state (segments, handles, pools' blocks, sites) before a Snapshot rebuilds
+  // it. Keeps identity, samples, peaks, timeline and recent events.
+  void ResetLive();
+
+  void FillSummary(DeviceSummary* out) const;
+
+ private:
+  void RetractPool(const PoolState& p);
+  void DepositPool(const PoolState& p);
+  void SavePeakSitesIfDue();
+
+  int ordinal_;
+  const ModelOptions* options_;
+
+  // Sums of segment contributions.
+  uint64_t seg_allocated_ = 0;
+  uint64_t seg_opaque_ = 0;
+  uint64_t seg_cached_ = 0;
+  uint64_t seg_pending_ = 0;
+  uint64_t segments_ = 0;
+  uint64_t exact_segments_ = 0;
+  uint64_t annotated_segments_ = 0;
+  uint64_t opaque_segments_ = 0;
+  uint64_t seg_blocks_ = 0;
+  uint64_t free_ranges_ = 0;
+  std::multiset<uint64_t> largest_free_by_segment_;  // one entry per annotated segment
+
+  absl::flat_hash_map<uint64_t, PoolState> pools_;
+  uint64_t pool_reserved_ = 0;
+  uint64_t pool_used_ = 0;
+  uint64_t pool_pending_ = 0;
+  uint64_t pool_blocks_ = 0;
+
+  SiteTable sites_;
+  // Sites at the moment of peak reserved. Copied lazily: a new peak only sets the flag, and the
+  // copy is taken just before the next site change (or read as the live table if none came).
+  std::vector<SiteEntry> peak_sites_;
+  bool peak_sites_due_ = false;
+
+  uint64_t peak_reserved_ = 0;
+  uint64_t peak_reserved_seq_ = 0;
+  uint64_t peak_allocated_ = 0;
+  std::optional<double> max_fragmentation_;
+  Timeline timeline_;
+  std::deque<RecentEvent> recent_;
+};
+
+}  // namespace fragscope
+
+#endif  // FRAGSCOPE_MODEL_DEVICE_STATE_H_

@@ -1,0 +1,132 @@
+// One segment: memory the driver handed to this process (a cudaMalloc range, or a VMM
+// reservation with physical handles mapped into it), and the sub-allocator blocks inside it.
+#ifndef FRAGSCOPE_MODEL_SEGMENT_H_
+#define FRAGSCOPE_MODEL_SEGMENT_H_
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "fragscope/model/free_range_set.h"
+
+namespace fragscope {
+
+// DESIGN.md "Collector model": who carves the segment and so what is known about its inside.
+enum class Coverage {
+  kExact,      // nobody carves it: one block filling the segment
+  kAnnotated,  // a sub-allocator reports its blocks: blocks and free ranges known
+  kOpaque,     // a caching allocator we cannot see carves it: used bytes unknown
+};
+const char* CoverageName(Coverage c);
+
+enum class SegmentKind { kDriverAllocation, kVmmReservation };
+
+// A block reported by a sub-allocator.
+struct SubBlock {
+  uint64_t size = 0;
+  uint64_t stack_id = 0;
+  uint64_t stream = 0;
+  uint64_t pool = 0;
+  uint64_t allocator = 0;
+  bool pending_free = false;
+};
+
+// Physical memory of `handle` (from `offset`) mapped at a VA range of a reservation.
+struct Mapping {
+  uint64_t size = 0;
+  uint64_t handle = 0;
+  uint64_t offset = 0;
+};
+
+// What a segment adds to its device's figures (bytes). See Segment::Contribution.
+struct SegmentContribution {
+  Coverage coverage = Coverage::kExact;
+  bool counted = false;  // a segment only counts once it has backing memory
+  uint64_t backing = 0;
+  uint64_t allocated = 0;
+  uint64_t opaque = 0;
+  uint64_t cached = 0;
+  uint64_t pending = 0;
+  uint64_t largest_free = 0;
+  uint64_t blocks = 0;
+  uint64_t free_ranges = 0;
+};
+
+// Not thread-safe; owned by the ProcessModel's segment index. Addresses and sizes in bytes.
+class Segment {
+ public:
+  Segment(SegmentKind kind, uint64_t begin, uint64_t size, int device, uint64_t stack_id);
+
+  SegmentKind kind() const { return kind_; }
+  uint64_t begin() const { return begin_; }
+  uint64_t end() const { return begin_ + size_; }
+  uint64_t size() const { return size_; }
+  int device() const { return device_; }
+  void set_device(int device) { device_ = device; }
+  uint64_t stack_id() const { return stack_id_; }
+
+  // Whether the allocation stack passes through a caching allocator (nullopt: stack not known
+  // yet, treated as "no" until it is).
+  std::optional<bool> via_caching_allocator() const { return via_caching_allocator_; }
+  void set_via_caching_allocator(std::optional<bool> v) { via_caching_allocator_ = v; }
+  Coverage coverage() const;
+
+  // Physical bytes behind the VA range: the whole range for a driver allocation, the mapped
+  // ranges for a reservation.
+  uint64_t backing_bytes() const;
+
+  // VMM only. Map adds a mapping; Unmap removes [begin, end) from every mapping it touches
+  // (partial unmaps keep the rest) and returns (handle, change in that handle's mapping count).
+  void Map(uint64_t address, const Mapping& mapping);
+  std::vector<std::pair<uint64_t, int>> Unmap(uint64_t begin, uint64_t end);
+  const absl::btree_map<uint64_t, Mapping>& mappings() const { return mappings_; }
+
+  // Blocks. The first block makes the segment annotated for good. Returns false when the
+  // event does not match the known blocks (free of an unknown address, ...).
+  bool AllocBlock(uint64_t address, const SubBlock& block, SubBlock* replaced);
+  bool FreeBlock(uint64_t address, SubBlock* freed);
+  bool MarkPendingFree(uint64_t address);
+  const absl::btree_map<uint64_t, SubBlock>& blocks() const { return blocks_; }
+
+  // The stream/pool the sub-allocator keeps this segment for (from its blocks); nullopt before
+  // the first block, or when blocks of several streams/pools share it.
+  std::optional<std::pair<uint64_t, uint64_t>> stream_and_pool() const;
+
+  const FreeRangeSet& free_ranges() const { return free_; }
+  // Largest free run if every pending free inside completed (pending blocks merged with the
+  // free ranges touching them; adjacent pending blocks are not merged with each other, so this
+  // is a lower bound).
+  uint64_t LargestFreeIfPendingCompleted() const;
+
+  SegmentContribution Contribution() const;
+
+ private:
+  // Marks the backed parts of [begin, end) free.
+  void FreeBacked(uint64_t begin, uint64_t end);
+  void BecomeAnnotated();
+
+  SegmentKind kind_;
+  uint64_t begin_;
+  uint64_t size_;
+  int device_;
+  uint64_t stack_id_;
+  std::optional<bool> via_caching_allocator_;
+  bool annotated_ = false;
+
+  absl::btree_map<uint64_t, Mapping> mappings_;  // VA -> mapping (reservations only)
+  uint64_t mapped_bytes_ = 0;
+
+  absl::btree_map<uint64_t, SubBlock> blocks_;
+  uint64_t live_block_bytes_ = 0;
+  uint64_t pending_block_bytes_ = 0;
+  uint64_t pending_blocks_ = 0;
+  std::optional<std::pair<uint64_t, uint64_t>> stream_and_pool_;
+  bool mixed_streams_ = false;
+  FreeRangeSet free_;  // backed bytes minus blocks, annotated segments only
+};
+
+}  // namespace fragscope
+
+#endif  // FRAGSCOPE_MODEL_SEGMENT_H_

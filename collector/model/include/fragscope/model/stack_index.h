@@ -1,0 +1,53 @@
+// Interned stacks and loaded modules of one stream, and the question the model asks of them:
+// does this allocation come from inside a caching allocator?
+#ifndef FRAGSCOPE_MODEL_STACK_INDEX_H_
+#define FRAGSCOPE_MODEL_STACK_INDEX_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "fragscope.pb.h"
+#include "fragscope/model/model_summary.h"
+
+namespace fragscope {
+
+// Memory: O(distinct stacks x depth + modules). Not thread-safe; owned by the ProcessModel.
+class StackIndex {
+ public:
+  // `caching_allocator_modules`: file-name substrings of modules that carve segments.
+  explicit StackIndex(std::vector<std::string> caching_allocator_modules);
+
+  void AddModules(const v1::ModuleMap& map);
+  void AddStacks(const v1::StackTable& table);
+  void AddSymbolizedStack(const v1::SymbolizedStack& stack);
+
+  // True if a frame of stack `id` lies in a caching-allocator module; nullopt while the stack
+  // (id != 0) has not arrived. Stack 0 (no stack recorded) is false: nothing says otherwise.
+  std::optional<bool> PassesThroughCachingAllocator(uint64_t id);
+
+  const StackInfo* Find(uint64_t id) const;
+  const std::vector<ModuleInfo>& modules() const { return modules_; }
+  // Bumped whenever stacks or modules arrive, so callers can retry pending classifications.
+  uint64_t generation() const { return generation_; }
+
+ private:
+  bool IsCachingAllocatorModule(const std::string& path) const;
+  const ModuleInfo* ModuleOf(uint64_t pc) const;
+
+  std::vector<std::string> caching_allocator_modules_;
+  std::vector<ModuleInfo> modules_;
+  absl::btree_map<uint64_t, std::size_t> module_by_load_address_;  // -> index in modules_
+  absl::flat_hash_map<uint64_t, StackInfo> stacks_;
+  // Cached answers, valid while the module list still has `classified_modules_` entries.
+  absl::flat_hash_map<uint64_t, bool> through_caching_allocator_;
+  uint64_t classified_modules_ = 0;
+  uint64_t generation_ = 0;
+};
+
+}  // namespace fragscope
+
+#endif  // FRAGSCOPE_MODEL_STACK_INDEX_H_

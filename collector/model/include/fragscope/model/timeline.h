@@ -1,0 +1,31 @@
+// A bounded, evenly thinned series of a device's metrics over the stream.
+#ifndef FRAGSCOPE_MODEL_TIMELINE_H_
+#define FRAGSCOPE_MODEL_TIMELINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "fragscope/model/model_summary.h"
+
+namespace fragscope {
+
+// Keeps at most `max_points` samples: every `stride`-th offered point is stored; when the
+// series is full every other stored point is dropped and the stride doubles, so the kept points
+// stay evenly spread over the whole stream. O(1) amortized per offer. Not thread-safe.
+class Timeline {
+ public:
+  explicit Timeline(std::size_t max_points);
+  void Offer(const TimelinePoint& point);
+  const std::vector<TimelinePoint>& points() const { return points_; }
+
+ private:
+  std::size_t max_points_;
+  uint64_t stride_ = 1;
+  uint64_t offered_ = 0;
+  std::vector<TimelinePoint> points_;
+};
+
+}  // namespace fragscope
+
+#endif  // FRAGSCOPE_MODEL_TIMELINE_H_

@@ -1,0 +1,990 @@
+// Frame dispatch of the collector model: turns each event into changes of segments, handles,
+// pools and blocks, and keeps the per-device aggregates (DeviceState) in step with them.
+#include "fragscope/model/process_model.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "fragscope/model/device_state.h"
+#include "fragscope/model/oom_analyzer.h"
+#include "fragscope/model/segment.h"
+#include "fragscope/model/stack_index.h"
+
+namespace fragscope {
+namespace {
+
+using v1::MemoryKind;
+
+bool IsAsyncFree(v1::Api api) {
+  return api == v1::API_cudaFreeAsync || api == v1::API_cuMemFreeAsync ||
+         api == v1::API_cuMemFreeAsync_ptsz;
+}
+
+// The agent names the kind; older or partial streams may not, so infer it from the API.
+MemoryKind ResolveKind(MemoryKind kind, v1::Api api, bool in_capture) {
+  if (in_capture) return v1::MEMORY_KIND_GRAPH;
+  if (kind != v1::MEMORY_KIND_UNSPECIFIED) return kind;
+  switch (api) {
+    case v1::API_cudaMallocAsync:
+    case v1::API_cudaMallocFromPoolAsync:
+    case v1::API_cuMemAllocAsync:
+    case v1::API_cuMemAllocFromPoolAsync:
+    case v1::API_cuMemAllocAsync_ptsz:
+    case v1::API_cuMemAllocFromPoolAsync_ptsz:
+      return v1::MEMORY_KIND_POOL;
+    case v1::API_cudaMallocManaged:
+    case v1::API_cuMemAllocManaged:
+      return v1::MEMORY_KIND_MANAGED;
+    case v1::API_cuIpcOpenMemHandle:
+    case v1::API_cuMemPoolImportPointer:
+      return v1::MEMORY_KIND_IPC_IMPORT;
+    case v1::API_cudaMallocPitch:
+    case v1::API_cudaMalloc3D:
+    case v1::API_cuMemAllocPitch:
+    case v1::API_cuMemAllocPitch_v2:
+      return v1::MEMORY_KIND_PITCHED;
+    default:
+      return v1::MEMORY_KIND_DEVICE;
+  }
+}
+
+// A live allocation that is not a segment of its own: pool blocks, graph, managed, imports.
+struct LiveAllocation {
+  int device = -1;
+  MemoryKind kind = v1::MEMORY_KIND_UNSPECIFIED;
+  uint64_t size = 0;
+  uint64_t stack_id = 0;
+  uint64_t pool = 0;
+  bool pending_free = false;
+};
+
+// A VMM physical allocation. Freed when released (refs reach 0) and unmapped everywhere.
+struct PhysicalHandle {
+  uint64_t size = 0;
+  int device = -1;
+  bool imported = false;
+  int refs = 1;
+  uint64_t mappings = 0;
+  uint64_t stack_id = 0;
+};
+
+}  // namespace
+
+class ProcessModel::Impl {
+ public:
+  explicit Impl(ModelOptions options)
+      : options_(std::move(options)),
+        stacks_(options_.caching_allocator_modules),
+        analyzer_(options_) {}
+
+  const ModelOptions& options() const { return options_; }
+  void Apply(const v1::Frame& frame);
+  ModelSummary Summarize() const;
+
+ private:
+  DeviceState& Device(int ordinal) {
+    auto it = devices_.find(ordinal);
+    if (it == devices_.end()) it = devices_.try_emplace(ordinal, ordinal, options_).first;
+    Touch(ordinal);
+    return it->second;
+  }
+  void Touch(int ordinal) {
+    if (std::find(touched_.begin(), touched_.end(), ordinal) == touched_.end()) {
+      touched_.push_back(ordinal);
+    }
+  }
+  void FinishEvent(uint64_t seq, uint64_t time_ns);
+  void Record(int device, const RecentEvent& e) {
+    // An event the model could not place on any device must not invent a "device -1".
+    if (device < 0 && !devices_.contains(device)) return;
+    Device(device).RecordEvent(e);
+  }
+
+  Segment* SegmentContaining(uint64_t address);
+  // Every change to a segment goes through here: its old contribution (and segment-level site)
+  // is taken out of its device, the change applied, and the new one put in.
+  template <typename F>
+  void Change(Segment& segment, F&& mutate);
+  void EraseSegment(std::map<uint64_t, Segment>::iterator it);
+  void ClassifyPendingSegments();
+
+  void DepositHandle(const PhysicalHandle& h, int sign);
+  void SetHandleMappings(uint64_t handle, int delta);
+
+  void CompletePoolFree(uint64_t address);
+
+  void OnHello(const v1::Hello& hello);
+  void OnDevice(const v1::DeviceInfo& info);
+  void OnAlloc(const v1::AllocEvent& e, bool from_snapshot);
+  void PlaceAllocation(uint64_t address, uint64_t size, int device, uint64_t stack_id,
+                       uint64_t pool, MemoryKind kind);
+  void OnFree(const v1::FreeEvent& e);
+  void OnMap(const v1::MapEvent& e);
+  void Reserve(uint64_t address, uint64_t size, int device, uint64_t stack_id);
+  void MapInto(uint64_t address, uint64_t size, uint64_t offset, uint64_t handle, int device,
+               uint64_t stack_id);
+  void OnHandle(const v1::HandleEvent& e);
+  void OnBlock(const v1::BlockEvent& e);
+  void PlaceBlock(uint64_t address, const SubBlock& block, int device, uint64_t seq);
+  void OnFailed(const v1::FailedAlloc& e);
+  OomFigures FiguresAt(int device, uint64_t requested, uint64_t stream, uint64_t pool,
+                       bool from_failure);
+  void OnMemInfo(const v1::MemInfo& e);
+  void OnMark(const v1::Mark& e);
+  void OnDrops(const v1::Drops& e);
+  void OnSnapshot(const v1::Snapshot& s);
+  void OnEnd(const v1::End& e);
+  void SeenSeq(uint64_t seq) {
+    last_seq_ = std::max(last_seq_, seq);
+    if (!drop_interval_open_) last_good_seq_ = last_seq_;
+  }
+
+  ModelOptions options_;
+  StackIndex stacks_;
+  OomAnalyzer analyzer_;
+
+  std::map<int, DeviceState> devices_;
+  std::vector<int> touched_;
+  // UVA: one address space for every device, so segments are indexed by address alone.
+  // std::map keeps references stable while other segments come and go.
+  std::map<uint64_t, Segment> segments_;
+  std::vector<uint64_t> unclassified_segments_;  // begins of segments whose stack is not here
+  absl::flat_hash_map<uint64_t, LiveAllocation> allocations_;
+  absl::flat_hash_map<uint64_t, PhysicalHandle> handles_;
+  absl::flat_hash_map<uint64_t, OrphanBlock> orphans_;
+  uint64_t orphans_total_ = 0;
+
+  // Stream facts.
+  uint32_t pid_ = 0;
+  std::string host_;
+  std::string exe_;
+  bool attached_ = false;
+  bool history_complete_ = true;
+  uint64_t frames_ = 0;
+  uint64_t events_ = 0;
+  uint64_t drops_ = 0;
+  uint64_t last_seq_ = 0;
+  uint64_t last_time_ns_ = 0;
+  uint64_t last_good_seq_ = 0;  // last seq applied before events started being lost
+  bool stream_ended_ = false;
+  std::optional<int> exit_status_;
+  uint64_t unmatched_ = 0;
+  std::vector<ApproximateInterval> approximate_;
+  bool drop_interval_open_ = false;  // approximate_.back() is waiting for a resync
+};
+
+// ---------------------------------------------------------------------------------------------
+// Segments.
+
+Segment* ProcessModel::Impl::SegmentContaining(uint64_t address) {
+  auto it = segments_.upper_bound(address);
+  if (it == segments_.begin()) return nullptr;
+  --it;
+  return address < it->second.end() ? &it->second : nullptr;
+}
+
+template <typename F>
+void ProcessModel::Impl::Change(Segment& segment, F&& mutate) {
+  // Driver allocations that nobody annotates are their own allocation site; VMM reservations
+  // are not (their handles are, and annotated blocks are counted block by block).
+  auto segment_site = [](const Segment& s) -> std::pair<bool, uint64_t> {
+    const bool counts =
+        s.kind() == SegmentKind::kDriverAllocation && s.coverage() != Coverage::kAnnotated;
+    return {counts, s.stack_id()};
+  };
+  const int old_device = segment.device();
+  const SegmentContribution before = segment.Contribution();
+  const auto site_before = segment_site(segment);
+  Device(old_device).Retract(before);
+  mutate(segment);
+  const SegmentContribution after = segment.Contribution();
+  const auto site_after = segment_site(segment);
+  DeviceState& device = Device(segment.device());
+  device.Deposit(after);
+  if (site_before != site_after || old_device != segment.device()) {
+    if (site_before.first) Device(old_device).RemoveSite(site_before.second, segment.size());
+    if (site_after.first) device.AddSite(site_after.second, segment.size());
+  }
+}
+
+void ProcessModel::Impl::EraseSegment(std::map<uint64_t, Segment>::iterator it) {
+  Segment& s = it->second;
+  DeviceState& device = Device(s.device());
+  device.Retract(s.Contribution());
+  if (s.kind() == SegmentKind::kDriverAllocation) {
+    device.driver_segment_bytes -= std::min(device.driver_segment_bytes, s.size());
+    if (s.coverage() != Coverage::kAnnotated) device.RemoveSite(s.stack_id(), s.size());
+  }
+  // Blocks die with their segment.
+  for (const auto& [address, block] : s.blocks()) device.RemoveSite(block.stack_id, block.size);
+  // Mappings still in a freed reservation no longer hold their handles.
+  for (const auto& [address, mapping] : s.mappings()) SetHandleMappings(mapping.handle, -1);
+  segments_.erase(it);
+}
+
+void ProcessModel::Impl::ClassifyPendingSegments() {
+  std::vector<uint64_t> still_pending;
+  for (uint64_t begin : unclassified_segments_) {
+    auto it = segments_.find(begin);
+    if (it == segments_.end()) continue;
+    const std::optional<bool> via = stacks_.PassesThroughCachingAllocator(it->second.stack_id());
+    if (!via) {
+      still_pending.push_back(begin);
+      continue;
+    }
+    Change(it->second, [&](Segment& s) { s.set_via_caching_allocator(via); });
+  }
+  unclassified_segments_ = std::move(still_pending);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handles and mappings.
+
+void ProcessModel::Impl::DepositHandle(const PhysicalHandle& h, int sign) {
+  DeviceState& device = Device(h.device);
+  auto apply = [sign](uint64_t& field, uint64_t bytes) {
+    field = sign > 0 ? field + bytes : field - std::min(field, bytes);
+  };
+  if (h.imported) {
+    apply(device.imported_bytes, h.size);
+    return;
+  }
+  apply(device.handle_bytes, h.size);
+  if (h.mappings == 0) apply(device.unmapped_handle_bytes, h.size);
+}
+
+void ProcessModel::Impl::SetHandleMappings(uint64_t handle, int delta) {
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return;
+  PhysicalHandle& h = it->second;
+  DepositHandle(h, -1);
+  h.mappings = delta < 0 ? h.mappings - std::min<uint64_t>(h.mappings, -delta) : h.mappings + delta;
+  if (h.refs <= 0 && h.mappings == 0) {
+    handles_.erase(it);  // released and now unmapped everywhere: the memory is freed
+    return;
+  }
+  DepositHandle(h, +1);
+}
+
+void ProcessModel::Impl::Reserve(uint64_t address, uint64_t size, int device, uint64_t stack_id) {
+  auto old = segments_.find(address);
+  if (old != segments_.end()) {
+    ++unmatched_;  // its free was lost
+    EraseSegment(old);
+  }
+  auto [it, inserted] =
+      segments_.try_emplace(address, SegmentKind::kVmmReservation, address, size, device, stack_id);
+  Segment& s = it->second;
+  s.set_via_caching_allocator(stacks_.PassesThroughCachingAllocator(stack_id));
+  if (!s.via_caching_allocator()) unclassified_segments_.push_back(address);
+  Device(device).Deposit(s.Contribution());
+}
+
+void ProcessModel::Impl::MapInto(uint64_t address, uint64_t size, uint64_t offset, uint64_t handle,
+                                 int device, uint64_t stack_id) {
+  auto h = handles_.find(handle);
+  if (h == handles_.end()) {
+    // Created before the agent saw it (attach) or the create was dropped: account what the
+    // mapping proves exists.
+    ++unmatched_;
+    PhysicalHandle ph;
+    ph.size = offset + size;
+    ph.device = device;
+    ph.stack_id = stack_id;
+    h = handles_.emplace(handle, ph).first;
+    DepositHandle(h->second, +1);
+  }
+  const int handle_device = h->second.device;
+  Segment* s = SegmentContaining(address);
+  if (s == nullptr || s->kind() != SegmentKind::kVmmReservation) {
+    // The reservation predates the agent: the mapping is the smallest reservation it proves.
+    ++unmatched_;
+    Reserve(address, size, handle_device, stack_id);
+    s = &segments_.at(address);
+  }
+  Change(*s, [&](Segment& seg) {
+    if (seg.device() < 0) seg.set_device(handle_device);
+    seg.Map(address, {size, handle, offset});
+  });
+  SetHandleMappings(handle, +1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Frames.
+
+void ProcessModel::Impl::Apply(const v1::Frame& frame) {
+  ++frames_;
+  switch (frame.body_case()) {
+    case v1::Frame::kHello:
+      OnHello(frame.hello());
+      break;
+    case v1::Frame::kDevice:
+      OnDevice(frame.device());
+      break;
+    case v1::Frame::kModuleMap:
+      stacks_.AddModules(frame.module_map());
+      ClassifyPendingSegments();
+      break;
+    case v1::Frame::kStacks:
+      stacks_.AddStacks(frame.stacks());
+      ClassifyPendingSegments();
+      break;
+    case v1::Frame::kSymbolizedStack:
+      stacks_.AddSymbolizedStack(frame.symbolized_stack());
+      ClassifyPendingSegments();
+      break;
+    case v1::Frame::kAlloc:
+      ++events_;
+      OnAlloc(frame.alloc(), /*from_snapshot=*/false);
+      FinishEvent(frame.alloc().seq(), frame.alloc().time_ns());
+      return;
+    case v1::Frame::kFree:
+      ++events_;
+      OnFree(frame.free());
+      FinishEvent(frame.free().seq(), frame.free().time_ns());
+      return;
+    case v1::Frame::kMap:
+      ++events_;
+      OnMap(frame.map());
+      FinishEvent(frame.map().seq(), frame.map().time_ns());
+      return;
+    case v1::Frame::kHandle:
+      ++events_;
+      OnHandle(frame.handle());
+      FinishEvent(frame.handle().seq(), frame.handle().time_ns());
+      return;
+    case v1::Frame::kBlock:
+      ++events_;
+      OnBlock(frame.block());
+      FinishEvent(frame.block().seq(), frame.block().time_ns());
+      return;
+    case v1::Frame::kFailed:
+      ++events_;
+      OnFailed(frame.failed());
+      FinishEvent(frame.failed().seq(), frame.failed().time_ns());
+      return;
+    case v1::Frame::kMemInfo:
+      ++events_;
+      OnMemInfo(frame.mem_info());
+      FinishEvent(frame.mem_info().seq(), frame.mem_info().time_ns());
+      return;
+    case v1::Frame::kMark:
+      ++events_;
+      OnMark(frame.mark());
+      FinishEvent(frame.mark().seq(), frame.mark().time_ns());
+      return;
+    case v1::Frame::kDrops:
+      OnDrops(frame.drops());
+      break;
+    case v1::Frame::kSnapshot:
+      OnSnapshot(frame.snapshot());
+      FinishEvent(frame.snapshot().seq(), frame.snapshot().time_ns());
+      return;
+    case v1::Frame::kEnd:
+      OnEnd(frame.end());
+      break;
+    case v1::Frame::BODY_NOT_SET:
+      break;
+  }
+  // Frames that are not events still may have touched devices (reclassification).
+  FinishEvent(last_seq_, last_time_ns_);
+}
+
+void ProcessModel::Impl::FinishEvent(uint64_t seq, uint64_t time_ns) {
+  if (seq != 0) SeenSeq(seq);
+  last_time_ns_ = std::max(last_time_ns_, time_ns);
+  for (int ordinal : touched_) devices_.at(ordinal).AfterEvent(seq, time_ns);
+  touched_.clear();
+}
+
+void ProcessModel::Impl::OnHello(const v1::Hello& hello) {
+  pid_ = hello.pid();
+  host_ = hello.host();
+  exe_ = hello.exe();
+  attached_ = hello.attached() || hello.backend() == v1::Hello::BACKEND_INJECTED;
+  if (attached_) history_complete_ = false;
+}
+
+void ProcessModel::Impl::OnDevice(const v1::DeviceInfo& info) {
+  DeviceState& d = Device(info.ordinal());
+  d.uuid_hex = absl::BytesToHexString(info.uuid());
+  d.name = info.name();
+  if (info.total_bytes() > 0) d.info_total = info.total_bytes();
+}
+
+void ProcessModel::Impl::OnAlloc(const v1::AllocEvent& e, bool from_snapshot) {
+  if (e.result() != 0) return;  // nothing changed; failures come as FailedAlloc
+  const MemoryKind kind = ResolveKind(e.kind(), e.api(), e.in_capture());
+  PlaceAllocation(e.address(), e.size(), e.device(), e.stack_id(), e.pool(), kind);
+  Record(e.device(), {e.seq(),
+                      e.time_ns(),
+                      EventKind::kAlloc,
+                      e.api(),
+                      e.address(),
+                      e.size(),
+                      e.result(),
+                      e.stack_id(),
+                      {}});
+  if (!from_snapshot && kind != v1::MEMORY_KIND_IPC_IMPORT) {
+    analyzer_.OnSuccess(e.device(), e.size(), e.seq());
+  }
+}
+
+void ProcessModel::Impl::PlaceAllocation(uint64_t address, uint64_t size, int device,
+                                         uint64_t stack_id, uint64_t pool, MemoryKind kind) {
+  switch (kind) {
+    case v1::MEMORY_KIND_POOL:
+    case v1::MEMORY_KIND_GRAPH:
+    case v1::MEMORY_KIND_MANAGED:
+    case v1::MEMORY_KIND_IPC_IMPORT: {
+      auto old = allocations_.find(address);
+      if (old != allocations_.end()) {
+        if (old->second.pending_free) {
+          CompletePoolFree(address);  // the address is reused: the stream passed the free
+        } else {
+          ++unmatched_;
+          allocations_.erase(old);
+        }
+      }
+      allocations_[address] = {device, kind, size, stack_id, pool, false};
+      DeviceState& d = Device(device);
+      if (kind == v1::MEMORY_KIND_POOL) {
+        d.UpdatePool(pool, [&](PoolState& p) {
+          p.used += size;
+          ++p.blocks;
+        });
+        d.AddSite(stack_id, size);
+      } else if (kind == v1::MEMORY_KIND_GRAPH) {
+        d.graph_bytes += size;
+        ++d.graph_blocks;
+        d.AddSite(stack_id, size);
+      } else if (kind == v1::MEMORY_KIND_MANAGED) {
+        d.managed_bytes += size;
+      } else {
+        d.imported_bytes += size;
+      }
+      return;
+    }
+    default:
+      break;
+  }
+  // A driver allocation: a segment of its own.
+  auto old = segments_.find(address);
+  if (old != segments_.end()) {
+    ++unmatched_;  // its free was lost
+    EraseSegment(old);
+  }
+  auto [it, inserted] = segments_.try_emplace(address, SegmentKind::kDriverAllocation, address,
+                                              size, device, stack_id);
+  Segment& s = it->second;
+  s.set_via_caching_allocator(stacks_.PassesThroughCachingAllocator(stack_id));
+  if (!s.via_caching_allocator()) unclassified_segments_.push_back(address);
+  DeviceState& d = Device(device);
+  d.driver_segment_bytes += size;
+  d.Deposit(s.Contribution());
+  if (s.coverage() != Coverage::kAnnotated) d.AddSite(stack_id, size);
+}
+
+void ProcessModel::Impl::CompletePoolFree(uint64_t address) {
+  auto it = allocations_.find(address);
+  if (it == allocations_.end()) return;
+  const LiveAllocation a = it->second;
+  allocations_.erase(it);
+  DeviceState& d = Device(a.device);
+  d.UpdatePool(a.pool, [&](PoolState& p) {
+    if (a.pending_free) {
+      p.pending -= std::min(p.pending, a.size);
+      p.pending_addresses.erase(address);
+    } else {
+      p.used -= std::min(p.used, a.size);
+    }
+    p.blocks -= std::min<uint64_t>(p.blocks, 1);
+  });
+  d.RemoveSite(a.stack_id, a.size);
+}
+
+void ProcessModel::Impl::OnFree(const v1::FreeEvent& e) {
+  if (e.result() != 0) return;
+  const bool async = IsAsyncFree(e.api());
+  int device = e.device();
+  auto seg = segments_.find(e.address());
+  if (seg != segments_.end() && seg->second.kind() == SegmentKind::kDriverAllocation) {
+    device = seg->second.device();
+    EraseSegment(seg);
+  } else if (auto it = allocations_.find(e.address()); it != allocations_.end()) {
+    LiveAllocation& a = it->second;
+    device = a.device;
+    DeviceState& d = Device(a.device);
+    switch (a.kind) {
+      case v1::MEMORY_KIND_POOL:
+        if (async && !a.pending_free) {
+          // The agent cannot see stream progress: pending until the next sample of this pool
+          // or the address is handed out again (REPORT.md "Pools").
+          a.pending_free = true;
+          const uint64_t address = e.address();
+          const uint64_t size = a.size;
+          d.UpdatePool(a.pool, [&](PoolState& p) {
+            p.used -= std::min(p.used, size);
+            p.pending += size;
+            p.pending_addresses.insert(address);
+          });
+        } else {
+          CompletePoolFree(e.address());
+        }
+        break;
+      case v1::MEMORY_KIND_GRAPH:
+        d.graph_bytes -= std::min(d.graph_bytes, a.size);
+        d.graph_blocks -= std::min<uint64_t>(d.graph_blocks, 1);
+        d.RemoveSite(a.stack_id, a.size);
+        allocations_.erase(it);
+        break;
+      case v1::MEMORY_KIND_MANAGED:
+        d.managed_bytes -= std::min(d.managed_bytes, a.size);
+        allocations_.erase(it);
+        break;
+      default:
+        d.imported_bytes -= std::min(d.imported_bytes, a.size);
+        allocations_.erase(it);
+        break;
+    }
+  } else {
+    ++unmatched_;  // allocated before the agent saw it, or the alloc was dropped
+  }
+  Record(device, {e.seq(),
+                  e.time_ns(),
+                  async ? EventKind::kFreeAsync : EventKind::kFree,
+                  e.api(),
+                  e.address(),
+                  e.size(),
+                  e.result(),
+                  e.stack_id(),
+                  {}});
+}
+
+void ProcessModel::Impl::OnMap(const v1::MapEvent& e) {
+  if (e.result() != 0) return;
+  int device = e.device();
+  EventKind kind = EventKind::kMap;
+  switch (e.op()) {
+    case v1::MapEvent::OP_RESERVE:
+      kind = EventKind::kReserve;
+      Reserve(e.address(), e.size(), e.device(), e.stack_id());
+      break;
+    case v1::MapEvent::OP_FREE_RANGE: {
+      kind = EventKind::kFreeRange;
+      auto it = segments_.find(e.address());
+      if (it != segments_.end() && it->second.kind() == SegmentKind::kVmmReservation) {
+        device = it->second.device();
+        EraseSegment(it);
+      } else {
+        ++unmatched_;
+      }
+      break;
+    }
+    case v1::MapEvent::OP_MAP:
+      MapInto(e.address(), e.size(), e.offset(), e.handle(), e.device(), e.stack_id());
+      if (Segment* s = SegmentContaining(e.address())) device = s->device();
+      break;
+    case v1::MapEvent::OP_UNMAP: {
+      kind = EventKind::kUnmap;
+      Segment* s = SegmentContaining(e.address());
+      if (s == nullptr || s->kind() != SegmentKind::kVmmReservation) {
+        ++unmatched_;
+        break;
+      }
+      device = s->device();
+      std::vector<std::pair<uint64_t, int>> changes;
+      Change(*s, [&](Segment& seg) { changes = seg.Unmap(e.address(), e.address() + e.size()); });
+      if (changes.empty()) ++unmatched_;
+      for (const auto& [handle, delta] : changes) SetHandleMappings(handle, delta);
+      break;
+    }
+    default:
+      ++unmatched_;
+      break;
+  }
+  Record(
+      device,
+      {e.seq(), e.time_ns(), kind, e.api(), e.address(), e.size(), e.result(), e.stack_id(), {}});
+}
+
+void ProcessModel::Impl::OnHandle(const v1::HandleEvent& e) {
+  if (e.result() != 0) return;
+  int device = e.device();
+  EventKind kind = EventKind::kHandleCreate;
+  auto it = handles_.find(e.handle());
+  switch (e.op()) {
+    case v1::HandleEvent::OP_CREATE:
+    case v1::HandleEvent::OP_IMPORT: {
+      const bool imported = e.op() == v1::HandleEvent::OP_IMPORT;
+      kind = imported ? EventKind::kHandleImport : EventKind::kHandleCreate;
+      if (it != handles_.end()) {
+        ++unmatched_;  // the handle value was reused: its release was lost
+        DepositHandle(it->second, -1);
+        handles_.erase(it);
+      }
+      PhysicalHandle h;
+      h.size = e.size();
+      h.device = e.device();
+      h.imported = imported;
+      h.stack_id = e.stack_id();
+      handles_.emplace(e.handle(), h);
+      DepositHandle(h, +1);
+      if (!imported) analyzer_.OnSuccess(e.device(), e.size(), e.seq());
+      break;
+    }
+    case v1::HandleEvent::OP_RETAIN:
+      kind = EventKind::kHandleRetain;
+      if (it == handles_.end()) {
+        ++unmatched_;
+      } else {
+        ++it->second.refs;
+        device = it->second.device;
+      }
+      break;
+    case v1::HandleEvent::OP_RELEASE:
+      kind = EventKind::kHandleRelease;
+      if (it == handles_.end()) {
+        ++unmatched_;
+        break;
+      }
+      device = it->second.device;
+      --it->second.refs;
+      // Released while still mapped: the memory stays until the last unmap.
+      if (it->second.refs <= 0 && it->second.mappings == 0) {
+        DepositHandle(it->second, -1);
+        handles_.erase(it);
+      }
+      break;
+    case v1::HandleEvent::OP_EXPORT:
+      kind = EventKind::kHandleExport;
+      if (it != handles_.end()) device = it->second.device;
+      break;
+    default:
+      ++unmatched_;
+      break;
+  }
+  Record(
+      device,
+      {e.seq(), e.time_ns(), kind, e.api(), e.address(), e.size(), e.result(), e.stack_id(), {}});
+}
+
+void ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block, int device,
+                                    uint64_t seq) {
+  Segment* s = SegmentContaining(address);
+  if (s == nullptr) {
+    // Not inside any segment we know: keep and report it, never drop it.
+    orphans_[address] = {seq, device, address, block.size, block.stack_id, block.allocator};
+    ++orphans_total_;
+    return;
+  }
+  SubBlock replaced;
+  bool consistent = true;
+  Change(*s, [&](Segment& seg) { consistent = seg.AllocBlock(address, block, &replaced); });
+  DeviceState& d = Device(s->device());
+  if (!consistent) {
+    ++unmatched_;
+    d.RemoveSite(replaced.stack_id, replaced.size);
+  }
+  d.AddSite(block.stack_id, block.size);
+}
+
+void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
+  if (e.result() != 0) return;
+  int device = e.device();
+  EventKind kind = EventKind::kBlockAlloc;
+  switch (e.op()) {
+    case v1::BlockEvent::OP_ALLOC: {
+      SubBlock b{e.size(), e.stack_id(), e.stream(), e.pool(), e.allocator(), false};
+      PlaceBlock(e.address(), b, e.device(), e.seq());
+      if (Segment* s = SegmentContaining(e.address())) device = s->device();
+      analyzer_.OnSuccess(device, e.size(), e.seq());
+      break;
+    }
+    case v1::BlockEvent::OP_FREE:
+    case v1::BlockEvent::OP_FREE_PENDING: {
+      const bool pending = e.op() == v1::BlockEvent::OP_FREE_PENDING;
+      kind = pending ? EventKind::kBlockFreePending : EventKind::kBlockFree;
+      Segment* s = SegmentContaining(e.address());
+      if (s == nullptr) {
+        auto o = orphans_.find(e.address());
+        if (o == orphans_.end()) {
+          ++unmatched_;
+        } else if (!pending) {
+          orphans_.erase(o);
+        }
+        break;
+      }
+      device = s->device();
+      bool found = false;
+      SubBlock freed;
+      Change(*s, [&](Segment& seg) {
+        found = pending ? seg.MarkPendingFree(e.address()) : seg.FreeBlock(e.address(), &freed);
+      });
+      if (!found) {
+        ++unmatched_;
+      } else if (!pending) {
+        Device(device).RemoveSite(freed.stack_id, freed.size);
+      }
+      break;
+    }
+    default:
+      ++unmatched_;
+      break;
+  }
+  Record(
+      device,
+      {e.seq(), e.time_ns(), kind, e.api(), e.address(), e.size(), e.result(), e.stack_id(), {}});
+}
+
+OomFigures ProcessModel::Impl::FiguresAt(int device, uint64_t requested, uint64_t stream,
+                                         uint64_t pool, bool from_failure) {
+  DeviceState& d = Device(device);
+  OomFigures f;
+  f.requested_bytes = requested;
+  f.mem_info_from_failure = from_failure;
+  if (auto t = d.total()) {
+    f.device_total_bytes = Measured<uint64_t>::Known(*t);
+  } else {
+    f.device_total_bytes = Measured<uint64_t>::Unknown("no DeviceInfo or MemInfo total");
+  }
+  if (d.last_sample) {
+    f.device_free_bytes = Measured<uint64_t>::Known(d.last_sample->free);
+  } else {
+    f.device_free_bytes = Measured<uint64_t>::Unknown("no MemInfo sample before the failure");
+  }
+  const DeviceMetrics m = d.Metrics();
+  f.reserved_bytes = m.reserved;
+  f.allocated_bytes = m.allocated;
+  f.opaque_bytes = m.opaque;
+  f.opaque_segments = d.opaque_segments();
+  f.cached_bytes = m.cached;
+  f.pending_free_bytes = m.pending;
+  f.pool_free_bytes = m.pool_free;
+  f.graph_bytes = d.graph_bytes;
+  f.largest_free_range_bytes = m.largest_free;
+  f.largest_free_range_if_pending_completed_bytes = m.largest_free;
+  // Only failures look at individual segments: O(segments), off the per-event path.
+  for (const auto& [begin, s] : segments_) {
+    if (s.device() != device || s.coverage() != Coverage::kAnnotated) continue;
+    const auto sp = s.stream_and_pool();
+    // A segment shared by several streams/pools (or without blocks yet) may serve anyone.
+    if (!sp || (sp->first == stream && sp->second == pool)) {
+      f.largest_compatible_free_range_bytes =
+          std::max(f.largest_compatible_free_range_bytes, s.free_ranges().largest_bytes());
+    }
+    f.largest_free_range_if_pending_completed_bytes = std::max(
+        f.largest_free_range_if_pending_completed_bytes, s.LargestFreeIfPendingCompleted());
+  }
+  if (f.device_total_bytes.known() && f.device_free_bytes.known()) {
+    const uint64_t used = *f.device_total_bytes.value -
+                          std::min(*f.device_total_bytes.value, *f.device_free_bytes.value);
+    f.untracked_bytes = Measured<uint64_t>::Known(used - std::min(used, m.reserved));
+  } else {
+    f.untracked_bytes = Measured<uint64_t>::Unknown("no device free/total sample");
+  }
+  return f;
+}
+
+void ProcessModel::Impl::OnFailed(const v1::FailedAlloc& e) {
+  FailedAllocation f;
+  f.seq = e.seq();
+  f.time_ns = e.time_ns();
+  f.api = e.api();
+  f.api_name = v1::Api_Name(e.api());
+  if (f.api_name.rfind("API_", 0) == 0) f.api_name = f.api_name.substr(4);
+  f.result = e.result();
+  f.device = e.device();
+  f.requested_bytes = e.size();
+  f.stream = e.stream();
+  f.pool = e.pool();
+  f.stack_id = e.stack_id();
+  f.from_sub_allocator = e.from_sub_allocator();
+  f.is_oom = e.from_sub_allocator() || e.result() == kCudaOutOfMemory;
+  DeviceState& d = Device(e.device());
+  // The failure's own sample is the best one there is; it is also the device's latest.
+  if (e.has_mem_info()) {
+    d.last_sample = DeviceState::MemSample{e.device_free_bytes(), e.device_total_bytes(), e.seq()};
+  }
+  RecentEvent event{
+      e.seq(),      e.time_ns(), EventKind::kFailedAlloc, e.api(), 0, e.size(), e.result(),
+      e.stack_id(), {}};
+  d.RecordEvent(event);
+  OomPostMortem pm;
+  if (f.is_oom) {
+    pm.figures = FiguresAt(e.device(), e.size(), e.stream(), e.pool(), e.has_mem_info());
+    pm.sites_at_failure = d.sites().Top(options_.top_sites);
+    pm.sites_at_peak = d.SitesAtPeak(options_.top_sites);
+    pm.peak_reserved_bytes = d.peak_reserved();
+    pm.recent_events = d.RecentEvents();
+    pm.approximate = drop_interval_open_;
+  }
+  analyzer_.OnFailure(f, std::move(pm));
+}
+
+void ProcessModel::Impl::OnMemInfo(const v1::MemInfo& e) {
+  DeviceState& d = Device(e.device());
+  if (e.total_bytes() > 0 || e.free_bytes() > 0) {
+    d.last_sample = DeviceState::MemSample{e.free_bytes(), e.total_bytes(), e.seq()};
+  }
+  if (e.pool() != 0) {
+    // A pool sample comes after the agent synchronized enough to read the pool: frees pending
+    // in it are taken as done (REPORT.md "Pools").
+    std::vector<uint64_t> pending;
+    if (auto it = d.pools().find(e.pool()); it != d.pools().end()) {
+      pending.assign(it->second.pending_addresses.begin(), it->second.pending_addresses.end());
+    }
+    for (uint64_t address : pending) CompletePoolFree(address);
+    d.UpdatePool(e.pool(), [&](PoolState& p) {
+      p.sampled_reserved = e.pool_reserved_bytes();
+      p.sampled_used = e.pool_used_bytes();
+    });
+  }
+  d.RecordEvent({e.seq(), e.time_ns(), EventKind::kMemInfo, 0, 0, e.free_bytes(), 0, 0, {}});
+}
+
+void ProcessModel::Impl::OnMark(const v1::Mark& e) {
+  for (auto& [ordinal, d] : devices_) {
+    d.RecordEvent(
+        {e.seq(), e.time_ns(), EventKind::kMark, v1::API_fragscope_mark, 0, 0, 0, 0, e.label()});
+  }
+}
+
+void ProcessModel::Impl::OnDrops(const v1::Drops& e) {
+  // Frames carry both the increment and the running total; either may be all a writer filled.
+  const uint64_t before = drops_;
+  drops_ = std::max(before + e.dropped_events(), e.total_dropped());
+  if (drops_ == before) return;
+  if (!drop_interval_open_) {
+    approximate_.push_back({last_good_seq_, std::nullopt, 0});
+    drop_interval_open_ = true;
+  }
+  approximate_.back().dropped_events += drops_ - before;
+  if (e.seq() != 0) last_seq_ = std::max(last_seq_, e.seq());
+}
+
+void ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
+  if (!snap.complete_history()) history_complete_ = false;
+  if (drop_interval_open_) {
+    approximate_.back().to_seq = snap.seq();
+    drop_interval_open_ = false;
+  } else if (snap.reason() == v1::Snapshot::REASON_RESYNC) {
+    // A resync without a Drops frame before it still says events were lost.
+    approximate_.push_back({last_good_seq_, snap.seq(), 0});
+  }
+  // Replace the stream's live state with the snapshot's.
+  segments_.clear();
+  unclassified_segments_.clear();
+  allocations_.clear();
+  handles_.clear();
+  orphans_.clear();
+  for (auto& [ordinal, d] : devices_) {
+    d.ResetLive();
+    Touch(ordinal);
+  }
+  for (const v1::LiveReservation& r : snap.reservations()) {
+    Reserve(r.address(), r.size(), r.device(), r.stack_id());
+  }
+  for (const v1::LiveHandle& lh : snap.handles()) {
+    PhysicalHandle h;
+    h.size = lh.size();
+    h.device = lh.device();
+    h.imported = lh.imported();
+    h.refs = lh.released() ? 0 : 1;
+    h.stack_id = lh.stack_id();
+    handles_[lh.handle()] = h;
+    DepositHandle(h, +1);
+  }
+  for (const v1::LiveMapping& m : snap.mappings()) {
+    auto h = handles_.find(m.handle());
+    const int device = h == handles_.end() ? -1 : h->second.device;
+    MapInto(m.address(), m.size(), m.offset(), m.handle(), device, 0);
+  }
+  // Released handles that nothing maps any more are gone.
+  std::vector<uint64_t> dead;
+  for (const auto& [id, h] : handles_) {
+    if (h.refs <= 0 && h.mappings == 0) dead.push_back(id);
+  }
+  for (uint64_t id : dead) {
+    DepositHandle(handles_.at(id), -1);
+    handles_.erase(id);
+  }
+  for (const v1::LiveAllocation& a : snap.allocations()) {
+    PlaceAllocation(a.address(), a.size(), a.device(), a.stack_id(), a.pool(),
+                    ResolveKind(a.kind(), a.api(), false));
+  }
+  for (const v1::LiveBlock& b : snap.blocks()) {
+    SubBlock block{b.size(), b.stack_id(), b.stream(), b.pool(), b.allocator(), b.pending_free()};
+    PlaceBlock(b.address(), block, b.device(), snap.seq());
+  }
+}
+
+void ProcessModel::Impl::OnEnd(const v1::End& e) {
+  stream_ended_ = true;
+  if (e.exit_status() != -1) exit_status_ = e.exit_status();
+  drops_ = std::max(drops_, e.total_dropped());
+  if (e.seq() != 0) SeenSeq(e.seq());
+}
+
+ModelSummary ProcessModel::Impl::Summarize() const {
+  ModelSummary out;
+  out.pid = pid_;
+  out.host = host_;
+  out.exe = exe_;
+  out.attached = attached_;
+  out.history_complete = history_complete_;
+  out.frames = frames_;
+  out.events = events_;
+  out.drops = drops_;
+  out.last_seq = last_seq_;
+  out.stream_ended = stream_ended_;
+  out.exit_status = exit_status_;
+  out.approximate_intervals = approximate_;
+  out.unmatched_events = unmatched_;
+  std::vector<uint64_t> stack_ids;
+  for (const auto& [ordinal, d] : devices_) {
+    DeviceSummary ds;
+    d.FillSummary(&ds);
+    if (!ds.untracked_bytes.known() && !history_complete_) {
+      ds.untracked_bytes.unknown_reason +=
+          "; the agent started after the program, so memory from before is not known";
+    }
+    for (const SiteEntry& s : ds.sites) stack_ids.push_back(s.stack_id);
+    for (const SiteEntry& s : ds.sites_at_peak) stack_ids.push_back(s.stack_id);
+    out.devices.push_back(std::move(ds));
+  }
+  analyzer_.Collect(&out);
+  for (uint64_t id : analyzer_.ReferencedStacks()) stack_ids.push_back(id);
+  for (const auto& [address, o] : orphans_) {
+    out.orphan_blocks.push_back(o);
+    stack_ids.push_back(o.stack_id);
+  }
+  std::sort(out.orphan_blocks.begin(), out.orphan_blocks.end(),
+            [](const OrphanBlock& a, const OrphanBlock& b) { return a.address < b.address; });
+  out.orphan_blocks_total = orphans_total_;
+  for (uint64_t id : stack_ids) {
+    if (id == 0 || out.stacks.count(id)) continue;
+    if (const StackInfo* s = stacks_.Find(id)) out.stacks[id] = *s;
+  }
+  out.modules = stacks_.modules();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+ProcessModel::ProcessModel(ModelOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+ProcessModel::~ProcessModel() = default;
+ProcessModel::ProcessModel(ProcessModel&&) noexcept = default;
+ProcessModel& ProcessModel::operator=(ProcessModel&&) noexcept = default;
+
+void ProcessModel::Apply(const v1::Frame& frame) { impl_->Apply(frame); }
+ModelSummary ProcessModel::Summarize() const { return impl_->Summarize(); }
+const ModelOptions& ProcessModel::options() const { return impl_->options(); }
+
+}  // namespace fragscope

@@ -1,0 +1,99 @@
+#include "fragscope/model/stack_index.h"
+
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+
+namespace fragscope {
+
+StackIndex::StackIndex(std::vector<std::string> caching_allocator_modules)
+    : caching_allocator_modules_(std::move(caching_allocator_modules)) {}
+
+void StackIndex::AddModules(const v1::ModuleMap& map) {
+  for (const v1::Module& m : map.modules()) {
+    ModuleInfo info;
+    info.path = m.path();
+    info.build_id_hex = absl::BytesToHexString(m.build_id());
+    info.load_address = m.load_address();
+    info.size = m.size();
+    module_by_load_address_[info.load_address] = modules_.size();
+    modules_.push_back(std::move(info));
+  }
+  ++generation_;
+}
+
+void StackIndex::AddStacks(const v1::StackTable& table) {
+  for (const v1::Stack& s : table.stacks()) {
+    if (s.id() == 0) continue;
+    StackInfo& info = stacks_[s.id()];
+    info.pcs.assign(s.pcs().begin(), s.pcs().end());
+    through_caching_allocator_.erase(s.id());
+  }
+  ++generation_;
+}
+
+void StackIndex::AddSymbolizedStack(const v1::SymbolizedStack& stack) {
+  if (stack.id() == 0) return;
+  StackInfo& info = stacks_[stack.id()];
+  info.source_frames.clear();
+  for (const v1::SourceFrame& f : stack.frames()) {
+    info.source_frames.push_back({f.function(), f.file(), f.line()});
+  }
+  through_caching_allocator_.erase(stack.id());
+  ++generation_;
+}
+
+const StackInfo* StackIndex::Find(uint64_t id) const {
+  auto it = stacks_.find(id);
+  return it == stacks_.end() ? nullptr : &it->second;
+}
+
+const ModuleInfo* StackIndex::ModuleOf(uint64_t pc) const {
+  auto it = module_by_load_address_.upper_bound(pc);
+  if (it == module_by_load_address_.begin()) return nullptr;
+  const ModuleInfo& m = modules_[std::prev(it)->second];
+  return pc - m.load_address < m.size ? &m : nullptr;
+}
+
+bool StackIndex::IsCachingAllocatorModule(const std::string& path) const {
+  // File name only: a directory such as /home/rmm/ must not make every module "rmm".
+  const std::size_t slash = path.rfind('/');
+  const std::string_view name = slash == std::string::npos
+                                    ? std::string_view(path)
+                                    : std::string_view(path).substr(slash + 1);
+  for (const std::string& needle : caching_allocator_modules_) {
+    if (name.find(needle) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+std::optional<bool> StackIndex::PassesThroughCachingAllocator(uint64_t id) {
+  if (id == 0) return false;
+  const StackInfo* stack = Find(id);
+  if (stack == nullptr) return std::nullopt;
+  // Answers depend on the module list; drop them all when modules were added since.
+  if (classified_modules_ != modules_.size()) {
+    through_caching_allocator_.clear();
+    classified_modules_ = modules_.size();
+  }
+  auto cached = through_caching_allocator_.find(id);
+  if (cached != through_caching_allocator_.end()) return cached->second;
+  bool result = false;
+  for (uint64_t pc : stack->pcs) {
+    const ModuleInfo* m = ModuleOf(pc);
+    if (m != nullptr && IsCachingAllocatorModule(m->path)) {
+      result = true;
+      break;
+    }
+  }
+  // Converted streams name frames by file: a PyTorch allocator frame there counts the same.
+  for (const SourceFrameInfo& f : stack->source_frames) {
+    if (result) break;
+    if (IsCachingAllocatorModule(f.file)) result = true;
+  }
+  through_caching_allocator_[id] = result;
+  return result;
+}
+
+}  // namespace fragscope
