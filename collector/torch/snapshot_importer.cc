@@ -256,6 +256,11 @@ class Converter {
                                              "[0x%x, +%d)",
                                              block_address, *size, *address, *total));
       }
+      if (block_address < cursor) {
+        return Error(path_j, absl::StrFormat("block at 0x%x overlaps the previous block, which "
+                                             "ends at 0x%x",
+                                             block_address, cursor));
+      }
       const PickleValue* history = block.Find("history");
       const PickleValue* latest = nullptr;  // newest history entry: the current allocation
       if (history != nullptr && !history->is_none()) {
