@@ -1,0 +1,82 @@
+// A small streaming JSON writer: correct escaping, valid UTF-8 out whatever bytes come in,
+// optional indentation. No dependency beyond the standard library.
+#ifndef FRAGSCOPE_REPORT_JSON_WRITER_H_
+#define FRAGSCOPE_REPORT_JSON_WRITER_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fragscope {
+
+// Not thread-safe; writes to `out`, which must outlive it. Misuse (a value where a key is due)
+// is a programming error checked only by tests.
+class JsonWriter {
+ public:
+  JsonWriter(std::ostream& out, bool pretty);
+
+  void BeginObject();
+  void EndObject();
+  void BeginArray();
+  void EndArray();
+  void Key(std::string_view key);
+
+  void String(std::string_view value);
+  void Uint(uint64_t value);
+  void Int(int64_t value);
+  void Double(double value);  // non-finite values are written as null
+  void Bool(bool value);
+  void Null();
+
+  // Key + value shorthands.
+  void Field(std::string_view key, std::string_view value) {
+    Key(key);
+    String(value);
+  }
+  void Field(std::string_view key, const char* value) {
+    Key(key);
+    String(value);
+  }
+  void Field(std::string_view key, uint64_t value) {
+    Key(key);
+    Uint(value);
+  }
+  void Field(std::string_view key, int value) {
+    Key(key);
+    Int(value);
+  }
+  void Field(std::string_view key, bool value) {
+    Key(key);
+    Bool(value);
+  }
+  void FieldDouble(std::string_view key, double value) {
+    Key(key);
+    Double(value);
+  }
+  void FieldNull(std::string_view key) {
+    Key(key);
+    Null();
+  }
+
+ private:
+  void BeforeValue();
+  void Newline();
+
+  std::ostream& out_;
+  bool pretty_;
+  struct Level {
+    bool object;
+    bool empty;
+  };
+  std::vector<Level> levels_;
+  bool after_key_ = false;
+};
+
+// `value` as a JSON string literal (quotes included); invalid UTF-8 becomes U+FFFD.
+std::string JsonQuote(std::string_view value);
+
+}  // namespace fragscope
+
+#endif  // FRAGSCOPE_REPORT_JSON_WRITER_H_

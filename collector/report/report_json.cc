@@ -1,0 +1,368 @@
+// JSON rendering of a ModelSummary. The schema is documented field by field in
+// collector/REPORT.md; keep the two in step.
+#include "fragscope/report/report_json.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "fragscope.pb.h"
+#include "fragscope/report/json_writer.h"
+
+namespace fragscope {
+namespace {
+
+std::string Hex(uint64_t v) { return absl::StrFormat("0x%x", v); }
+
+class JsonReport {
+ public:
+  JsonReport(const ModelSummary& summary, Symbolizer& symbolizer, std::ostream& out,
+             const JsonReportOptions& options)
+      : s_(summary), symbolizer_(symbolizer), w_(out, options.pretty), options_(options) {}
+
+  void Render();
+
+ private:
+  void MaybeUint(std::string_view key, const Measured<uint64_t>& m) {
+    w_.Key(key);
+    if (m.value) {
+      w_.Uint(*m.value);
+    } else {
+      w_.Null();
+    }
+  }
+  void MaybeDouble(std::string_view key, const Measured<double>& m) {
+    w_.Key(key);
+    if (m.value) {
+      w_.Double(*m.value);
+    } else {
+      w_.Null();
+    }
+  }
+  void NullReason(std::string_view key, const std::string& reason, bool known) {
+    w_.Key(key);
+    if (known) {
+      w_.Null();
+    } else {
+      w_.String(reason);
+    }
+  }
+  void Stack(uint64_t stack_id);
+  void Sites(std::string_view key, const std::vector<SiteEntry>& sites);
+  void Device(const DeviceSummary& d);
+  void Failure(const FailedAllocation& f);
+  void Oom(const OomPostMortem& o);
+
+  const ModelSummary& s_;
+  Symbolizer& symbolizer_;
+  JsonWriter w_;
+  const JsonReportOptions& options_;
+};
+
+void JsonReport::Stack(uint64_t stack_id) {
+  w_.Key("stack");
+  w_.BeginArray();
+  std::vector<SymbolizedFrame> frames = SymbolizeStack(s_, stack_id, symbolizer_);
+  if (frames.size() > options_.max_stack_frames) frames.resize(options_.max_stack_frames);
+  for (const SymbolizedFrame& f : frames) {
+    w_.BeginObject();
+    w_.Key("pc");
+    if (f.pc != 0) {
+      w_.String(Hex(f.pc));
+    } else {
+      w_.Null();
+    }
+    w_.Field("function", f.function);
+    w_.Field("file", f.file);
+    w_.Field("line", static_cast<uint64_t>(f.line));
+    w_.Field("module", f.module);
+    w_.Key("module_offset");
+    if (!f.module.empty()) {
+      w_.String(Hex(f.module_offset));
+    } else {
+      w_.Null();
+    }
+    w_.Field("text", FormatFrame(f));
+    w_.EndObject();
+  }
+  w_.EndArray();
+}
+
+void JsonReport::Sites(std::string_view key, const std::vector<SiteEntry>& sites) {
+  w_.Key(key);
+  w_.BeginArray();
+  for (const SiteEntry& site : sites) {
+    w_.BeginObject();
+    w_.Field("stack_id", site.stack_id);
+    w_.Field("live_bytes", site.live_bytes);
+    w_.Field("count", site.count);
+    Stack(site.stack_id);
+    w_.EndObject();
+  }
+  w_.EndArray();
+}
+
+void JsonReport::Device(const DeviceSummary& d) {
+  w_.BeginObject();
+  w_.Field("device", d.ordinal);
+  w_.Field("uuid", d.uuid_hex);
+  w_.Field("name", d.name);
+  MaybeUint("total_bytes", d.total_bytes);
+  MaybeUint("device_free_bytes", d.device_free_bytes);
+  w_.Field("reserved_bytes", d.reserved_bytes);
+  w_.Field("allocated_bytes", d.allocated_bytes);
+  w_.Field("opaque_bytes", d.opaque_bytes);
+  w_.Field("cached_bytes", d.cached_bytes);
+  w_.Field("pending_free_bytes", d.pending_free_bytes);
+  w_.Field("largest_free_range_bytes", d.largest_free_range_bytes);
+  MaybeDouble("fragmentation", d.fragmentation);
+  NullReason("fragmentation_null_reason", d.fragmentation.unknown_reason, d.fragmentation.known());
+  w_.Field("stranded_bytes", d.stranded_bytes);
+  MaybeUint("untracked_bytes", d.untracked_bytes);
+  NullReason("untracked_null_reason", d.untracked_bytes.unknown_reason, d.untracked_bytes.known());
+  w_.Field("peak_reserved_bytes", d.peak_reserved_bytes);
+  w_.Field("peak_reserved_seq", d.peak_reserved_seq);
+  w_.Field("peak_allocated_bytes", d.peak_allocated_bytes);
+  MaybeDouble("max_fragmentation", d.max_fragmentation);
+  w_.Field("pool_reserved_bytes", d.pool_reserved_bytes);
+  w_.Field("pool_used_bytes", d.pool_used_bytes);
+  w_.Field("pool_pending_free_bytes", d.pool_pending_free_bytes);
+  w_.Field("graph_bytes", d.graph_bytes);
+  w_.Field("managed_bytes", d.managed_bytes);
+  w_.Field("imported_bytes", d.imported_bytes);
+  w_.Field("unmapped_handle_bytes", d.unmapped_handle_bytes);
+  w_.Key("pools");
+  w_.BeginArray();
+  for (const PoolSummary& p : d.pools) {
+    w_.BeginObject();
+    w_.Field("pool", Hex(p.pool));
+    w_.Field("reserved_bytes", p.reserved_bytes);
+    MaybeUint("sampled_reserved_bytes", p.sampled_reserved_bytes);
+    w_.Field("used_bytes", p.used_bytes);
+    w_.Field("pending_free_bytes", p.pending_free_bytes);
+    w_.Field("blocks", p.blocks);
+    w_.FieldNull("largest_free_range_bytes");  // a pool's layout is not visible
+    w_.EndObject();
+  }
+  w_.EndArray();
+  w_.Field("segments", d.segments);
+  w_.Field("exact_segments", d.exact_segments);
+  w_.Field("annotated_segments", d.annotated_segments);
+  w_.Field("opaque_segments", d.opaque_segments);
+  w_.Field("blocks", d.blocks);
+  w_.Field("free_ranges", d.free_ranges);
+  Sites("sites", d.sites);
+  Sites("sites_at_peak", d.sites_at_peak);
+  if (options_.include_timeline) {
+    w_.Key("timeline");
+    w_.BeginArray();
+    for (const TimelinePoint& p : d.timeline) {
+      w_.BeginObject();
+      w_.Field("seq", p.seq);
+      w_.Field("time_ns", p.time_ns);
+      w_.Field("reserved_bytes", p.reserved_bytes);
+      w_.Field("allocated_bytes", p.allocated_bytes);
+      w_.Field("cached_bytes", p.cached_bytes);
+      w_.Field("largest_free_range_bytes", p.largest_free_range_bytes);
+      w_.Key("fragmentation");
+      if (p.fragmentation) {
+        w_.Double(*p.fragmentation);
+      } else {
+        w_.Null();
+      }
+      w_.EndObject();
+    }
+    w_.EndArray();
+  }
+  w_.EndObject();
+}
+
+void JsonReport::Failure(const FailedAllocation& f) {
+  w_.BeginObject();
+  w_.Field("seq", f.seq);
+  w_.Field("time_ns", f.time_ns);
+  w_.Field("device", f.device);
+  w_.Field("api", f.api_name);
+  w_.Field("result", f.result);
+  w_.Field("requested_bytes", f.requested_bytes);
+  w_.Field("stream", Hex(f.stream));
+  w_.Field("pool", Hex(f.pool));
+  w_.Field("from_sub_allocator", f.from_sub_allocator);
+  w_.Field("is_oom", f.is_oom);
+  w_.Field("recovered", f.recovered);
+  w_.Key("recovered_by_seq");
+  if (f.recovered) {
+    w_.Uint(f.recovered_by_seq);
+  } else {
+    w_.Null();
+  }
+  w_.Key("superseded_by_seq");
+  if (f.superseded_by_seq != 0) {
+    w_.Uint(f.superseded_by_seq);
+  } else {
+    w_.Null();
+  }
+  w_.Field("has_postmortem", f.has_postmortem);
+  Stack(f.stack_id);
+  w_.EndObject();
+}
+
+void JsonReport::Oom(const OomPostMortem& o) {
+  const OomFigures& g = o.figures;
+  w_.BeginObject();
+  w_.Field("seq", o.failure.seq);
+  w_.Field("device", o.failure.device);
+  w_.Field("api", o.failure.api_name);
+  w_.Field("requested_bytes", o.failure.requested_bytes);
+  w_.Field("from_sub_allocator", o.failure.from_sub_allocator);
+  w_.Field("recovered", o.failure.recovered);
+  w_.Field("class", OomClassName(o.oom_class));
+  w_.Field("headline", o.headline);
+  w_.Field("explanation", o.explanation);
+  MaybeUint("device_total_bytes", g.device_total_bytes);
+  MaybeUint("device_free_bytes", g.device_free_bytes);
+  w_.Field("mem_info_from_failure", g.mem_info_from_failure);
+  w_.Field("reserved_bytes", g.reserved_bytes);
+  w_.Field("allocated_bytes", g.allocated_bytes);
+  w_.Field("opaque_bytes", g.opaque_bytes);
+  w_.Field("opaque_segments", g.opaque_segments);
+  w_.Field("cached_bytes", g.cached_bytes);
+  w_.Field("pending_free_bytes", g.pending_free_bytes);
+  w_.Field("pool_free_bytes", g.pool_free_bytes);
+  w_.Field("graph_bytes", g.graph_bytes);
+  w_.Field("largest_free_range_bytes", g.largest_free_range_bytes);
+  w_.Field("largest_compatible_free_range_bytes", g.largest_compatible_free_range_bytes);
+  w_.Field("largest_free_range_if_pending_completed_bytes",
+           g.largest_free_range_if_pending_completed_bytes);
+  w_.Field("stranded_bytes", g.cached_bytes - std::min(g.cached_bytes, g.largest_free_range_bytes));
+  MaybeUint("untracked_bytes", g.untracked_bytes);
+  w_.Field("peak_reserved_bytes", o.peak_reserved_bytes);
+  w_.Field("approximate", o.approximate);
+  Stack(o.failure.stack_id);
+  w_.Key("advice");
+  w_.BeginArray();
+  for (const std::string& a : o.advice) w_.String(a);
+  w_.EndArray();
+  Sites("sites_at_failure", o.sites_at_failure);
+  Sites("sites_at_peak", o.sites_at_peak);
+  w_.Key("recent_events");
+  w_.BeginArray();
+  for (const RecentEvent& e : o.recent_events) {
+    w_.BeginObject();
+    w_.Field("seq", e.seq);
+    w_.Field("time_ns", e.time_ns);
+    w_.Field("kind", EventKindName(e.kind));
+    std::string api = v1::Api_IsValid(e.api) ? v1::Api_Name(static_cast<v1::Api>(e.api)) : "";
+    if (api.rfind("API_", 0) == 0) api = api.substr(4);
+    w_.Field("api", api);
+    w_.Field("address", Hex(e.address));
+    w_.Field("size", e.size);
+    w_.Field("result", e.result);
+    w_.Field("stack_id", e.stack_id);
+    if (!e.label.empty()) w_.Field("label", e.label);
+    w_.EndObject();
+  }
+  w_.EndArray();
+  w_.EndObject();
+}
+
+void JsonReport::Render() {
+  w_.BeginObject();
+  w_.Field("schema_version", kJsonReportSchemaVersion);
+  w_.Key("process");
+  w_.BeginObject();
+  w_.Field("pid", static_cast<uint64_t>(s_.pid));
+  w_.Field("host", s_.host);
+  w_.Field("exe", s_.exe);
+  w_.Field("attached", s_.attached);
+  w_.Field("history_complete", s_.history_complete);
+  w_.Field("stream_ended", s_.stream_ended);
+  w_.Key("exit_status");
+  if (s_.exit_status) {
+    w_.Int(*s_.exit_status);
+  } else {
+    w_.Null();
+  }
+  w_.EndObject();
+  w_.Field("frames", s_.frames);
+  w_.Field("events", s_.events);
+  w_.Field("drops", s_.drops);
+  w_.Field("last_seq", s_.last_seq);
+  w_.Field("unmatched_events", s_.unmatched_events);
+  w_.Key("approximate_intervals");
+  w_.BeginArray();
+  for (const ApproximateInterval& a : s_.approximate_intervals) {
+    w_.BeginObject();
+    w_.Field("from_seq", a.from_seq);
+    w_.Key("to_seq");
+    if (a.to_seq) {
+      w_.Uint(*a.to_seq);
+    } else {
+      w_.Null();
+    }
+    w_.Field("dropped_events", a.dropped_events);
+    w_.EndObject();
+  }
+  w_.EndArray();
+  w_.Key("devices");
+  w_.BeginArray();
+  for (const DeviceSummary& d : s_.devices) Device(d);
+  w_.EndArray();
+  w_.Key("failed_allocations");
+  w_.BeginArray();
+  for (const FailedAllocation& f : s_.failed_allocations) Failure(f);
+  w_.EndArray();
+  w_.Key("ooms");
+  w_.BeginArray();
+  for (const OomPostMortem& o : s_.ooms) Oom(o);
+  w_.EndArray();
+  w_.Field("ooms_without_postmortem", s_.ooms_without_postmortem);
+  // All devices' live sites in one list (largest first), for tools that do not care where.
+  w_.Key("sites");
+  w_.BeginArray();
+  std::vector<std::pair<int, SiteEntry>> sites;
+  for (const DeviceSummary& d : s_.devices) {
+    for (const SiteEntry& site : d.sites) sites.emplace_back(d.ordinal, site);
+  }
+  std::stable_sort(sites.begin(), sites.end(), [](const auto& a, const auto& b) {
+    return a.second.live_bytes > b.second.live_bytes;
+  });
+  for (const auto& [device, site] : sites) {
+    w_.BeginObject();
+    w_.Field("device", device);
+    w_.Field("stack_id", site.stack_id);
+    w_.Field("live_bytes", site.live_bytes);
+    w_.Field("count", site.count);
+    Stack(site.stack_id);
+    w_.EndObject();
+  }
+  w_.EndArray();
+  w_.Key("orphan_blocks");
+  w_.BeginArray();
+  for (const OrphanBlock& o : s_.orphan_blocks) {
+    w_.BeginObject();
+    w_.Field("seq", o.seq);
+    w_.Field("device", o.device);
+    w_.Field("address", Hex(o.address));
+    w_.Field("size", o.size);
+    w_.Field("allocator", o.allocator);
+    Stack(o.stack_id);
+    w_.EndObject();
+  }
+  w_.EndArray();
+  w_.Field("orphan_blocks_total", s_.orphan_blocks_total);
+  w_.EndObject();
+}
+
+}  // namespace
+
+void RenderJson(const ModelSummary& summary, Symbolizer& symbolizer, std::ostream& out,
+                const JsonReportOptions& options) {
+  JsonReport(summary, symbolizer, out, options).Render();
+}
+
+void RenderJson(const ModelSummary& summary, std::ostream& out, const JsonReportOptions& options) {
+  ModuleOffsetSymbolizer symbolizer(summary.modules);
+  RenderJson(summary, symbolizer, out, options);
+}
+
+}  // namespace fragscope

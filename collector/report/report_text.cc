@@ -1,0 +1,263 @@
+// Text rendering of a ModelSummary: what `fragscope run/report` prints.
+#include "fragscope/report/report_text.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "fragscope.pb.h"
+#include "fragscope/model/format_bytes.h"
+
+namespace fragscope {
+namespace {
+
+std::string ApiName(int api) {
+  if (!v1::Api_IsValid(api)) return absl::StrFormat("api %d", api);
+  std::string name = v1::Api_Name(static_cast<v1::Api>(api));
+  return name.rfind("API_", 0) == 0 ? name.substr(4) : name;
+}
+
+std::string Bytes(const Measured<uint64_t>& m) {
+  return m.value ? FormatBytes(*m.value) : "unknown (" + m.unknown_reason + ")";
+}
+
+std::string Ratio(const Measured<double>& m) {
+  return m.value ? FormatPercent(*m.value) : "n/a (" + m.unknown_reason + ")";
+}
+
+class TextReport {
+ public:
+  TextReport(const ModelSummary& s, Symbolizer& symbolizer, std::ostream& out,
+             const TextReportOptions& options)
+      : s_(s), symbolizer_(symbolizer), out_(out), options_(options) {}
+
+  void Render();
+
+ private:
+  void Row(std::string_view label, const std::string& value, const std::string& note = {}) {
+    out_ << absl::StrFormat("  %-22s %-14s %s\n", label, value, note);
+  }
+  void Stack(uint64_t stack_id, std::string_view indent);
+  void Sites(const std::vector<SiteEntry>& sites, std::string_view indent);
+  void Device(const DeviceSummary& d);
+  void Failures();
+  void Oom(const OomPostMortem& o);
+
+  const ModelSummary& s_;
+  Symbolizer& symbolizer_;
+  std::ostream& out_;
+  const TextReportOptions& options_;
+};
+
+void TextReport::Stack(uint64_t stack_id, std::string_view indent) {
+  if (stack_id == 0) {
+    out_ << indent << "(no stack recorded)\n";
+    return;
+  }
+  std::vector<SymbolizedFrame> frames = SymbolizeStack(s_, stack_id, symbolizer_);
+  if (frames.empty()) {
+    out_ << indent << absl::StrFormat("(stack %d not in the stream)\n", stack_id);
+    return;
+  }
+  const std::size_t shown = std::min(frames.size(), options_.max_stack_frames);
+  for (std::size_t i = 0; i < shown; ++i) out_ << indent << "at " << FormatFrame(frames[i]) << "\n";
+  if (shown < frames.size()) {
+    out_ << indent << absl::StrFormat("... %d more frames\n", frames.size() - shown);
+  }
+}
+
+void TextReport::Sites(const std::vector<SiteEntry>& sites, std::string_view indent) {
+  if (sites.empty()) {
+    out_ << indent << "(nothing live)\n";
+    return;
+  }
+  const std::size_t shown = std::min(sites.size(), options_.max_sites);
+  const std::string inner = std::string(indent) + "    ";
+  for (std::size_t i = 0; i < shown; ++i) {
+    out_ << indent
+         << absl::StrFormat("%s in %d allocation(s)\n", FormatBytes(sites[i].live_bytes),
+                            sites[i].count);
+    Stack(sites[i].stack_id, inner);
+  }
+  if (shown < sites.size())
+    out_ << indent << absl::StrFormat("... %d more sites\n", sites.size() - shown);
+}
+
+void TextReport::Device(const DeviceSummary& d) {
+  out_ << absl::StrFormat("Device %d", d.ordinal);
+  if (!d.name.empty()) out_ << " (" << d.name << ")";
+  if (!d.uuid_hex.empty()) out_ << " uuid " << d.uuid_hex;
+  out_ << " — total " << Bytes(d.total_bytes) << "\n";
+  Row("reserved", FormatBytes(d.reserved_bytes), "peak " + FormatBytes(d.peak_reserved_bytes));
+  Row("allocated", FormatBytes(d.allocated_bytes), "peak " + FormatBytes(d.peak_allocated_bytes));
+  Row("cached", FormatBytes(d.cached_bytes), "free inside annotated segments");
+  Row("largest free range", FormatBytes(d.largest_free_range_bytes));
+  Row("fragmentation", d.fragmentation.value ? FormatPercent(*d.fragmentation.value) : "n/a",
+      d.fragmentation.value ? "max " + Ratio(d.max_fragmentation) : d.fragmentation.unknown_reason);
+  Row("stranded", FormatBytes(d.stranded_bytes), "cached bytes no single request can use");
+  if (d.opaque_bytes > 0 || d.opaque_segments > 0) {
+    Row("opaque", FormatBytes(d.opaque_bytes),
+        absl::StrFormat("%d segment(s) carved by an allocator fragscope cannot see",
+                        d.opaque_segments));
+  }
+  if (d.pending_free_bytes > 0) Row("pending free", FormatBytes(d.pending_free_bytes));
+  Row("untracked", d.untracked_bytes.value ? FormatBytes(*d.untracked_bytes.value) : "unknown",
+      d.untracked_bytes.value ? "outside this process's segments (context, other processes)"
+                              : d.untracked_bytes.unknown_reason);
+  if (d.device_free_bytes.value)
+    Row("device free", FormatBytes(*d.device_free_bytes.value),
+        absl::StrFormat("sampled at seq %d", d.device_free_sample_seq));
+  if (d.pool_reserved_bytes > 0) {
+    Row("pools", FormatBytes(d.pool_reserved_bytes),
+        absl::StrFormat("used %s, pending free %s; layout unknown (no largest free)",
+                        FormatBytes(d.pool_used_bytes), FormatBytes(d.pool_pending_free_bytes)));
+  }
+  if (d.graph_bytes > 0) Row("graph memory", FormatBytes(d.graph_bytes));
+  if (d.managed_bytes > 0) Row("managed", FormatBytes(d.managed_bytes), "not counted as reserved");
+  if (d.imported_bytes > 0) {
+    Row("imported", FormatBytes(d.imported_bytes), "another process's memory, not reserved");
+  }
+  if (d.unmapped_handle_bytes > 0) Row("unmapped handles", FormatBytes(d.unmapped_handle_bytes));
+  out_ << absl::StrFormat(
+      "  segments %d (exact %d, annotated %d, opaque %d) · blocks %d · free ranges %d\n",
+      d.segments, d.exact_segments, d.annotated_segments, d.opaque_segments, d.blocks,
+      d.free_ranges);
+  out_ << "  Top sites (live now):\n";
+  Sites(d.sites, "    ");
+  out_ << "\n";
+}
+
+void TextReport::Failures() {
+  if (s_.failed_allocations.empty()) return;
+  out_ << absl::StrFormat("Failed allocations (%d):\n", s_.failed_allocations.size());
+  for (const FailedAllocation& f : s_.failed_allocations) {
+    std::string status;
+    if (f.superseded_by_seq != 0) {
+      status = absl::StrFormat("explained by the OOM at seq %d", f.superseded_by_seq);
+    } else if (f.recovered) {
+      status = absl::StrFormat("recovered (seq %d succeeded)", f.recovered_by_seq);
+    } else {
+      status = "NOT recovered";
+    }
+    out_ << absl::StrFormat("  seq %-8d device %-2d %-28s %12s  result %d%s%s  %s\n", f.seq,
+                            f.device, f.api_name, FormatBytes(f.requested_bytes), f.result,
+                            f.is_oom ? " OOM" : "", f.from_sub_allocator ? " (sub-allocator)" : "",
+                            status);
+  }
+  out_ << "\n";
+}
+
+void TextReport::Oom(const OomPostMortem& o) {
+  const OomFigures& g = o.figures;
+  const std::string rule(std::max<std::size_t>(o.headline.size(), 60), '=');
+  out_ << rule << "\n" << o.headline << "\n" << rule << "\n";
+  out_ << o.explanation << "\n";
+  if (o.approximate) {
+    out_ << "(approximate: events were lost before this failure and no resync came yet)\n";
+  }
+  if (o.failure.recovered) {
+    out_ << absl::StrFormat("(the program went on: seq %d allocated as much)\n",
+                            o.failure.recovered_by_seq);
+  }
+  out_ << "\nAt the failure:\n";
+  Row("requested", FormatBytes(g.requested_bytes),
+      absl::StrFormat("%s, seq %d", o.failure.api_name, o.failure.seq));
+  Row("device total", Bytes(g.device_total_bytes));
+  Row("device free", Bytes(g.device_free_bytes),
+      g.device_free_bytes.value && !g.mem_info_from_failure ? "(latest sample before it)" : "");
+  Row("reserved", FormatBytes(g.reserved_bytes), "peak " + FormatBytes(o.peak_reserved_bytes));
+  Row("allocated", FormatBytes(g.allocated_bytes));
+  Row("cached", FormatBytes(g.cached_bytes));
+  Row("largest free range", FormatBytes(g.largest_free_range_bytes));
+  Row("stranded",
+      FormatBytes(g.cached_bytes - std::min(g.cached_bytes, g.largest_free_range_bytes)));
+  if (g.opaque_bytes > 0) {
+    Row("opaque", FormatBytes(g.opaque_bytes), absl::StrFormat("%d segment(s)", g.opaque_segments));
+  }
+  if (g.pending_free_bytes > 0) Row("pending free", FormatBytes(g.pending_free_bytes));
+  if (g.pool_free_bytes > 0) Row("pool free", FormatBytes(g.pool_free_bytes));
+  Row("untracked", Bytes(g.untracked_bytes));
+  out_ << "\nFailed call:\n";
+  Stack(o.failure.stack_id, "    ");
+  out_ << "\nAdvice:\n";
+  for (const std::string& a : o.advice) out_ << "  - " << a << "\n";
+  out_ << "\nLive at the failure, by site:\n";
+  Sites(o.sites_at_failure, "    ");
+  out_ << absl::StrFormat("\nLive at peak reserved (%s), by site:\n",
+                          FormatBytes(o.peak_reserved_bytes));
+  Sites(o.sites_at_peak, "    ");
+  out_ << "\nLast events before the failure:\n";
+  const std::size_t first = o.recent_events.size() > options_.max_recent_events
+                                ? o.recent_events.size() - options_.max_recent_events
+                                : 0;
+  for (std::size_t i = first; i < o.recent_events.size(); ++i) {
+    const RecentEvent& e = o.recent_events[i];
+    out_ << absl::StrFormat("  seq %-8d %-18s %-28s %s 0x%x%s%s\n", e.seq, EventKindName(e.kind),
+                            e.api != 0 ? ApiName(e.api) : "", FormatBytes(e.size), e.address,
+                            e.result != 0 ? absl::StrFormat(" result %d", e.result) : "",
+                            e.label.empty() ? "" : " \"" + e.label + "\"");
+  }
+  out_ << "\n";
+}
+
+void TextReport::Render() {
+  out_ << absl::StrFormat("fragscope report — pid %d", s_.pid);
+  if (!s_.exe.empty()) out_ << " (" << s_.exe << ")";
+  if (!s_.host.empty()) out_ << " on " << s_.host;
+  out_ << "\n";
+  out_ << absl::StrFormat("%d events, %d dropped; ", s_.events, s_.drops);
+  if (s_.stream_ended) {
+    out_ << (s_.exit_status ? absl::StrFormat("process exited with status %d", *s_.exit_status)
+                            : std::string("stream ended"));
+  } else {
+    out_ << "stream cut before its end (figures are as of the last frame)";
+  }
+  out_ << "\n";
+  if (!s_.history_complete) {
+    out_ << "Note: the agent started after the program; memory allocated before is untracked.\n";
+  }
+  for (const ApproximateInterval& a : s_.approximate_intervals) {
+    out_ << absl::StrFormat("Note: %d events lost after seq %d; approximate until %s.\n",
+                            a.dropped_events, a.from_seq,
+                            a.to_seq ? absl::StrFormat("the resync at seq %d", *a.to_seq)
+                                     : std::string("the end (no resync came)"));
+  }
+  if (s_.unmatched_events > 0) {
+    out_ << absl::StrFormat(
+        "Note: %d events did not match the known state (frees of unseen "
+        "addresses, lost frees).\n",
+        s_.unmatched_events);
+  }
+  out_ << "\n";
+  for (const DeviceSummary& d : s_.devices) Device(d);
+  if (!s_.orphan_blocks.empty()) {
+    out_ << absl::StrFormat(
+        "Orphan blocks (annotated outside any known segment): %d live, %d "
+        "seen\n",
+        s_.orphan_blocks.size(), s_.orphan_blocks_total);
+    for (const OrphanBlock& o : s_.orphan_blocks) {
+      out_ << absl::StrFormat("  device %d 0x%x %s (seq %d)\n", o.device, o.address,
+                              FormatBytes(o.size), o.seq);
+    }
+    out_ << "\n";
+  }
+  Failures();
+  for (const OomPostMortem& o : s_.ooms) Oom(o);
+  if (s_.ooms_without_postmortem > 0) {
+    out_ << absl::StrFormat("%d more OOMs without a post-mortem (limit reached).\n",
+                            s_.ooms_without_postmortem);
+  }
+}
+
+}  // namespace
+
+void RenderText(const ModelSummary& summary, Symbolizer& symbolizer, std::ostream& out,
+                const TextReportOptions& options) {
+  TextReport(summary, symbolizer, out, options).Render();
+}
+
+void RenderText(const ModelSummary& summary, std::ostream& out, const TextReportOptions& options) {
+  ModuleOffsetSymbolizer symbolizer(summary.modules);
+  RenderText(summary, symbolizer, out, options);
+}
+
+}  // namespace fragscope

@@ -1,0 +1,79 @@
+#include "fragscope/report/symbolizer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+
+namespace fragscope {
+namespace {
+
+std::string_view BaseName(std::string_view path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+ModuleOffsetSymbolizer::ModuleOffsetSymbolizer(std::vector<ModuleInfo> modules)
+    : modules_(std::move(modules)) {
+  std::sort(modules_.begin(), modules_.end(), [](const ModuleInfo& a, const ModuleInfo& b) {
+    return a.load_address < b.load_address;
+  });
+}
+
+std::vector<SymbolizedFrame> ModuleOffsetSymbolizer::Symbolize(uint64_t pc) {
+  SymbolizedFrame frame;
+  frame.pc = pc;
+  auto it = std::upper_bound(modules_.begin(), modules_.end(), pc,
+                             [](uint64_t v, const ModuleInfo& m) { return v < m.load_address; });
+  if (it != modules_.begin()) {
+    const ModuleInfo& m = *std::prev(it);
+    if (pc - m.load_address < m.size) {
+      frame.module = m.path;
+      frame.module_offset = pc - m.load_address;
+    }
+  }
+  return {frame};
+}
+
+std::string FormatFrame(const SymbolizedFrame& frame) {
+  std::string location;
+  if (!frame.file.empty()) {
+    location = frame.line > 0 ? absl::StrFormat("%s:%d", frame.file, frame.line) : frame.file;
+  }
+  if (!frame.function.empty()) {
+    return location.empty() ? frame.function : absl::StrFormat("%s (%s)", frame.function, location);
+  }
+  if (!location.empty()) return location;
+  if (!frame.module.empty()) {
+    return absl::StrFormat("%s+0x%x", BaseName(frame.module), frame.module_offset);
+  }
+  return absl::StrFormat("0x%x", frame.pc);
+}
+
+std::vector<SymbolizedFrame> SymbolizeStack(const ModelSummary& summary, uint64_t stack_id,
+                                            Symbolizer& symbolizer) {
+  std::vector<SymbolizedFrame> frames;
+  if (stack_id == 0) return frames;
+  auto it = summary.stacks.find(stack_id);
+  if (it == summary.stacks.end()) return frames;
+  for (const SourceFrameInfo& f : it->second.source_frames) {
+    SymbolizedFrame frame;
+    frame.function = f.function;
+    frame.file = f.file;
+    frame.line = f.line;
+    frames.push_back(std::move(frame));
+  }
+  for (uint64_t pc : it->second.pcs) {
+    std::vector<SymbolizedFrame> more = symbolizer.Symbolize(pc);
+    if (more.empty()) more.emplace_back().pc = pc;
+    for (SymbolizedFrame& f : more) {
+      if (f.pc == 0) f.pc = pc;
+      frames.push_back(std::move(f));
+    }
+  }
+  return frames;
+}
+
+}  // namespace fragscope
