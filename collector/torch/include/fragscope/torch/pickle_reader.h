@@ -53,8 +53,8 @@ class PickleValue {
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_sequence() const { return kind_ == Kind::kTuple || kind_ == Kind::kList; }
 
-  // Accessors require the matching kind (checked with an assert in debug builds; callers test
-  // kind() first).
+  // Accessors require the matching kind; callers test kind() first (a mismatch throws
+  // std::bad_variant_access, a programming error, never a property of the input).
   bool bool_value() const { return std::get<bool>(data_); }
   // Ints are kept exactly in [-2^63, 2^64 - 1]; wider ints are refused when reading.
   absl::int128 int_value() const { return std::get<absl::int128>(data_); }
