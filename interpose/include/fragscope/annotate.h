@@ -1,0 +1,67 @@
+/* fragscope annotations for sub-allocators (caching allocators, memory pools, arenas).
+ *
+ * A program that carves the device memory it got from CUDA into blocks of its own tells
+ * fragscope about those blocks here, so reports can show the blocks, the free ranges between
+ * them and why a large request did not fit (fragmentation) instead of one opaque segment.
+ *
+ * Works with and without the agent: the functions are declared weak. When libfragscope.so is
+ * preloaded they resolve to the agent; otherwise their addresses are null and the inline
+ * fragscope_annotate_* wrappers below do nothing. Call the wrappers, not the raw functions.
+ * (Weak references are resolved at run time in position-independent executables and shared
+ * libraries, the defaults on current distributions; a non-PIE executable may bind them to null
+ * at link time.)
+ *
+ * Units: sizes in bytes; `device` is the CUDA device ordinal; `stream` is the cudaStream_t /
+ * CUstream the block belongs to (NULL for the default stream); `pool` is any id the caller uses
+ * to tell its pools apart (0 = default).
+ * Thread safety: every function may be called from any thread at any time, including before
+ * main and after exit; none blocks or allocates. Pointers are only recorded, never dereferenced
+ * (the label of fragscope_mark is copied, up to 72 bytes).
+ */
+#ifndef FRAGSCOPE_ANNOTATE_H_
+#define FRAGSCOPE_ANNOTATE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A block of `size` bytes at `ptr` was handed to the program by the sub-allocator. */
+void fragscope_block_alloc(void* ptr, size_t size, int device, void* stream, uint64_t pool)
+    __attribute__((weak));
+/* The block at `ptr` is free again (reusable now). */
+void fragscope_block_free(void* ptr, int device, void* stream) __attribute__((weak));
+/* The program released the block at `ptr`, but it is not reusable until `stream` passes this
+ * point (stream-ordered free); report fragscope_block_free once it is. */
+void fragscope_block_free_pending(void* ptr, int device, void* stream) __attribute__((weak));
+/* The sub-allocator could not satisfy a request of `size` bytes (its own out-of-memory). */
+void fragscope_alloc_failed(size_t size, int device, void* stream) __attribute__((weak));
+/* A label in the timeline, e.g. "step 12"; reports and gates use it to speak of steps. */
+void fragscope_mark(const char* label) __attribute__((weak));
+
+static inline void fragscope_annotate_block_alloc(void* ptr, size_t size, int device, void* stream,
+                                                  uint64_t pool) {
+  if (fragscope_block_alloc) fragscope_block_alloc(ptr, size, device, stream, pool);
+}
+static inline void fragscope_annotate_block_free(void* ptr, int device, void* stream) {
+  if (fragscope_block_free) fragscope_block_free(ptr, device, stream);
+}
+static inline void fragscope_annotate_block_free_pending(void* ptr, int device, void* stream) {
+  if (fragscope_block_free_pending) fragscope_block_free_pending(ptr, device, stream);
+}
+static inline void fragscope_annotate_alloc_failed(size_t size, int device, void* stream) {
+  if (fragscope_alloc_failed) fragscope_alloc_failed(size, device, stream);
+}
+static inline void fragscope_annotate_mark(const char* label) {
+  if (fragscope_mark) fragscope_mark(label);
+}
+/* Non-zero when the agent is loaded (the annotations go somewhere). */
+static inline int fragscope_annotate_active(void) { return fragscope_mark != 0; }
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FRAGSCOPE_ANNOTATE_H_ */

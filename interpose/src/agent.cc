@@ -1,0 +1,153 @@
+#include "agent.h"
+
+#include <link.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <new>
+
+#include "drain.h"
+#include "hook_table.h"
+#include "recorder.h"
+#include "stack_capture.h"
+
+namespace fragscope::agent {
+namespace {
+
+// Constant-initialized and never destroyed: hooks may run before our constructor and after
+// every destructor.
+union AgentStorage {
+  constexpr AgentStorage() : state() {}
+  ~AgentStorage() {}
+  AgentState state;
+};
+constinit AgentStorage g_storage;
+
+std::atomic<int> g_init{0};  // 0 not started, 1 running, 2 done
+thread_local constinit bool t_initializing __attribute__((tls_model("initial-exec"))) = false;
+
+uint64_t ClockNs(clockid_t clock) {
+  timespec ts;
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// The agent's own text, so stacks skip its frames and lookups never wrap a wrapper.
+void FindOwnText() {
+  struct Search {
+    uintptr_t probe;
+    uintptr_t begin = 0;
+    uintptr_t end = 0;
+  } search{reinterpret_cast<uintptr_t>(&FindOwnText)};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        auto* s = static_cast<Search*>(data);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
+          uintptr_t b = info->dlpi_addr + ph.p_vaddr;
+          if (s->probe >= b && s->probe < b + ph.p_memsz) {
+            s->begin = b;
+            s->end = b + ph.p_memsz;
+            return 1;
+          }
+        }
+        return 0;
+      },
+      &search);
+  if (search.end != 0) {
+    SetSkippedRange(search.begin, search.end);
+    SetAgentTextRange(search.begin, search.end);
+  }
+}
+
+void ChildAfterFork() {
+  AgentState& a = Agent();
+  if (g_init.load() != 2) return;
+  // Only this thread exists now. Nothing the parent had in flight is ours.
+  CurrentThread().tid = 0;
+  DrainAfterFork();
+  if (!a.recording.load() && !a.config.follow_fork) return;
+  a.recording.store(false);
+  a.ring.Reset();
+  a.live.Clear();
+  a.stacks.ResetAfterFork();
+  for (DeviceSlot& d : a.devices) {
+    d.state.store(0);
+    d.sent = 0;
+    d.last_sample_ns.store(0);
+  }
+  a.seq.store(0);
+  a.ring_drops.store(0);
+  a.late.store(false);
+  if (a.config.follow_fork) {
+    ++a.stream_index;
+    a.monotonic_at_start_ns = ClockNs(CLOCK_MONOTONIC);
+    a.realtime_at_start_ns = ClockNs(CLOCK_REALTIME);
+    a.recording.store(true);
+  }
+}
+
+void AtExit() {
+  if (g_init.load() != 2 || !Agent().recording.load()) return;
+  DrainAtExit();
+}
+
+void Initialize() {
+  AgentState& a = Agent();
+  LoadConfig(&a.config);
+  a.monotonic_at_start_ns = ClockNs(CLOCK_MONOTONIC);
+  a.realtime_at_start_ns = ClockNs(CLOCK_REALTIME);
+  FindOwnText();
+  if (a.config.dormant || !a.config.has_output()) return;
+  if (!a.ring.Init(a.config.ring_bytes) || !a.live.Init(a.config.live_slots)) return;
+  if (a.config.stack_depth > 0 && !a.stacks.Init(a.config.stack_slots, a.config.stack_depth)) {
+    a.config.stack_depth = 0;
+  }
+  pthread_atfork(nullptr, nullptr, ChildAfterFork);
+  // Registered at load, so it runs after the handlers the program registers later; CUDA
+  // calls made by handlers that run after it are still recorded (written inline).
+  atexit(AtExit);
+  a.recording.store(true, std::memory_order_release);
+}
+
+// Runs before main (and before most other libraries' constructors, as a preload).
+__attribute__((constructor)) void AgentLoad() { AgentRecording(); }
+
+// Runs in _dl_fini, after all atexit handlers: the stream's last frame.
+__attribute__((destructor)) void AgentUnload() {
+  if (g_init.load() == 2 && Agent().recording.load()) DrainWriteEnd();
+}
+
+}  // namespace
+
+AgentState& Agent() { return g_storage.state; }
+
+bool AgentRecording() {
+  if (g_init.load(std::memory_order_acquire) == 2) {
+    return g_storage.state.recording.load(std::memory_order_relaxed);
+  }
+  if (t_initializing) return false;  // a hook reached from our own initialization
+  int expected = 0;
+  if (g_init.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    t_initializing = true;
+    {
+      AgentCodeScope agent_code;
+      Initialize();
+    }
+    t_initializing = false;
+    g_init.store(2, std::memory_order_release);
+  } else {
+    while (g_init.load(std::memory_order_acquire) != 2) sched_yield();
+  }
+  return g_storage.state.recording.load(std::memory_order_relaxed);
+}
+
+void AgentShutdownForTesting() {
+  AtExit();
+  AgentUnload();
+}
+
+}  // namespace fragscope::agent

@@ -1,0 +1,64 @@
+// The agent's process-wide state and its life cycle: lazy initialization (safe before main and
+// from any thread), fork handling and the exit sequence. Hooks reach everything through Agent().
+//
+// Fork rule: the child clears the inherited live table (CUDA contexts do not survive fork, so
+// the parent's device memory is not the child's). It stays silent unless FRAGSCOPE_FOLLOW_FORK=1;
+// then it starts a new stream (Hello with stream_index + 1) to "<output>.<pid>" or a new socket
+// connection. exec: the environment is inherited, so an exec'd program is traced by its own
+// preload, as a new process.
+#ifndef FRAGSCOPE_INTERPOSE_AGENT_H_
+#define FRAGSCOPE_INTERPOSE_AGENT_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "config.h"
+#include "event_record.h"
+#include "live_table.h"
+#include "ring_buffer.h"
+#include "stack_table.h"
+
+namespace fragscope::agent {
+
+inline constexpr int kMaxDevices = 64;
+
+// What the agent learned about one device (filled by the first hook that sees it).
+struct DeviceSlot {
+  std::atomic<int> state;  // 0 unknown, 1 being read, 2 ready
+  int32_t ordinal;
+  bool has_uuid;
+  uint8_t uuid[16];
+  uint64_t total_bytes;
+  char name[128];
+  uint8_t sent;                          // drain thread: DeviceInfo written on this stream
+  std::atomic<uint64_t> last_sample_ns;  // rate limit of MemInfo samples
+};
+
+struct AgentState {
+  Config config;
+  MpscRing<EventRecord> ring;
+  StackTable stacks;
+  LiveTable live;
+  std::atomic<uint64_t> seq{0};         // last sequence number handed out
+  std::atomic<uint64_t> ring_drops{0};  // events refused by a full ring, this stream
+  std::atomic<bool> recording{false};   // hooks record (configured, initialized, not silenced)
+  std::atomic<bool> late{false};        // past our atexit handler: hooks drain inline
+  uint32_t stream_index = 0;
+  uint64_t monotonic_at_start_ns = 0;
+  uint64_t realtime_at_start_ns = 0;
+  DeviceSlot devices[kMaxDevices] = {};
+};
+
+// The one instance; never destroyed (hooks may run during and after exit).
+AgentState& Agent();
+
+// Initializes on first use (reads the configuration, maps the ring and tables). Returns whether
+// hooks should record. Cheap after the first call.
+bool AgentRecording();
+
+// Called by the exit sequence and tests: stops the drain thread, ships everything, writes End.
+void AgentShutdownForTesting();
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_INTERPOSE_AGENT_H_

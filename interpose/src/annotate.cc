@@ -1,0 +1,98 @@
+// The agent's definitions of the annotate.h API: strong, exported, unversioned. They produce
+// BlockEvent, FailedAlloc (from_sub_allocator) and Mark frames.
+#include "fragscope/annotate.h"
+
+#include <cstring>
+
+#include "hook_exports.h"
+#include "recorder.h"
+
+namespace fragscope::agent {
+namespace {
+
+uint64_t Address(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+void BlockRelease(void* ptr, int device, void* stream, BlockOp op) {
+  HookCall hook;  // keeps errno as the program left it
+  if (!hook.record()) return;
+  LiveTable& live = Agent().live;
+  LiveEntry entry{};
+  bool known;
+  if (op == BlockOp::kFree) {
+    known = live.Erase(LiveClass::kBlock, Address(ptr), &entry);
+  } else {
+    known = live.Update(LiveClass::kBlock, Address(ptr), [&](LiveEntry& e) {
+      e.flags |= kLivePendingFree;
+      entry = e;
+      return true;
+    });
+  }
+  EventRecord r = NewRecord(RecordType::kBlock, Api::k_fragscope_block_free);
+  r.op = static_cast<uint8_t>(op);
+  r.seq = NextSeq();
+  r.address = Address(ptr);
+  r.size = known ? entry.size : 0;
+  r.device = device;
+  r.stream = Address(stream);
+  r.aux2 = known ? entry.pool : 0;
+  Submit(r);
+}
+
+}  // namespace
+}  // namespace fragscope::agent
+
+using namespace fragscope::agent;
+
+extern "C" FRAGSCOPE_VISIBLE void fragscope_block_alloc(void* ptr, size_t size, int device,
+                                                        void* stream, uint64_t pool) {
+  HookCall hook;
+  if (!hook.record()) return;
+  EventRecord r = NewRecord(RecordType::kBlock, Api::k_fragscope_block_alloc);
+  r.op = static_cast<uint8_t>(BlockOp::kAlloc);
+  r.address = Address(ptr);
+  r.size = size;
+  r.device = device;
+  r.stream = Address(stream);
+  r.aux2 = pool;
+  LiveEntry e{};
+  e.cls = LiveClass::kBlock;
+  e.api = Api::k_fragscope_block_alloc;
+  e.device = device;
+  e.address = Address(ptr);
+  e.size = size;
+  e.stream = Address(stream);
+  e.pool = pool;
+  e.stack_id = r.stack_id;
+  r.seq = InsertLive(e);
+  Submit(r);
+}
+
+extern "C" FRAGSCOPE_VISIBLE void fragscope_block_free(void* ptr, int device, void* stream) {
+  BlockRelease(ptr, device, stream, BlockOp::kFree);
+}
+
+extern "C" FRAGSCOPE_VISIBLE void fragscope_block_free_pending(void* ptr, int device,
+                                                               void* stream) {
+  BlockRelease(ptr, device, stream, BlockOp::kFreePending);
+}
+
+extern "C" FRAGSCOPE_VISIBLE void fragscope_alloc_failed(size_t size, int device, void* stream) {
+  HookCall hook;
+  if (!hook.record()) return;
+  FailureInfo info{Api::k_fragscope_alloc_failed, /*result=*/2 /* out of memory */, size, device};
+  info.stream = Address(stream);
+  info.from_sub_allocator = true;
+  RecordFailure(info);
+}
+
+extern "C" FRAGSCOPE_VISIBLE void fragscope_mark(const char* label) {
+  HookCall hook;
+  if (!hook.record()) return;
+  EventRecord r = NewRecord(RecordType::kMark, Api::k_fragscope_mark);
+  r.stack_id = 0;  // Mark has no stack
+  size_t n = label != nullptr ? strnlen(label, EventRecord::kLabelCapacity) : 0;
+  if (n > 0) memcpy(r.label, label, n);
+  r.label_size = static_cast<uint8_t>(n);
+  r.seq = NextSeq();
+  Submit(r);
+}

@@ -1,0 +1,87 @@
+#include "config.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace fragscope::agent {
+namespace {
+
+void Warn(const char* name, const char* value) {
+  char line[256];
+  int n = snprintf(line, sizeof(line), "fragscope: ignoring %s=%.64s (not a valid value)\n", name,
+                   value);
+  if (n > 0) {
+    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
+    (void)ignored;
+  }
+}
+
+// Parses a non-negative decimal integer in [min, max]; false if absent or invalid.
+bool ReadUint(const char* name, uint64_t min, uint64_t max, uint64_t* out) {
+  const char* value = getenv(name);
+  if (value == nullptr || *value == '\0') return false;
+  char* end = nullptr;
+  unsigned long long parsed = strtoull(value, &end, 10);
+  if (*end != '\0' || value[0] == '-' || parsed < min || parsed > max) {
+    Warn(name, value);
+    return false;
+  }
+  *out = parsed;
+  return true;
+}
+
+void ReadPath(const char* name, char* out, size_t capacity) {
+  const char* value = getenv(name);
+  if (value == nullptr) return;
+  if (strlen(value) >= capacity) {
+    Warn(name, value);
+    return;
+  }
+  strcpy(out, value);
+}
+
+bool ReadFlag(const char* name) {
+  const char* value = getenv(name);
+  return value != nullptr && value[0] == '1' && value[1] == '\0';
+}
+
+}  // namespace
+
+void LoadConfig(Config* c) {
+  *c = Config{};
+  ReadPath("FRAGSCOPE_OUTPUT", c->output_path, sizeof(c->output_path));
+  ReadPath("FRAGSCOPE_SOCKET", c->socket_path, sizeof(c->socket_path));
+  uint64_t v;
+  if (ReadUint("FRAGSCOPE_STACK_DEPTH", 0, 64, &v)) c->stack_depth = static_cast<int>(v);
+  if (ReadUint("FRAGSCOPE_RING_MB", 1, 4096, &v)) c->ring_bytes = static_cast<size_t>(v) << 20;
+  c->follow_fork = ReadFlag("FRAGSCOPE_FOLLOW_FORK");
+  c->dormant = ReadFlag("FRAGSCOPE_DORMANT");
+  if (ReadUint("FRAGSCOPE_SNAPSHOT_EVERY", 0, ~uint64_t{0} >> 1, &v)) c->snapshot_every = v;
+  if (ReadUint("FRAGSCOPE_LIVE_SLOTS", 64, uint64_t{1} << 26, &v)) c->live_slots = v;
+  if (ReadUint("FRAGSCOPE_STACK_SLOTS", 64, uint64_t{1} << 24, &v)) c->stack_slots = v;
+  if (ReadUint("FRAGSCOPE_MEMINFO_MS", 0, 3'600'000, &v)) c->meminfo_interval_ns = v * 1'000'000;
+}
+
+bool ExpandPath(const char* pattern, int pid, char* out, size_t capacity) {
+  char pid_text[16];
+  int pid_len = snprintf(pid_text, sizeof(pid_text), "%d", pid);
+  size_t o = 0;
+  for (const char* p = pattern; *p != '\0'; ++p) {
+    if (p[0] == '%' && p[1] == 'p') {
+      if (o + static_cast<size_t>(pid_len) >= capacity) return false;
+      memcpy(out + o, pid_text, static_cast<size_t>(pid_len));
+      o += static_cast<size_t>(pid_len);
+      ++p;
+    } else {
+      if (o + 1 >= capacity) return false;
+      out[o++] = *p;
+    }
+  }
+  out[o] = '\0';
+  return true;
+}
+
+}  // namespace fragscope::agent

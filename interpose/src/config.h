@@ -1,0 +1,36 @@
+// Settings read once from the environment when the agent initializes (see interpose/README.md).
+#ifndef FRAGSCOPE_INTERPOSE_CONFIG_H_
+#define FRAGSCOPE_INTERPOSE_CONFIG_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fragscope::agent {
+
+struct Config {
+  static constexpr size_t kPathCapacity = 4096;
+  char output_path[kPathCapacity] = {};       // FRAGSCOPE_OUTPUT ('%p' becomes the pid)
+  char socket_path[kPathCapacity] = {};       // FRAGSCOPE_SOCKET (wins over OUTPUT)
+  int stack_depth = 32;                       // FRAGSCOPE_STACK_DEPTH, 0 = no stacks
+  size_t ring_bytes = size_t{8} << 20;        // FRAGSCOPE_RING_MB
+  bool follow_fork = false;                   // FRAGSCOPE_FOLLOW_FORK=1
+  bool dormant = false;                       // FRAGSCOPE_DORMANT=1: loaded, records nothing
+  uint64_t snapshot_every = 100000;           // FRAGSCOPE_SNAPSHOT_EVERY (trace files; 0 = never)
+  size_t live_slots = size_t{1} << 18;        // FRAGSCOPE_LIVE_SLOTS
+  size_t stack_slots = size_t{1} << 14;       // FRAGSCOPE_STACK_SLOTS
+  uint64_t meminfo_interval_ns = 10'000'000;  // FRAGSCOPE_MEMINFO_MS: device free/total samples
+
+  // True when events have somewhere to go.
+  bool has_output() const { return output_path[0] != '\0' || socket_path[0] != '\0'; }
+};
+
+// Reads the FRAGSCOPE_* variables (getenv only; no allocation). Invalid values keep defaults
+// and print one warning line on stderr.
+void LoadConfig(Config* config);
+
+// Writes `pattern` into out with every "%p" replaced by `pid`; false if it does not fit.
+bool ExpandPath(const char* pattern, int pid, char* out, size_t capacity);
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_INTERPOSE_CONFIG_H_

@@ -1,0 +1,403 @@
+#include "drain.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+#include "agent.h"
+#include "frame_encoder.h"
+#include "module_map.h"
+#include "recorder.h"
+#include "transport.h"
+
+#ifndef FRAGSCOPE_AGENT_VERSION
+#define FRAGSCOPE_AGENT_VERSION "unknown"
+#endif
+
+namespace fragscope::agent {
+namespace {
+
+constexpr size_t kWriteBufferBytes = size_t{1} << 20;
+constexpr uint64_t kIdleWaitNs = 10'000'000;   // drain thread wakes at least this often
+constexpr uint64_t kFlushWaitNs = 50'000'000;  // a failing hook waits at most this long
+constexpr int kMaxArgs = 256;
+
+struct DrainState {
+  pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  // serializes everything below
+  pthread_t thread{};
+  std::atomic<int> thread_state{0};  // 0 none, 1 starting/running, 2 stopped
+  std::atomic<bool> stop{false};
+  std::atomic<uint32_t> wake_word{0};
+  std::atomic<bool> wake_pending{false};
+  std::atomic<uint64_t> written{0};  // ring positions below this are written (or dropped)
+
+  // Under `lock`:
+  bool stream_started = false;
+  bool ended = false;
+  Output output;
+  uint8_t* buffer = nullptr;
+  ModuleTracker modules;
+  uint64_t reported_ring_drops = 0;
+  uint64_t undeliverable = 0;  // popped but the output had failed
+  uint64_t events_since_snapshot = 0;
+  char path[Config::kPathCapacity + 32] = {};
+  char exe[4096] = {};
+  char host[256] = {};
+  char cmdline[32768] = {};
+  const char* argv[kMaxArgs] = {};
+  int argc = 0;
+};
+
+DrainState g_drain;
+
+void FutexWake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {
+  timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000),
+              static_cast<long>(timeout_ns % 1'000'000'000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr,
+          0);
+}
+
+void Wake() {
+  if (!g_drain.wake_pending.exchange(true, std::memory_order_acq_rel)) {
+    g_drain.wake_word.fetch_add(1, std::memory_order_release);
+    FutexWake(&g_drain.wake_word);
+  }
+}
+
+// --- encoding helpers (under lock) ---
+
+WireWriter g_writer(nullptr, 0);  // over g_drain.buffer once EnsureBuffer succeeded
+
+bool EnsureBuffer() {
+  if (g_drain.buffer != nullptr) return true;
+  void* mem =
+      mmap(nullptr, kWriteBufferBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return false;
+  g_drain.buffer = static_cast<uint8_t*>(mem);
+  g_writer = WireWriter(g_drain.buffer, kWriteBufferBytes);
+  return true;
+}
+
+void FlushWriter() {
+  if (g_writer.size() > 0 && g_drain.output.is_open()) {
+    g_drain.output.Write(g_writer.data(), g_writer.size());
+  }
+  g_writer.Clear();
+}
+
+// Runs `encode(writer)`; on overflow flushes and tries once more. False if it never fits.
+template <typename Encode>
+bool Put(Encode&& encode) {
+  if (encode(g_writer)) return true;
+  FlushWriter();
+  return encode(g_writer);
+}
+
+void ReadProcessInfo() {
+  DrainState& d = g_drain;
+  ssize_t n = readlink("/proc/self/exe", d.exe, sizeof(d.exe) - 1);
+  d.exe[n > 0 ? n : 0] = '\0';
+  if (gethostname(d.host, sizeof(d.host) - 1) != 0) d.host[0] = '\0';
+  d.host[sizeof(d.host) - 1] = '\0';
+  d.argc = 0;
+  int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  size_t len = 0;
+  for (;;) {
+    ssize_t got = read(fd, d.cmdline + len, sizeof(d.cmdline) - 1 - len);
+    if (got <= 0) break;
+    len += static_cast<size_t>(got);
+  }
+  close(fd);
+  d.cmdline[len] = '\0';
+  for (size_t i = 0; i < len && d.argc < kMaxArgs; i += strlen(d.cmdline + i) + 1) {
+    d.argv[d.argc++] = d.cmdline + i;
+  }
+}
+
+void WriteSnapshot(SnapshotReason reason) {
+  AgentState& a = Agent();
+  // Consistent at S: every entry made live at seq <= S is in the table (inserted before its seq
+  // was taken) and every release at seq <= S has removed its entry (before taking its seq).
+  const uint64_t seq = a.seq.load(std::memory_order_acquire);
+  const uint64_t now = NowNs();
+  size_t bound = a.live.live() * kMaxLiveEntryBytes + 4096;
+  auto encode = [&](WireWriter& w) {
+    SnapshotEncoder snapshot(w, seq, now, reason, /*complete_history=*/true);
+    a.live.ForEach(seq, [&](const LiveEntry& e) { snapshot.Add(e); });
+    return snapshot.Finish();
+  };
+  if (bound < kWriteBufferBytes / 2) {
+    Put(encode);
+    return;
+  }
+  // Too big for the write buffer: a scratch mapping of the size it can reach.
+  FlushWriter();
+  bound += a.live.slots() / 16 * kMaxLiveEntryBytes;  // entries added while we scan
+  void* mem = mmap(nullptr, bound, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return;
+  WireWriter big(static_cast<uint8_t*>(mem), bound);
+  if (encode(big) && g_drain.output.is_open()) g_drain.output.Write(big.data(), big.size());
+  munmap(mem, bound);
+}
+
+void SendModules() {
+  while (g_drain.modules.Changed()) {
+    if (!Put([](WireWriter& w) { return g_drain.modules.EncodeNew(w); })) break;
+  }
+}
+
+void StartStream() {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  d.stream_started = true;
+  const pid_t pid = getpid();
+  if (a.config.socket_path[0] == '\0') {
+    if (!ExpandPath(a.config.output_path, pid, d.path, Config::kPathCapacity)) {
+      strcpy(d.path, "/dev/null/fragscope-path-too-long");  // fails to open: warned once
+    }
+    if (a.stream_index > 0) {
+      size_t len = strlen(d.path);
+      snprintf(d.path + len, sizeof(d.path) - len, ".%d", static_cast<int>(pid));
+    }
+  }
+  d.output.Open(d.path, a.config.socket_path);
+  ReadProcessInfo();
+  d.modules.Reset();
+  d.modules.SetMainProgramPath(d.exe);
+  d.reported_ring_drops = 0;
+  d.events_since_snapshot = 0;
+  uint8_t header[kStreamHeaderSize];
+  EncodeStreamHeader(header);
+  g_writer.RawBytes(header, sizeof(header));
+  HelloInfo hello;
+  hello.pid = static_cast<uint32_t>(pid);
+  hello.ppid = static_cast<uint32_t>(getppid());
+  hello.host = d.host;
+  hello.exe = d.exe;
+  hello.argv = d.argv;
+  hello.argc = d.argc;
+  hello.agent_version = FRAGSCOPE_AGENT_VERSION;
+  hello.realtime_at_start_ns = a.realtime_at_start_ns;
+  hello.monotonic_at_start_ns = a.monotonic_at_start_ns;
+  hello.stream_index = a.stream_index;
+  hello.stack_depth = static_cast<uint32_t>(a.config.stack_depth);
+  hello.ring_bytes = a.ring.bytes();
+  Put([&](WireWriter& w) { return EncodeHello(w, hello); });
+  SendModules();
+  if (a.live.live() > 0) WriteSnapshot(SnapshotReason::kStreamStart);
+}
+
+void WriteDeviceInfo(int32_t device) {
+  if (device < 0 || device >= kMaxDevices) return;
+  DeviceSlot& slot = Agent().devices[device];
+  if (slot.sent || slot.state.load(std::memory_order_acquire) != 2) return;
+  DeviceInfoData info;
+  info.ordinal = slot.ordinal;
+  info.has_uuid = slot.has_uuid;
+  memcpy(info.uuid, slot.uuid, sizeof(info.uuid));
+  info.total_bytes = slot.total_bytes;
+  info.name = slot.name;
+  if (Put([&](WireWriter& w) { return EncodeDeviceInfo(w, info); })) slot.sent = 1;
+}
+
+void WriteStack(uint64_t id, uint32_t slot) {
+  StackTable& stacks = Agent().stacks;
+  if (id == 0 || stacks.IsSent(slot)) return;
+  SendModules();  // the stack may point into a module loaded since the last map
+  uint64_t pcs[StackTable::kMaxDepth];
+  int n = stacks.Frames(slot, id, pcs);
+  if (n < 0) return;
+  if (Put([&](WireWriter& w) { return EncodeStack(w, id, pcs, n); })) stacks.MarkSent(slot);
+}
+
+// Pops and writes what the ring holds. Returns the number of records popped.
+size_t DrainLocked() {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  if (!EnsureBuffer()) return 0;
+  if (!d.stream_started) StartStream();
+  size_t popped = 0;
+  EventRecord r;
+  while (popped < 65536 && a.ring.TryPop(&r)) {
+    ++popped;
+    if (!d.output.is_open()) {
+      ++d.undeliverable;
+      continue;
+    }
+    WriteDeviceInfo(r.device);
+    WriteStack(r.stack_id, r.stack_slot);
+    Put([&](WireWriter& w) { return EncodeRecord(w, r); });
+    if (r.type != RecordType::kMemInfo) ++d.events_since_snapshot;
+  }
+  const uint64_t drops = a.ring_drops.load(std::memory_order_acquire);
+  if (drops != d.reported_ring_drops && d.output.is_open()) {
+    DropsData info;
+    info.seq = a.seq.load(std::memory_order_acquire);
+    info.time_ns = NowNs();
+    info.dropped_events = drops - d.reported_ring_drops;
+    info.total_dropped = drops;
+    info.reason = DropReason::kRingFull;
+    Put([&](WireWriter& w) { return EncodeDrops(w, info); });
+    d.reported_ring_drops = drops;
+    WriteSnapshot(SnapshotReason::kResync);  // the model re-synchronizes instead of drifting
+    d.events_since_snapshot = 0;
+  }
+  if (d.output.is_open() && d.output.is_file() && a.config.snapshot_every > 0 &&
+      d.events_since_snapshot >= a.config.snapshot_every) {
+    WriteSnapshot(SnapshotReason::kPeriodic);
+    d.events_since_snapshot = 0;
+  }
+  FlushWriter();
+  d.written.store(a.ring.consumed(), std::memory_order_release);
+  return popped;
+}
+
+size_t DrainNow() {
+  pthread_mutex_lock(&g_drain.lock);
+  size_t n = DrainLocked();
+  pthread_mutex_unlock(&g_drain.lock);
+  return n;
+}
+
+void* DrainThreadMain(void*) {
+  AgentCodeScope agent_code;  // CUDA calls on this thread (none expected) are not events
+  pthread_setname_np(pthread_self(), "fragscope");
+  while (!g_drain.stop.load(std::memory_order_acquire)) {
+    uint32_t seen = g_drain.wake_word.load(std::memory_order_acquire);
+    g_drain.wake_pending.store(false, std::memory_order_release);
+    size_t popped = DrainNow();
+    if (popped >= 1024) continue;  // busy: keep going
+    // A trickle is batched for a millisecond; an idle ring sleeps until woken or kIdleWaitNs.
+    FutexWait(&g_drain.wake_word, seen, popped > 0 ? 1'000'000 : kIdleWaitNs);
+  }
+  return nullptr;
+}
+
+void StartThread() {
+  int expected = 0;
+  if (!g_drain.thread_state.compare_exchange_strong(expected, 1)) return;
+  AgentCodeScope agent_code;
+  // The drain thread takes no signals: the program's handlers expect its own threads.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  if (pthread_create(&g_drain.thread, &attr, DrainThreadMain, nullptr) != 0) {
+    g_drain.thread_state.store(2);  // no thread: hooks drain inline
+  }
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+bool ThreadRunning() { return g_drain.thread_state.load(std::memory_order_acquire) == 1; }
+
+void TryDrainInline() {
+  if (pthread_mutex_trylock(&g_drain.lock) != 0) return;  // someone else is draining
+  DrainLocked();
+  pthread_mutex_unlock(&g_drain.lock);
+}
+
+}  // namespace
+
+void PushRecord(const EventRecord& record) {
+  AgentState& a = Agent();
+  if (!a.ring.TryPush(record)) {
+    a.ring_drops.fetch_add(1, std::memory_order_relaxed);
+    Wake();
+    return;
+  }
+  if (a.late.load(std::memory_order_acquire)) {
+    TryDrainInline();
+    return;
+  }
+  if (g_drain.thread_state.load(std::memory_order_acquire) == 0) StartThread();
+  if (!ThreadRunning()) {
+    TryDrainInline();
+  } else if (a.ring.size_approx() > a.ring.capacity() / 2) {
+    Wake();
+  }
+}
+
+void FlushSoon() {
+  AgentState& a = Agent();
+  if (a.late.load(std::memory_order_acquire) || !ThreadRunning()) {
+    TryDrainInline();
+    return;
+  }
+  // Everything pushed before now: positions below the current enqueue count.
+  const uint64_t target = a.ring.consumed() + a.ring.size_approx();
+  const uint64_t deadline = NowNs() + kFlushWaitNs;
+  g_drain.wake_pending.store(false, std::memory_order_relaxed);
+  Wake();
+  while (g_drain.written.load(std::memory_order_acquire) < target && NowNs() < deadline) {
+    timespec ts{0, 200'000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+void DrainAtExit() {
+  AgentState& a = Agent();
+  a.late.store(true, std::memory_order_release);
+  if (ThreadRunning()) {
+    g_drain.stop.store(true, std::memory_order_release);
+    g_drain.wake_pending.store(false);
+    Wake();
+    timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 3;
+    if (pthread_timedjoin_np(g_drain.thread, nullptr, &deadline) == 0) {
+      g_drain.thread_state.store(2, std::memory_order_release);
+    }
+  }
+  if (g_drain.thread_state.load() != 0 || a.ring.size_approx() > 0) DrainNow();
+}
+
+void DrainWriteEnd() {
+  AgentState& a = Agent();
+  if (g_drain.thread_state.load() == 0 && !g_drain.stream_started) return;  // never used
+  pthread_mutex_lock(&g_drain.lock);
+  DrainLocked();
+  if (!g_drain.ended && g_drain.output.is_open()) {
+    EndData end;
+    end.seq = a.seq.load(std::memory_order_acquire);
+    end.time_ns = NowNs();
+    end.events_recorded = end.seq;
+    end.total_dropped = a.ring_drops.load(std::memory_order_acquire);
+    Put([&](WireWriter& w) { return EncodeEnd(w, end); });
+    FlushWriter();
+    g_drain.ended = true;
+  }
+  pthread_mutex_unlock(&g_drain.lock);
+}
+
+void DrainAfterFork() {
+  DrainState& d = g_drain;
+  pthread_mutex_init(&d.lock, nullptr);  // the parent's drain thread may have held it
+  d.thread_state.store(0);
+  d.stop.store(false);
+  d.wake_pending.store(false);
+  d.written.store(0);
+  d.stream_started = false;
+  d.ended = false;
+  d.output.Close();
+  d.undeliverable = 0;
+  g_writer.Clear();
+}
+
+}  // namespace fragscope::agent

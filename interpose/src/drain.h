@@ -1,0 +1,29 @@
+// The consumer side: a background "drain" thread (started by the first event) pops records from
+// the ring, turns them into frames together with what they refer to (DeviceInfo, ModuleMap,
+// StackTable), adds Drops and Snapshot frames when needed, and writes the stream.
+//
+// Thread safety: PushRecord/FlushSoon from any thread; the life-cycle functions are called by
+// agent.cc (init, fork child, exit) as documented there. Draining is serialized by one mutex
+// that hooks never wait for (they only try it in the late phase of exit).
+#ifndef FRAGSCOPE_INTERPOSE_DRAIN_H_
+#define FRAGSCOPE_INTERPOSE_DRAIN_H_
+
+#include "event_record.h"
+
+namespace fragscope::agent {
+
+// Pushes one record (drops and counts it when the ring is full) and starts the drain thread on
+// first use. After the exit sequence began, also drains inline.
+void PushRecord(const EventRecord& record);
+
+// Asks the drain thread to write everything pushed so far and waits for it up to ~50 ms.
+void FlushSoon();
+
+// Life cycle (agent.cc).
+void DrainAtExit();     // stop the thread, write everything; later events are written inline
+void DrainWriteEnd();   // final flush + End frame (ELF destructor)
+void DrainAfterFork();  // child: forget the parent's thread, lock and stream
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_INTERPOSE_DRAIN_H_

@@ -1,0 +1,54 @@
+// The few real driver functions the agent itself calls from hooks (never our wrappers, never
+// runtime functions: those would change what the app's cudaGetLastError returns), the real
+// libc dlsym, and how the agent recognizes libcuda.
+//
+// Thread safety: all functions are thread-safe; resolution happens once, lazily.
+#ifndef FRAGSCOPE_INTERPOSE_DRIVER_API_H_
+#define FRAGSCOPE_INTERPOSE_DRIVER_API_H_
+
+#include <cuda.h>
+
+namespace fragscope::agent {
+
+using DlsymFn = void* (*)(void*, const char*);
+
+// libc's dlsym (dlvsym(RTLD_NEXT, "dlsym", GLIBC_2.2.5 / GLIBC_2.17)). Resolved on first use.
+DlsymFn RealDlsym();
+
+// A handle of the loaded libcuda: the one the program looked symbols up in, else
+// dlopen("libcuda.so.1", RTLD_NOLOAD). nullptr while libcuda is not loaded.
+void* LibcudaHandle();
+// True if `handle` (from dlopen) is libcuda's; remembers it.
+bool IsLibcudaHandle(void* handle);
+// True if `address` lies in libcuda's mapped image (a lookup made by libcuda itself).
+bool AddressInLibcuda(const void* address);
+
+struct DriverCalls {
+  CUresult (*ctx_get_device)(CUdevice*) = nullptr;
+  CUresult (*mem_get_info)(size_t*, size_t*) = nullptr;
+  CUresult (*device_get_uuid)(CUuuid*, CUdevice) = nullptr;
+  CUresult (*device_total_mem)(size_t*, CUdevice) = nullptr;
+  CUresult (*device_get_name)(char*, int, CUdevice) = nullptr;
+  CUresult (*mem_pool_get_attribute)(CUmemoryPool, CUmemPool_attribute, void*) = nullptr;
+  CUresult (*device_get_mem_pool)(CUmemoryPool*, CUdevice) = nullptr;
+  CUresult (*mem_get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
+  CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
+  CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
+};
+
+// The driver functions above, resolved from libcuda on first call after it is loaded; any may
+// be null (an old or fake driver without it). Never null itself.
+const DriverCalls& Driver();
+
+// True if `stream` is capturing (its stream-ordered allocations are graph memory).
+bool StreamCapturing(CUstream stream);
+// The current memory pool of `device` (where cudaMallocAsync/cuMemAllocAsync allocate), 0 if
+// unknown.
+uint64_t DeviceCurrentPool(int device);
+
+// Resets cached libcuda state (tests, and the child after fork keeps it: same mappings).
+void ForgetLibcudaForTesting();
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_INTERPOSE_DRIVER_API_H_

@@ -1,0 +1,312 @@
+#include "frame_encoder.h"
+
+#include <cstring>
+
+namespace fragscope::agent {
+namespace {
+
+// fragscope.v1.Frame body fields.
+enum FrameField : uint32_t {
+  kHello = 1,
+  kDevice = 2,
+  kModuleMap = 3,
+  kStacks = 4,
+  kAlloc = 5,
+  kFree = 6,
+  kMap = 7,
+  kHandle = 8,
+  kFailed = 9,
+  kMemInfo = 10,
+  kMark = 11,
+  kDrops = 12,
+  kSnapshot = 13,
+  kBlock = 14,
+  kEnd = 15,
+};
+
+// Fields 1..6, common to all event messages.
+void CommonEventFields(WireWriter& w, const EventRecord& r) {
+  w.Uint64(1, r.seq);
+  w.Uint64(2, r.time_ns);
+  w.Uint32(3, r.tid);
+  w.Enum(4, static_cast<uint32_t>(r.api));
+  w.Int32(5, r.result);
+  w.Uint64(6, r.stack_id);
+}
+
+}  // namespace
+
+FrameScope::FrameScope(WireWriter& w, uint32_t body_field) : w_(w), mark_(w.size()) {
+  frame_ = w_.BeginLengthPrefixed();
+  body_ = w_.BeginMessage(body_field);
+}
+
+bool FrameScope::Close() {
+  w_.EndMessage(body_);
+  w_.EndMessage(frame_);
+  if (w_.ok()) return true;
+  w_.Truncate(mark_);
+  return false;
+}
+
+void EncodeStreamHeader(uint8_t out[kStreamHeaderSize]) {
+  memcpy(out, kStreamMagic, 8);
+  for (int i = 0; i < 4; ++i) {
+    out[8 + i] = static_cast<uint8_t>(kFormatMajor >> (8 * i));
+    out[12 + i] = static_cast<uint8_t>(kFormatMinor >> (8 * i));
+  }
+}
+
+bool EncodeHello(WireWriter& w, const HelloInfo& h) {
+  FrameScope frame(w, kHello);
+  w.Uint32(1, kFormatMajor);
+  w.Uint32(2, kFormatMinor);
+  w.Uint32(3, h.pid);
+  w.Uint32(4, h.ppid);
+  w.String(5, h.host);
+  w.String(6, h.exe);
+  for (int i = 0; i < h.argc; ++i) {
+    // repeated string: an empty argument still occupies a position
+    const char* arg = h.argv[i] != nullptr ? h.argv[i] : "";
+    w.Tag(7, WireWriter::kLengthDelimited);
+    size_t len = strlen(arg);
+    w.RawVarint(len);
+    w.RawBytes(arg, len);
+  }
+  w.String(8, h.agent_version);
+  w.Uint64(9, h.realtime_at_start_ns);
+  w.Uint64(10, h.monotonic_at_start_ns);
+  w.Enum(11, h.backend);
+  w.Bool(12, h.attached);
+  w.Uint32(13, h.stream_index);
+  w.Uint32(14, h.stack_depth);
+  w.Uint64(15, h.ring_bytes);
+  return frame.Close();
+}
+
+bool EncodeDeviceInfo(WireWriter& w, const DeviceInfoData& d) {
+  FrameScope frame(w, kDevice);
+  w.Int32(1, d.ordinal);
+  if (d.has_uuid) w.Bytes(2, d.uuid, sizeof(d.uuid));
+  w.Uint64(3, d.total_bytes);
+  w.String(4, d.name);
+  return frame.Close();
+}
+
+bool EncodeModuleMap(WireWriter& w, const ModuleData* modules, size_t count) {
+  FrameScope frame(w, kModuleMap);
+  for (size_t i = 0; i < count; ++i) {
+    const ModuleData& m = modules[i];
+    size_t module = w.BeginMessage(1);
+    w.String(1, m.path);
+    w.Bytes(2, m.build_id, m.build_id_size);
+    w.Uint64(3, m.load_address);
+    w.Uint64(4, m.size);
+    w.EndMessage(module);
+  }
+  return frame.Close();
+}
+
+bool EncodeStack(WireWriter& w, uint64_t id, const uint64_t* pcs, int count) {
+  FrameScope frame(w, kStacks);
+  size_t stack = w.BeginMessage(1);
+  w.Uint64(1, id);
+  w.PackedUint64(2, pcs, count > 0 ? static_cast<size_t>(count) : 0);
+  w.EndMessage(stack);
+  return frame.Close();
+}
+
+bool EncodeRecord(WireWriter& w, const EventRecord& r) {
+  switch (r.type) {
+    case RecordType::kAlloc: {
+      FrameScope frame(w, kAlloc);
+      CommonEventFields(w, r);
+      w.Uint64(7, r.address);
+      w.Uint64(8, r.size);
+      w.Int32(9, r.device);
+      w.Uint64(10, r.stream);
+      w.Uint64(11, r.pool);
+      w.Enum(12, static_cast<uint32_t>(r.kind));
+      w.Uint64(13, r.aux0);
+      w.Bool(14, (r.flags & kFlagInCapture) != 0);
+      return frame.Close();
+    }
+    case RecordType::kFree: {
+      FrameScope frame(w, kFree);
+      CommonEventFields(w, r);
+      w.Uint64(7, r.address);
+      w.Uint64(8, r.size);
+      w.Int32(9, r.device);
+      w.Uint64(10, r.stream);
+      w.Uint64(11, r.pool);
+      return frame.Close();
+    }
+    case RecordType::kMap: {
+      FrameScope frame(w, kMap);
+      CommonEventFields(w, r);
+      w.Enum(7, r.op);
+      w.Uint64(8, r.address);
+      w.Uint64(9, r.size);
+      w.Uint64(10, r.aux0);
+      w.Uint64(11, r.pool);
+      w.Int32(12, r.device);
+      w.Uint64(13, r.aux1);
+      return frame.Close();
+    }
+    case RecordType::kHandle: {
+      FrameScope frame(w, kHandle);
+      CommonEventFields(w, r);
+      w.Enum(7, r.op);
+      w.Uint64(8, r.pool);
+      w.Uint64(9, r.size);
+      w.Int32(10, r.device);
+      w.Uint32(11, static_cast<uint32_t>(r.aux1));
+      w.Uint64(12, r.address);
+      return frame.Close();
+    }
+    case RecordType::kFailed: {
+      FrameScope frame(w, kFailed);
+      CommonEventFields(w, r);
+      w.Uint64(7, r.size);
+      w.Int32(8, r.device);
+      w.Uint64(9, r.stream);
+      w.Uint64(10, r.pool);
+      w.Enum(11, static_cast<uint32_t>(r.kind));
+      bool has_mem_info = (r.flags & kFlagHasMemInfo) != 0;
+      w.Bool(12, has_mem_info);
+      if (has_mem_info) {
+        w.Uint64(13, r.aux0);
+        w.Uint64(14, r.aux1);
+      }
+      w.Bool(15, (r.flags & kFlagSubAllocator) != 0);
+      return frame.Close();
+    }
+    case RecordType::kMemInfo: {
+      FrameScope frame(w, kMemInfo);
+      w.Uint64(1, r.seq);
+      w.Uint64(2, r.time_ns);
+      w.Int32(3, r.device);
+      w.Uint64(4, r.aux0);
+      w.Uint64(5, r.aux1);
+      w.Uint64(6, r.pool);
+      w.Uint64(7, r.aux2);
+      w.Uint64(8, r.aux3);
+      return frame.Close();
+    }
+    case RecordType::kMark: {
+      FrameScope frame(w, kMark);
+      w.Uint64(1, r.seq);
+      w.Uint64(2, r.time_ns);
+      w.Uint32(3, r.tid);
+      size_t n = r.label_size <= EventRecord::kLabelCapacity ? r.label_size : 0;
+      w.Bytes(4, r.label, n);
+      return frame.Close();
+    }
+    case RecordType::kBlock: {
+      FrameScope frame(w, kBlock);
+      CommonEventFields(w, r);
+      w.Enum(7, r.op);
+      w.Uint64(8, r.address);
+      w.Uint64(9, r.size);
+      w.Int32(10, r.device);
+      w.Uint64(11, r.stream);
+      w.Uint64(12, r.aux2);
+      w.Uint64(13, r.pool);
+      return frame.Close();
+    }
+    case RecordType::kNone:
+      break;
+  }
+  return true;  // nothing to write
+}
+
+bool EncodeDrops(WireWriter& w, const DropsData& d) {
+  FrameScope frame(w, kDrops);
+  w.Uint64(1, d.seq);
+  w.Uint64(2, d.time_ns);
+  w.Uint64(3, d.dropped_events);
+  w.Uint64(4, d.total_dropped);
+  w.Enum(5, static_cast<uint32_t>(d.reason));
+  return frame.Close();
+}
+
+bool EncodeEnd(WireWriter& w, const EndData& e) {
+  FrameScope frame(w, kEnd);
+  w.Uint64(1, e.seq);
+  w.Uint64(2, e.time_ns);
+  w.Uint64(3, e.events_recorded);
+  w.Uint64(4, e.total_dropped);
+  w.Int32(5, e.exit_status);
+  return frame.Close();
+}
+
+SnapshotEncoder::SnapshotEncoder(WireWriter& w, uint64_t seq, uint64_t time_ns,
+                                 SnapshotReason reason, bool complete_history)
+    : w_(w), frame_(w, kSnapshot) {
+  w_.Uint64(1, seq);
+  w_.Uint64(2, time_ns);
+  w_.Enum(3, static_cast<uint32_t>(reason));
+  w_.Bool(9, complete_history);
+}
+
+void SnapshotEncoder::Add(const LiveEntry& e) {
+  switch (e.cls) {
+    case LiveClass::kAllocation: {
+      size_t m = w_.BeginMessage(4);
+      w_.Uint64(1, e.address);
+      w_.Uint64(2, e.size);
+      w_.Int32(3, e.device);
+      w_.Uint64(4, e.stream);
+      w_.Uint64(5, e.pool);
+      w_.Uint64(6, e.stack_id);
+      w_.Enum(7, static_cast<uint32_t>(e.api));
+      w_.Enum(8, static_cast<uint32_t>(e.kind));
+      w_.EndMessage(m);
+      break;
+    }
+    case LiveClass::kReservation: {
+      size_t m = w_.BeginMessage(5);
+      w_.Uint64(1, e.address);
+      w_.Uint64(2, e.size);
+      w_.Int32(3, e.device);
+      w_.Uint64(4, e.stack_id);
+      w_.EndMessage(m);
+      break;
+    }
+    case LiveClass::kHandle: {
+      size_t m = w_.BeginMessage(6);
+      w_.Uint64(1, e.address);
+      w_.Uint64(2, e.size);
+      w_.Int32(3, e.device);
+      w_.Bool(4, (e.flags & kLiveImported) != 0);
+      w_.Bool(5, e.refs <= 0);
+      w_.Uint64(6, e.stack_id);
+      w_.EndMessage(m);
+      break;
+    }
+    case LiveClass::kMapping: {
+      size_t m = w_.BeginMessage(7);
+      w_.Uint64(1, e.address);
+      w_.Uint64(2, e.size);
+      w_.Uint64(3, e.offset);
+      w_.Uint64(4, e.handle);
+      w_.EndMessage(m);
+      break;
+    }
+    case LiveClass::kBlock: {
+      size_t m = w_.BeginMessage(8);
+      w_.Uint64(1, e.address);
+      w_.Uint64(2, e.size);
+      w_.Int32(3, e.device);
+      w_.Uint64(4, e.stream);
+      w_.Uint64(5, e.pool);
+      w_.Uint64(6, e.stack_id);
+      w_.Bool(7, (e.flags & kLivePendingFree) != 0);
+      w_.Uint64(8, e.handle);
+      w_.EndMessage(m);
+      break;
+    }
+  }
+}
+
+}  // namespace fragscope::agent

@@ -1,0 +1,226 @@
+#include "hook_table.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "driver_api.h"
+
+// Wrapper addresses. Each wrapper is defined (with its real signature) in driver_hooks.cc,
+// failure_hooks.cc, proc_address_hooks.cc or runtime_hooks.cc under a hidden name and exported
+// under the CUDA name; only the address is needed here.
+#define FRAGSCOPE_DRIVER_HOOK(symbol, base, api, kind) \
+  extern "C" __attribute__((visibility("hidden"))) void fs_drv_##symbol();
+#include "driver_hook_list.inc"
+#undef FRAGSCOPE_DRIVER_HOOK
+#define FRAGSCOPE_RUNTIME_HOOK(symbol, api, kind) \
+  extern "C" void fs_rt12_##symbol();             \
+  extern "C" void fs_rt13_##symbol();             \
+  extern "C" void fs_rtU_##symbol();
+#include "runtime_hook_list.inc"
+#undef FRAGSCOPE_RUNTIME_HOOK
+
+namespace fragscope::agent {
+namespace {
+
+const DriverHook kDriverHooks[] = {
+#define FRAGSCOPE_DRIVER_HOOK(symbol, base, api, kind) \
+  {#symbol, #base, Api::k_##api, HookKind::kind, reinterpret_cast<void*>(&fs_drv_##symbol)},
+#include "driver_hook_list.inc"
+#undef FRAGSCOPE_DRIVER_HOOK
+};
+static_assert(sizeof(kDriverHooks) / sizeof(kDriverHooks[0]) == kDriverHookCount);
+
+const RuntimeHook kRuntimeHooks[] = {
+#define FRAGSCOPE_RUNTIME_HOOK(symbol, api, kind)                                           \
+  {#symbol,                                                                                 \
+   Api::k_##api,                                                                            \
+   HookKind::kind,                                                                          \
+   {reinterpret_cast<void*>(&fs_rt12_##symbol), reinterpret_cast<void*>(&fs_rt13_##symbol), \
+    reinterpret_cast<void*>(&fs_rtU_##symbol)}},
+#include "runtime_hook_list.inc"
+#undef FRAGSCOPE_RUNTIME_HOOK
+};
+static_assert(sizeof(kRuntimeHooks) / sizeof(kRuntimeHooks[0]) == kRuntimeHookCount);
+
+// From cudaTypedefs.h via scripts/gen-driver-symbols.py, sorted by (base, version, per_thread).
+struct VersionedSymbol {
+  const char* base;
+  int version;
+  int per_thread;
+  const char* symbol;
+};
+const VersionedSymbol kVersionedSymbols[] = {
+#define FRAGSCOPE_DRIVER_SYMBOL(base, version, per_thread, symbol) \
+  {base, version, per_thread, symbol},
+#include <fragscope/driver_symbols.inc>
+#undef FRAGSCOPE_DRIVER_SYMBOL
+};
+constexpr size_t kVersionedSymbolCount = sizeof(kVersionedSymbols) / sizeof(kVersionedSymbols[0]);
+
+std::atomic<void*> g_driver_real[kDriverHookCount];
+std::atomic<void*> g_runtime_real[kRuntimeHookCount][kRuntimeAbiCount];
+
+// Driver hook ids sorted by symbol, computed at compile time, for binary search.
+constexpr const char* kDriverSymbols[] = {
+#define FRAGSCOPE_DRIVER_HOOK(symbol, base, api, kind) #symbol,
+#include "driver_hook_list.inc"
+#undef FRAGSCOPE_DRIVER_HOOK
+};
+constexpr int ConstexprCompare(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return static_cast<unsigned char>(*a) - static_cast<unsigned char>(*b);
+}
+struct SortedIds {
+  uint16_t ids[kDriverHookCount];
+};
+constexpr SortedIds SortDriverSymbols() {
+  SortedIds sorted{};
+  for (size_t i = 0; i < kDriverHookCount; ++i) sorted.ids[i] = static_cast<uint16_t>(i);
+  for (size_t i = 1; i < kDriverHookCount; ++i) {
+    uint16_t v = sorted.ids[i];
+    size_t j = i;
+    while (j > 0 && ConstexprCompare(kDriverSymbols[sorted.ids[j - 1]], kDriverSymbols[v]) > 0) {
+      sorted.ids[j] = sorted.ids[j - 1];
+      --j;
+    }
+    sorted.ids[j] = v;
+  }
+  return sorted;
+}
+constexpr SortedIds kSortedDriverIds = SortDriverSymbols();
+
+bool BaseIsWrapped(const char* base) {
+  for (const DriverHook& h : kDriverHooks) {
+    if (strcmp(h.base, base) == 0) return true;
+  }
+  return false;
+}
+
+uintptr_t g_text_begin = 0;
+uintptr_t g_text_end = 0;
+
+}  // namespace
+
+const char* RuntimeAbiVersion(int abi) {
+  switch (abi) {
+    case kCudart12:
+      return "libcudart.so.12";
+    case kCudart13:
+      return "libcudart.so.13";
+    default:
+      return nullptr;
+  }
+}
+
+const DriverHook& GetDriverHook(DriverHookId id) { return kDriverHooks[static_cast<size_t>(id)]; }
+const RuntimeHook& GetRuntimeHook(RuntimeHookId id) {
+  return kRuntimeHooks[static_cast<size_t>(id)];
+}
+
+const DriverHook* FindDriverHookBySymbol(const char* symbol) {
+  if (symbol == nullptr || symbol[0] != 'c' || symbol[1] != 'u') return nullptr;
+  const SortedIds& sorted = kSortedDriverIds;
+  size_t lo = 0, hi = kDriverHookCount;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    int c = strcmp(kDriverHooks[sorted.ids[mid]].symbol, symbol);
+    if (c == 0) return &kDriverHooks[sorted.ids[mid]];
+    if (c < 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return nullptr;
+}
+
+const char* DriverSymbolForVersion(const char* base, int version, uint64_t flags) {
+  const bool per_thread = (flags & 2) != 0;
+  const VersionedSymbol* plain = nullptr;
+  const VersionedSymbol* threaded = nullptr;
+  for (size_t i = 0; i < kVersionedSymbolCount; ++i) {
+    const VersionedSymbol& v = kVersionedSymbols[i];
+    if (strcmp(v.base, base) != 0 || v.version > version) continue;
+    if (v.per_thread == 0) {
+      plain = &v;  // sorted by version: the last one seen is the newest
+    } else {
+      threaded = &v;
+    }
+  }
+  if (per_thread && threaded != nullptr) return threaded->symbol;
+  return plain != nullptr ? plain->symbol : nullptr;
+}
+
+const DriverHook* DriverHookForLookup(const char* base, int version, uint64_t flags, void* real) {
+  if (base == nullptr || !BaseIsWrapped(base)) return nullptr;
+  // The pointer itself says which ABI it is when it is one of libcuda's exports; this also
+  // covers a driver newer than the headers we were built with.
+  if (void* lib = LibcudaHandle(); lib != nullptr && real != nullptr) {
+    for (const DriverHook& h : kDriverHooks) {
+      if (strcmp(h.base, base) == 0 && RealDlsym()(lib, h.symbol) == real) return &h;
+    }
+  }
+  const char* symbol = DriverSymbolForVersion(base, version, flags);
+  return symbol != nullptr ? FindDriverHookBySymbol(symbol) : nullptr;
+}
+
+void SetDriverReal(DriverHookId id, void* real) {
+  if (real == nullptr || IsAgentWrapper(real)) return;
+  void* expected = nullptr;
+  g_driver_real[static_cast<size_t>(id)].compare_exchange_strong(expected, real);
+}
+
+void* DriverReal(DriverHookId id) {
+  std::atomic<void*>& slot = g_driver_real[static_cast<size_t>(id)];
+  void* real = slot.load(std::memory_order_acquire);
+  if (real != nullptr) return real;
+  const char* symbol = kDriverHooks[static_cast<size_t>(id)].symbol;
+  real = RealDlsym()(RTLD_NEXT, symbol);
+  if (real == nullptr || IsAgentWrapper(real)) {
+    void* lib = LibcudaHandle();
+    real = lib != nullptr ? RealDlsym()(lib, symbol) : nullptr;
+  }
+  SetDriverReal(id, real);
+  return slot.load(std::memory_order_acquire);
+}
+
+void* RuntimeReal(RuntimeHookId id, int abi) {
+  std::atomic<void*>& slot = g_runtime_real[static_cast<size_t>(id)][abi];
+  void* real = slot.load(std::memory_order_acquire);
+  if (real != nullptr) return real;
+  const char* symbol = kRuntimeHooks[static_cast<size_t>(id)].symbol;
+  const char* version = RuntimeAbiVersion(abi);
+  real = version != nullptr ? dlvsym(RTLD_NEXT, symbol, version) : RealDlsym()(RTLD_NEXT, symbol);
+  if (real == nullptr || IsAgentWrapper(real)) return nullptr;
+  slot.store(real, std::memory_order_release);
+  return real;
+}
+
+void SetAgentTextRange(uintptr_t begin, uintptr_t end) {
+  g_text_begin = begin;
+  g_text_end = end;
+}
+
+bool IsAgentWrapper(void* p) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (g_text_end != 0) return a >= g_text_begin && a < g_text_end;
+  for (const DriverHook& h : kDriverHooks) {
+    if (h.wrapper == p) return true;
+  }
+  return false;
+}
+
+void* WrapDriverLookup(const char* base, int version, uint64_t flags, void* real) {
+  if (real == nullptr || IsAgentWrapper(real)) return real;
+  const DriverHook* hook = DriverHookForLookup(base, version, flags, real);
+  if (hook == nullptr) return real;
+  SetDriverReal(static_cast<DriverHookId>(hook - kDriverHooks), real);
+  return hook->wrapper;
+}
+
+}  // namespace fragscope::agent

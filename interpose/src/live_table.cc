@@ -1,0 +1,128 @@
+#include "live_table.h"
+
+#include <sched.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <new>
+
+namespace fragscope::agent {
+
+LiveTable::~LiveTable() {
+  if (slots_mem_ != nullptr) munmap(slots_mem_, slots_ * sizeof(Slot));
+}
+
+bool LiveTable::Init(size_t slots) {
+  size_t n = 64;
+  while (n < slots) n *= 2;
+  void* mem = mmap(nullptr, n * sizeof(Slot), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) return false;
+  slots_mem_ = static_cast<Slot*>(mem);  // zero pages: every state is kEmpty
+  slots_ = n;
+  return true;
+}
+
+uint64_t LiveTable::Hash(LiveClass cls, uint64_t key) {
+  uint64_t h = key ^ (static_cast<uint64_t>(cls) * 0x9e3779b97f4a7c15ull);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h;
+}
+
+void LiveTable::CopyEntry(LiveEntry* dst, const LiveEntry* src) {
+  auto* d = reinterpret_cast<uint64_t*>(dst);
+  auto* s = reinterpret_cast<const uint64_t*>(src);
+  for (size_t i = 0; i < sizeof(LiveEntry) / 8; ++i) {
+    __atomic_store_n(&d[i], __atomic_load_n(&s[i], __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+  }
+}
+
+void LiveTable::YieldBriefly() { sched_yield(); }
+
+LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* claimed_state) const {
+  if (slots_mem_ == nullptr) return nullptr;
+  const size_t mask = slots_ - 1;
+  const uint64_t h = Hash(cls, key);
+  for (int probe = 0; probe < kMaxProbe; ++probe) {
+    Slot& slot = slots_mem_[(h + static_cast<uint64_t>(probe)) & mask];
+    for (int spin = 0;; ++spin) {
+      uint64_t state = slot.state.load(std::memory_order_acquire);
+      uint64_t kind = state & 3;
+      if (kind == kEmpty) return nullptr;  // end of the probe chain
+      if (kind == kTombstone) break;
+      if (kind == kBusy) {  // being written; look again once it settles
+        if (spin > 50) YieldBriefly();
+        continue;
+      }
+      if (slot.entry.cls != cls || slot.entry.address != key) break;
+      if (slot.state.compare_exchange_weak(state, Next(state, kBusy), std::memory_order_acquire)) {
+        *claimed_state = Next(state, kBusy);
+        return &slot;
+      }
+    }
+  }
+  return nullptr;
+}
+
+bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
+  uint64_t state;
+  if (Slot* existing = ClaimLive(entry.cls, entry.address, &state)) {
+    CopyEntry(&existing->entry, &entry);
+    if (index != nullptr) *index = static_cast<size_t>(existing - slots_mem_);
+    existing->state.store(Next(state, kLive), std::memory_order_release);
+    return true;
+  }
+  if (slots_mem_ == nullptr) return false;
+  const size_t mask = slots_ - 1;
+  const uint64_t h = Hash(entry.cls, entry.address);
+  for (int probe = 0; probe < kMaxProbe; ++probe) {
+    Slot& slot = slots_mem_[(h + static_cast<uint64_t>(probe)) & mask];
+    uint64_t s = slot.state.load(std::memory_order_acquire);
+    while ((s & 3) == kEmpty || (s & 3) == kTombstone) {
+      if (slot.state.compare_exchange_weak(s, Next(s, kBusy), std::memory_order_acquire)) {
+        CopyEntry(&slot.entry, &entry);
+        if (index != nullptr) *index = static_cast<size_t>(&slot - slots_mem_);
+        slot.state.store(Next(Next(s, kBusy), kLive), std::memory_order_release);
+        live_.fetch_add(1, std::memory_order_relaxed);
+        return true;
+      }
+    }
+  }
+  overflows_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+bool LiveTable::Erase(LiveClass cls, uint64_t key, LiveEntry* out) {
+  uint64_t state;
+  Slot* slot = ClaimLive(cls, key, &state);
+  if (slot == nullptr) return false;
+  if (out != nullptr) CopyEntry(out, &slot->entry);
+  slot->state.store(Next(state, kTombstone), std::memory_order_release);
+  live_.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool LiveTable::Find(LiveClass cls, uint64_t key, LiveEntry* out) const {
+  uint64_t state;
+  Slot* slot = ClaimLive(cls, key, &state);
+  if (slot == nullptr) return false;
+  CopyEntry(out, &slot->entry);
+  slot->state.store(Next(state, kLive), std::memory_order_release);
+  return true;
+}
+
+void LiveTable::Clear() {
+  if (slots_mem_ == nullptr) return;
+  // Fresh anonymous pages instead of touching every slot.
+  void* mem = mmap(slots_mem_, slots_ * sizeof(Slot), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (mem == MAP_FAILED) {
+    for (size_t i = 0; i < slots_; ++i) slots_mem_[i].state.store(kEmpty);
+  }
+  live_.store(0, std::memory_order_relaxed);
+  overflows_.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace fragscope::agent

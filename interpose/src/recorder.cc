@@ -1,0 +1,225 @@
+#include "recorder.h"
+
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "drain.h"
+#include "driver_api.h"
+#include "stack_capture.h"
+
+namespace fragscope::agent {
+namespace {
+
+// initial-exec: no __tls_get_addr (which may allocate) on the hot path. Small, so it fits the
+// static TLS surplus even when the agent is loaded late.
+thread_local constinit ThreadState t_thread __attribute__((tls_model("initial-exec"))) = {};
+
+// The stack of the current event, interned.
+void StampStack(EventRecord& r) {
+  AgentState& a = Agent();
+  const int depth = a.config.stack_depth;
+  if (depth <= 0) return;
+  uint64_t pcs[StackTable::kMaxDepth];
+  int n = CaptureStack(pcs, depth);
+  r.stack_id = a.stacks.Intern(pcs, n, &r.stack_slot);
+}
+
+void EnsureDeviceInfo(int32_t device) {
+  if (device < 0 || device >= kMaxDevices) return;
+  DeviceSlot& slot = Agent().devices[device];
+  int state = slot.state.load(std::memory_order_acquire);
+  if (state != 0 || !slot.state.compare_exchange_strong(state, 1)) return;
+  const DriverCalls& d = Driver();
+  slot.ordinal = device;
+  CUdevice dev = device;  // CUdevice is the ordinal
+  CUuuid uuid;
+  slot.has_uuid = d.device_get_uuid != nullptr && d.device_get_uuid(&uuid, dev) == CUDA_SUCCESS;
+  if (slot.has_uuid) memcpy(slot.uuid, uuid.bytes, sizeof(slot.uuid));
+  size_t total = 0;
+  slot.total_bytes =
+      d.device_total_mem != nullptr && d.device_total_mem(&total, dev) == CUDA_SUCCESS ? total : 0;
+  slot.name[0] = '\0';
+  if (d.device_get_name != nullptr &&
+      d.device_get_name(slot.name, sizeof(slot.name) - 1, dev) != CUDA_SUCCESS) {
+    slot.name[0] = '\0';
+  }
+  slot.name[sizeof(slot.name) - 1] = '\0';
+  slot.state.store(2, std::memory_order_release);
+}
+
+bool ReadMemInfo(uint64_t* free_bytes, uint64_t* total_bytes) {
+  const DriverCalls& d = Driver();
+  size_t f = 0, t = 0;
+  if (d.mem_get_info == nullptr || d.mem_get_info(&f, &t) != CUDA_SUCCESS) return false;
+  *free_bytes = f;
+  *total_bytes = t;
+  return true;
+}
+
+}  // namespace
+
+ThreadState& CurrentThread() { return t_thread; }
+
+uint32_t CurrentTid() {
+  if (t_thread.tid == 0) t_thread.tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  return t_thread.tid;
+}
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t NextSeq() { return Agent().seq.fetch_add(1, std::memory_order_acq_rel) + 1; }
+
+int32_t CurrentDevice() {
+  const DriverCalls& d = Driver();
+  CUdevice dev = -1;
+  if (d.ctx_get_device == nullptr || d.ctx_get_device(&dev) != CUDA_SUCCESS) return -1;
+  return dev;
+}
+
+EventRecord NewRecord(RecordType type, Api api) {
+  EventRecord r;
+  memset(&r, 0, sizeof(r));
+  r.type = type;
+  r.api = api;
+  r.device = -1;
+  StampStack(r);
+  return r;
+}
+
+void Submit(EventRecord& r) {
+  r.time_ns = NowNs();
+  r.tid = CurrentTid();
+  EnsureDeviceInfo(r.device);
+  PushRecord(r);
+}
+
+uint64_t InsertLive(LiveEntry entry) {
+  AgentState& a = Agent();
+  entry.seq = kSeqPending;
+  size_t index = 0;
+  bool inserted = a.live.Insert(entry, &index);
+  uint64_t seq = NextSeq();
+  if (inserted) a.live.SetSeq(index, seq);
+  return seq;
+}
+
+void RecordAlloc(const AllocInfo& info) {
+  EventRecord r = NewRecord(RecordType::kAlloc, info.api);
+  r.device = info.device >= 0 ? info.device : CurrentDevice();
+  r.address = info.address;
+  r.size = info.size;
+  r.kind = info.kind;
+  r.stream = info.stream;
+  r.pool = info.pool;
+  r.aux0 = info.pitch;
+  if (info.in_capture) r.flags |= kFlagInCapture;
+  LiveEntry e{};
+  e.cls = LiveClass::kAllocation;
+  e.api = info.api;
+  e.kind = info.kind;
+  e.device = r.device;
+  e.address = info.address;
+  e.size = info.size;
+  e.stream = info.stream;
+  e.pool = info.pool;
+  e.stack_id = r.stack_id;
+  r.seq = InsertLive(e);
+  Submit(r);
+  MaybeSampleMemInfo(r.device);
+}
+
+void RecordFailure(const FailureInfo& info) {
+  EventRecord r = NewRecord(RecordType::kFailed, info.api);
+  r.result = info.result;
+  r.device = info.device >= 0 ? info.device : CurrentDevice();
+  r.size = info.size;
+  r.stream = info.stream;
+  r.pool = info.pool;
+  r.kind = info.kind;
+  if (info.from_sub_allocator) r.flags |= kFlagSubAllocator;
+  uint64_t free_bytes = 0, total_bytes = 0;
+  if (ReadMemInfo(&free_bytes, &total_bytes)) {
+    r.flags |= kFlagHasMemInfo;
+    r.aux0 = free_bytes;
+    r.aux1 = total_bytes;
+  }
+  r.seq = NextSeq();
+  Submit(r);
+  FlushSoon();
+}
+
+PendingRelease::PendingRelease(LiveClass cls, uint64_t key) : cls_(cls), key_(key) {
+  known_ = Agent().live.Erase(cls, key, &entry_);
+  if (!known_) {
+    memset(&entry_, 0, sizeof(entry_));
+    entry_.device = -1;
+  }
+  seq_ = NextSeq();
+}
+
+void PendingRelease::Restore() {
+  if (known_) Agent().live.Insert(entry_);
+}
+
+void PendingRelease::EndFree(Api api, int32_t result, uint64_t stream) {
+  if (result != 0) Restore();
+  EventRecord r = NewRecord(RecordType::kFree, api);
+  r.seq = seq_;
+  r.result = result;
+  r.address = key_;
+  r.size = entry_.size;
+  r.device = known_ ? entry_.device : CurrentDevice();
+  r.stream = stream;
+  r.pool = entry_.pool;
+  Submit(r);
+  if (result == 0) MaybeSampleMemInfo(r.device);
+}
+
+void MaybeSampleMemInfo(int32_t device) {
+  if (device < 0 || device >= kMaxDevices) return;
+  AgentState& a = Agent();
+  DeviceSlot& slot = a.devices[device];
+  uint64_t now = NowNs();
+  uint64_t last = slot.last_sample_ns.load(std::memory_order_relaxed);
+  if (last != 0 && now - last < a.config.meminfo_interval_ns) return;
+  if (!slot.last_sample_ns.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+  // cuMemGetInfo answers for the current context's device, which is the one just used.
+  EventRecord r;
+  memset(&r, 0, sizeof(r));
+  r.type = RecordType::kMemInfo;
+  r.device = device;
+  if (!ReadMemInfo(&r.aux0, &r.aux1)) return;
+  r.seq = a.seq.load(std::memory_order_acquire);
+  Submit(r);
+}
+
+void SamplePool(int32_t device, uint64_t pool) {
+  const DriverCalls& d = Driver();
+  if (pool == 0 || d.mem_pool_get_attribute == nullptr) return;
+  EventRecord r;
+  memset(&r, 0, sizeof(r));
+  r.type = RecordType::kMemInfo;
+  r.device = device;
+  r.pool = pool;
+  auto handle = reinterpret_cast<CUmemoryPool>(pool);
+  cuuint64_t reserved = 0, used = 0;
+  if (d.mem_pool_get_attribute(handle, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) !=
+          CUDA_SUCCESS ||
+      d.mem_pool_get_attribute(handle, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS) {
+    return;
+  }
+  r.aux2 = reserved;
+  r.aux3 = used;
+  ReadMemInfo(&r.aux0, &r.aux1);
+  r.seq = Agent().seq.load(std::memory_order_acquire);
+  Submit(r);
+}
+
+}  // namespace fragscope::agent

@@ -1,0 +1,161 @@
+// What a hook does around the real call: the per-thread nesting depth and re-entrancy guard,
+// errno preservation, sequence numbers, live-table bookkeeping and pushing one record.
+//
+// Nesting: a runtime call may reach the driver through our own wrapped pointer (cudaMalloc ->
+// cuMemAlloc_v2). Only the outermost hook on a thread records; inner hooks report their result
+// to it, so the event is named after the outermost API and carries the driver's result.
+//
+// Hot path: no locks, no heap, no system calls (clock_gettime is vDSO); the first event of a
+// thread reads its id and stack bounds once. Thread safety: everything is per thread or atomic.
+#ifndef FRAGSCOPE_INTERPOSE_RECORDER_H_
+#define FRAGSCOPE_INTERPOSE_RECORDER_H_
+
+#include <errno.h>
+
+#include <cstdint>
+
+#include "agent.h"
+#include "api.h"
+#include "event_record.h"
+#include "live_table.h"
+
+namespace fragscope::agent {
+
+struct ThreadState {
+  int depth;             // hooks active on this thread
+  int guard;             // > 0: agent code is running; hooks pass straight through
+  bool inner_seen;       // an inner tracked driver call returned during the outer hook
+  int32_t inner_result;  // its result
+  uint32_t tid;          // cached gettid(), 0 until read
+};
+
+ThreadState& CurrentThread();
+uint32_t CurrentTid();
+
+// Makes hooks on this thread pass through while agent code runs (e.g. on the drain thread).
+class AgentCodeScope {
+ public:
+  AgentCodeScope() { ++CurrentThread().guard; }
+  ~AgentCodeScope() { --CurrentThread().guard; }
+  AgentCodeScope(const AgentCodeScope&) = delete;
+  AgentCodeScope& operator=(const AgentCodeScope&) = delete;
+};
+
+// One per hook invocation, on the stack.
+class HookCall {
+ public:
+  HookCall() : thread_(CurrentThread()), saved_errno_(errno) {
+    outermost_ = thread_.depth == 0;
+    if (outermost_) {
+      thread_.inner_seen = false;
+      thread_.inner_result = 0;
+    }
+    ++thread_.depth;
+    record_ = outermost_ && thread_.guard == 0 && AgentRecording();
+  }
+  ~HookCall() {
+    --thread_.depth;
+    errno = saved_errno_;
+  }
+  HookCall(const HookCall&) = delete;
+  HookCall& operator=(const HookCall&) = delete;
+
+  // Whether this call records an event (outermost, agent active).
+  bool record() const { return record_; }
+
+  // Call right after the real function returns: keeps the errno it left (restored when the
+  // hook returns) and passes a driver result to an enclosing runtime hook. `report` false for
+  // results the outer call should not see (a failure-only function that succeeded).
+  void Returned(int result, bool report = true) {
+    saved_errno_ = errno;
+    if (!outermost_ && report) {
+      thread_.inner_seen = true;
+      thread_.inner_result = result;
+    }
+  }
+
+  // The result an event reports: the failing driver call's when this (runtime) call failed
+  // after one, else `own`.
+  int32_t Reported(int32_t own) const {
+    if (own != 0 && thread_.inner_seen && thread_.inner_result != 0) return thread_.inner_result;
+    return own;
+  }
+
+ private:
+  ThreadState& thread_;
+  int saved_errno_;
+  bool outermost_;
+  bool record_;
+};
+
+uint64_t NowNs();         // CLOCK_MONOTONIC
+uint64_t NextSeq();       // the next global sequence number (starts at 1)
+int32_t CurrentDevice();  // cuCtxGetDevice, -1 without a context
+
+// An allocation that succeeded: inserts into the live table, stamps seq, pushes AllocEvent.
+struct AllocInfo {
+  Api api;
+  uint64_t address;
+  uint64_t size;
+  MemoryKind kind = MemoryKind::kDevice;
+  int32_t device = -1;  // -1: ask the driver
+  uint64_t stream = 0;
+  uint64_t pool = 0;
+  uint64_t pitch = 0;
+  bool in_capture = false;
+};
+void RecordAlloc(const AllocInfo& info);
+
+// Any failed acquire (FailedAlloc), with device free/total sampled now. Gives the drain thread
+// up to ~50 ms to ship it before the failure returns to the program.
+struct FailureInfo {
+  Api api;
+  int32_t result;
+  uint64_t size = 0;
+  int32_t device = -1;  // -1: ask the driver
+  uint64_t stream = 0;
+  uint64_t pool = 0;
+  MemoryKind kind = MemoryKind::kUnspecified;
+  bool from_sub_allocator = false;
+};
+void RecordFailure(const FailureInfo& info);
+
+// A release: Begin before the real call (erases the live entry, takes seq), End after it
+// (restores the entry if the call failed, pushes the event).
+class PendingRelease {
+ public:
+  PendingRelease(LiveClass cls, uint64_t key);
+  bool known() const { return known_; }
+  const LiveEntry& entry() const { return entry_; }
+  uint64_t seq() const { return seq_; }
+  // FreeEvent for allocations.
+  void EndFree(Api api, int32_t result, uint64_t stream);
+  // Puts the entry back (the real call failed).
+  void Restore();
+
+ private:
+  LiveClass cls_;
+  uint64_t key_;
+  bool known_;
+  LiveEntry entry_;
+  uint64_t seq_;
+};
+
+// Fills time, tid and (when stacks are on) the interned stack, then pushes. `record.seq` must
+// be set. Also records DeviceInfo the first time a device is seen.
+void Submit(EventRecord& record);
+// A record with type/api set and everything else zero.
+EventRecord NewRecord(RecordType type, Api api);
+
+// After a successful tracked call: a rate-limited MemInfo sample of `device` (driver calls).
+void MaybeSampleMemInfo(int32_t device);
+// MemInfo for `pool` (reserved/used), not rate-limited (trims are rare).
+void SamplePool(int32_t device, uint64_t pool);
+
+// Inserts a live entry whose seq is stamped right after (see live_table.h for why), returning
+// the seq. `entry.seq` is ignored.
+uint64_t InsertLive(LiveEntry entry);
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_INTERPOSE_RECORDER_H_

@@ -1,0 +1,82 @@
+#include "stack_capture.h"
+
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+
+extern "C" void* __libc_stack_end;  // glibc: top of the main thread's stack
+
+namespace fragscope::agent {
+namespace {
+
+std::atomic<uintptr_t> g_skip_begin{0};
+std::atomic<uintptr_t> g_skip_end{0};
+
+// 0: unknown, 1: known (t_stack_high valid), 2: unavailable (stacks off on this thread).
+thread_local constinit int t_bounds_state __attribute__((tls_model("initial-exec"))) = 0;
+thread_local constinit uintptr_t t_stack_high __attribute__((tls_model("initial-exec"))) = 0;
+
+bool LoadBounds() {
+  if (t_bounds_state != 0) return t_bounds_state == 1;
+  if (static_cast<pid_t>(syscall(SYS_gettid)) == getpid()) {
+    // The main thread: pthread_getattr_np would parse /proc/self/maps; the loader knows the top.
+    t_stack_high = reinterpret_cast<uintptr_t>(__libc_stack_end);
+    t_bounds_state = t_stack_high != 0 ? 1 : 2;
+    return t_bounds_state == 1;
+  }
+  pthread_attr_t attr;
+  t_bounds_state = 2;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void* addr = nullptr;
+    size_t size = 0;
+    if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr != nullptr) {
+      t_stack_high = reinterpret_cast<uintptr_t>(addr) + size;
+      t_bounds_state = 1;
+    }
+    pthread_attr_destroy(&attr);
+  }
+  return t_bounds_state == 1;
+}
+
+}  // namespace
+
+void SetSkippedRange(uintptr_t begin, uintptr_t end) {
+  g_skip_begin.store(begin, std::memory_order_relaxed);
+  g_skip_end.store(end, std::memory_order_relaxed);
+}
+
+void ResetThreadStackBounds() { t_bounds_state = 0; }
+
+// noinline: its own frame is the first one walked, and always skipped.
+__attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames) {
+  if (max_frames <= 0 || !LoadBounds()) return 0;
+  const uintptr_t skip_begin = g_skip_begin.load(std::memory_order_relaxed);
+  const uintptr_t skip_end = g_skip_end.load(std::memory_order_relaxed);
+  const uintptr_t high = t_stack_high;
+  uintptr_t fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  int count = 0;
+  bool skipping = true;
+  // A frame record is {saved fp, return address} on x86-64 and aarch64 alike. Each step must
+  // move up the stack and stay below its top; anything else means a frame without a frame
+  // pointer, and the walk ends.
+  for (int steps = 0; steps < 256 && count < max_frames; ++steps) {
+    if ((fp & (sizeof(uintptr_t) - 1)) != 0 || fp + 2 * sizeof(uintptr_t) > high) break;
+    const uintptr_t* record = reinterpret_cast<const uintptr_t*>(fp);
+    uintptr_t next = record[0];
+    uintptr_t pc = record[1];
+    if (pc == 0) break;
+    if (skipping && pc >= skip_begin && pc < skip_end) {
+      // still inside the agent
+    } else {
+      skipping = false;
+      pcs[count++] = pc;
+    }
+    if (next <= fp) break;
+    fp = next;
+  }
+  return count;
+}
+
+}  // namespace fragscope::agent

@@ -1,0 +1,75 @@
+// Interning of call stacks: a fixed-size open-addressing table keyed by a 64-bit hash of the
+// return addresses, so each distinct stack is shipped once per stream. Hooks insert without
+// locks or allocation; the drain thread reads frames back and remembers what it has sent.
+//
+// Thread safety: Intern from any thread concurrently; Frames/MarkSent/IsSent/ResetSent from the
+// single drain thread; ResetAfterFork only in a single-threaded child. Memory: one mmap at Init.
+#ifndef FRAGSCOPE_INTERPOSE_STACK_TABLE_H_
+#define FRAGSCOPE_INTERPOSE_STACK_TABLE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace fragscope::agent {
+
+// FNV-1a-like mix of the pcs; never 0 (0 means "no stack").
+uint64_t HashStack(const uint64_t* pcs, int count);
+
+class StackTable {
+ public:
+  static constexpr int kMaxDepth = 64;
+  // How far Intern probes before giving up (the stack is then reported as "no stack").
+  static constexpr int kMaxProbe = 64;
+
+  StackTable() = default;
+  StackTable(const StackTable&) = delete;
+  StackTable& operator=(const StackTable&) = delete;
+  ~StackTable();
+
+  // `slots` is rounded up to a power of two; `max_depth` in 1..kMaxDepth.
+  bool Init(size_t slots, int max_depth);
+
+  // Returns the stack's id (its hash) and sets *slot to where its frames live; returns 0 when
+  // `count` is 0 or the table is too full. `count` is clamped to max_depth.
+  uint64_t Intern(const uint64_t* pcs, int count, uint32_t* slot);
+
+  // Copies the frames of `id` stored at `slot` into pcs (max_depth entries). Waits (bounded,
+  // ~100 ms) for a producer still writing them. Returns the frame count, or -1 if `slot` does
+  // not hold `id`.
+  int Frames(uint32_t slot, uint64_t id, uint64_t* pcs) const;
+
+  bool IsSent(uint32_t slot) const { return SlotAt(slot)->sent != 0; }
+  void MarkSent(uint32_t slot) { SlotAt(slot)->sent = 1; }
+  // Makes every stack unsent (a new stream starts).
+  void ResetSent();
+  // In a forked child: slots a parent thread was writing are emptied; all become unsent.
+  void ResetAfterFork();
+
+  size_t slots() const { return slots_; }
+  int max_depth() const { return max_depth_; }
+  uint64_t overflows() const { return overflows_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Slot {
+    std::atomic<uint64_t> id;     // 0 = empty
+    std::atomic<uint32_t> ready;  // frames fully written
+    uint16_t count;
+    uint8_t sent;  // drain thread only
+    uint8_t pad;
+    uint64_t pcs[1];  // max_depth_ entries follow
+  };
+  Slot* SlotAt(size_t i) const {
+    return reinterpret_cast<Slot*>(reinterpret_cast<char*>(memory_) + i * slot_bytes_);
+  }
+
+  void* memory_ = nullptr;
+  size_t slots_ = 0;
+  size_t slot_bytes_ = 0;
+  int max_depth_ = 0;
+  std::atomic<uint64_t> overflows_{0};
+};
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_INTERPOSE_STACK_TABLE_H_

@@ -1,0 +1,103 @@
+#include "transport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace fragscope::agent {
+namespace {
+
+// A collector that stops reading must not stall the program forever: a blocked send gives up
+// after this long and the output counts as disconnected.
+constexpr int kSendTimeoutSeconds = 2;
+
+}  // namespace
+
+void Output::Fail(const char* what, const char* path, int error) {
+  failed_ = true;
+  if (warned_) return;
+  warned_ = true;
+  char line[512];
+  int n = snprintf(line, sizeof(line),
+                   "fragscope: cannot %s %.300s: %s; the program continues, events are counted "
+                   "as dropped\n",
+                   what, path != nullptr ? path : "(output)", strerror(error));
+  if (n > 0) {
+    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
+    (void)ignored;
+  }
+}
+
+bool Output::Open(const char* file_path, const char* socket_path) {
+  failed_ = false;
+  if (socket_path != nullptr && socket_path[0] != '\0') {
+    is_socket_ = true;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (strlen(socket_path) >= sizeof(addr.sun_path)) {
+      Fail("connect to", socket_path, ENAMETOOLONG);
+      return false;
+    }
+    strcpy(addr.sun_path, socket_path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      Fail("connect to", socket_path, errno);
+      return false;
+    }
+    timeval timeout{kSendTimeoutSeconds, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    int rc;
+    do {
+      rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      int error = errno;
+      close(fd);
+      Fail("connect to", socket_path, error);
+      return false;
+    }
+    fd_ = fd;
+    return true;
+  }
+  is_socket_ = false;
+  int fd;
+  do {
+    fd = open(file_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    Fail("write trace file", file_path, errno);
+    return false;
+  }
+  fd_ = fd;
+  return true;
+}
+
+bool Output::Write(const void* data, size_t size) {
+  if (fd_ < 0 || failed_) return false;
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = is_socket_ ? send(fd_, p, size, MSG_NOSIGNAL) : write(fd_, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Fail(is_socket_ ? "send to collector" : "write trace file", nullptr, errno);
+      return false;
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void Output::Close() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  failed_ = false;
+}
+
+}  // namespace fragscope::agent

@@ -1,0 +1,49 @@
+// Where the stream goes: a trace file (FRAGSCOPE_OUTPUT) or a collector's Unix stream socket
+// (FRAGSCOPE_SOCKET). Both get exactly the same bytes. A failure never reaches the program:
+// the first one prints one warning on stderr, and from then on writes are refused so the caller
+// counts what it could not ship.
+//
+// Thread safety: none; used by whichever thread holds the drain lock.
+#ifndef FRAGSCOPE_INTERPOSE_TRANSPORT_H_
+#define FRAGSCOPE_INTERPOSE_TRANSPORT_H_
+
+#include <cstddef>
+
+#include "api.h"
+
+namespace fragscope::agent {
+
+class Output {
+ public:
+  Output() = default;
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+
+  // Opens `socket_path` if non-empty, else creates/truncates `file_path`. The file descriptor is
+  // close-on-exec. False (after one warning) if neither works.
+  bool Open(const char* file_path, const char* socket_path);
+  // Writes all of `data`; false once the output has failed (then it stays failed).
+  bool Write(const void* data, size_t size);
+  // Closes the descriptor (used by a forked child: closing its copy leaves the parent's file
+  // or connection open).
+  void Close();
+  bool is_open() const { return fd_ >= 0 && !failed_; }
+  bool failed() const { return failed_; }
+  bool is_file() const { return !is_socket_; }
+  // Why writes stopped (kDisconnected for a socket, kWriteFailed for a file).
+  DropReason failure_reason() const {
+    return is_socket_ ? DropReason::kDisconnected : DropReason::kWriteFailed;
+  }
+
+ private:
+  void Fail(const char* what, const char* path, int error);
+
+  int fd_ = -1;
+  bool is_socket_ = false;
+  bool failed_ = false;
+  bool warned_ = false;
+};
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_INTERPOSE_TRANSPORT_H_

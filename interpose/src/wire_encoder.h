@@ -1,0 +1,144 @@
+// A tiny protobuf wire-format writer that never allocates: it writes into a caller-owned buffer
+// and records overflow instead of growing. Only what fragscope.proto needs: varints (uint32/64,
+// int32, bool, enum), length-delimited bytes/strings, packed repeated varints and nested
+// messages. Fields holding their proto3 default (0, false, empty) are omitted, as libprotobuf
+// does; a nested message is always written, since an empty one still marks presence (oneof).
+//
+// Thread safety: none; one writer per thread. Units: bytes.
+#ifndef FRAGSCOPE_INTERPOSE_WIRE_ENCODER_H_
+#define FRAGSCOPE_INTERPOSE_WIRE_ENCODER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace fragscope::agent {
+
+// Number of bytes `value` takes as a base-128 varint (1..10).
+constexpr size_t VarintSize(uint64_t value) {
+  size_t n = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+class WireWriter {
+ public:
+  // Nested lengths are reserved as 5 bytes (enough for 2^35) and compacted when the message ends.
+  static constexpr size_t kLengthReserve = 5;
+
+  WireWriter(uint8_t* buffer, size_t capacity) : buf_(buffer), cap_(capacity) {}
+
+  // Field types, as the wire format numbers them.
+  static constexpr uint32_t kVarint = 0;
+  static constexpr uint32_t kLengthDelimited = 2;
+
+  void Uint64(uint32_t field, uint64_t value) {
+    if (value == 0) return;
+    Tag(field, kVarint);
+    RawVarint(value);
+  }
+  void Uint32(uint32_t field, uint32_t value) { Uint64(field, value); }
+  void Enum(uint32_t field, uint32_t value) { Uint64(field, value); }
+  void Bool(uint32_t field, bool value) { Uint64(field, value ? 1 : 0); }
+  // int32 is sign-extended to 64 bits on the wire: -1 takes 10 bytes.
+  void Int32(uint32_t field, int32_t value) {
+    Uint64(field, static_cast<uint64_t>(static_cast<int64_t>(value)));
+  }
+  void Bytes(uint32_t field, const void* data, size_t size) {
+    if (size == 0) return;
+    Tag(field, kLengthDelimited);
+    RawVarint(size);
+    RawBytes(data, size);
+  }
+  void String(uint32_t field, const char* str) {
+    if (str != nullptr) Bytes(field, str, strlen(str));
+  }
+  // `repeated uint64` in packed form (the proto3 default).
+  void PackedUint64(uint32_t field, const uint64_t* values, size_t count) {
+    if (count == 0) return;
+    size_t payload = 0;
+    for (size_t i = 0; i < count; ++i) payload += VarintSize(values[i]);
+    Tag(field, kLengthDelimited);
+    RawVarint(payload);
+    for (size_t i = 0; i < count; ++i) RawVarint(values[i]);
+  }
+
+  // Starts a nested message in `field`; pass the result to EndMessage. Nests freely.
+  size_t BeginMessage(uint32_t field) {
+    Tag(field, kLengthDelimited);
+    return BeginLengthPrefixed();
+  }
+  // Starts a length-prefixed region with no tag (the stream's frame framing).
+  size_t BeginLengthPrefixed() {
+    size_t start = pos_;
+    Reserve(kLengthReserve);
+    return start;
+  }
+  void EndMessage(size_t start) {
+    if (overflow_) return;
+    size_t body = start + kLengthReserve;
+    size_t length = pos_ - body;
+    size_t n = VarintSize(length);
+    WriteVarintAt(start, length);
+    memmove(buf_ + start + n, buf_ + body, length);
+    pos_ -= kLengthReserve - n;
+  }
+
+  bool ok() const { return !overflow_; }
+  size_t size() const { return pos_; }
+  const uint8_t* data() const { return buf_; }
+  // Forgets everything written (keeps the buffer).
+  void Clear() {
+    pos_ = 0;
+    overflow_ = false;
+  }
+  // Drops everything written after `mark` (a size() taken earlier) and clears overflow, so a
+  // caller can back out of a frame that did not fit.
+  void Truncate(size_t mark) {
+    pos_ = mark;
+    overflow_ = false;
+  }
+
+  void Tag(uint32_t field, uint32_t wire_type) { RawVarint((uint64_t{field} << 3) | wire_type); }
+  void RawVarint(uint64_t value) {
+    if (!Reserve(VarintSize(value))) return;
+    pos_ -= VarintSize(value);
+    pos_ += WriteVarintAt(pos_, value);
+  }
+  void RawBytes(const void* data, size_t size) {
+    if (!Reserve(size)) return;
+    memcpy(buf_ + pos_ - size, data, size);
+  }
+
+ private:
+  // Claims `n` bytes at the end; false (and overflow) when they do not fit.
+  bool Reserve(size_t n) {
+    if (overflow_ || cap_ - pos_ < n) {
+      overflow_ = true;
+      return false;
+    }
+    pos_ += n;
+    return true;
+  }
+  size_t WriteVarintAt(size_t at, uint64_t value) {
+    size_t n = 0;
+    while (value >= 0x80) {
+      buf_[at + n++] = static_cast<uint8_t>(value | 0x80);
+      value >>= 7;
+    }
+    buf_[at + n++] = static_cast<uint8_t>(value);
+    return n;
+  }
+
+  uint8_t* buf_;
+  size_t cap_;
+  size_t pos_ = 0;
+  bool overflow_ = false;
+};
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_INTERPOSE_WIRE_ENCODER_H_
