@@ -1,0 +1,142 @@
+// Gate decisions on hand-built summaries: each limit passes at the boundary and fails past it,
+// opaque memory never passes silently, and an empty trace fails.
+#include "gate_check.h"
+
+#include "gtest/gtest.h"
+
+namespace fragscope::cli {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// One device: 1 GiB reserved, 400 MiB cached whose largest free range is 100 MiB
+// -> fragmentation 1 - 100/400 = 0.75, stranded 300 MiB. Peak point equals the end point.
+ModelSummary OneDevice() {
+  ModelSummary s;
+  DeviceSummary d;
+  d.ordinal = 0;
+  d.reserved_bytes = 1024 * kMiB;
+  d.cached_bytes = 400 * kMiB;
+  d.largest_free_range_bytes = 100 * kMiB;
+  d.max_fragmentation = Measured<double>::Known(0.75);
+  TimelinePoint small{10, 0, 200 * kMiB, 100 * kMiB, 100 * kMiB, 100 * kMiB, 0.0};
+  TimelinePoint peak{20, 0, 1024 * kMiB, 624 * kMiB, 400 * kMiB, 100 * kMiB, 0.75};
+  d.timeline = {small, peak};
+  s.devices.push_back(d);
+  return s;
+}
+
+int Failures(const std::vector<GateCheck>& checks) {
+  int n = 0;
+  for (const auto& c : checks) n += c.passed ? 0 : 1;
+  return n;
+}
+
+TEST(GateCheck, FragmentationLimitAtPeak) {
+  GateLimits limits;
+  limits.max_fragmentation = 0.75;
+  EXPECT_EQ(Failures(EvaluateGate(OneDevice(), limits)), 0) << "0.75 is within a 0.75 limit";
+  limits.max_fragmentation = 0.7;
+  auto checks = EvaluateGate(OneDevice(), limits);
+  ASSERT_EQ(Failures(checks), 1);
+  const std::string& reason = checks[0].reason;
+  EXPECT_NE(reason.find("device 0 fragmentation 0.750 > limit 0.700 at peak (seq 20)"),
+            std::string::npos)
+      << reason;
+}
+
+TEST(GateCheck, FragmentationIgnoredBelowMinCached) {
+  GateLimits limits;
+  limits.max_fragmentation = 0.1;
+  limits.min_cached_bytes = 401 * kMiB;  // cached is 400 MiB: ratio is not judged
+  EXPECT_EQ(Failures(EvaluateGate(OneDevice(), limits)), 0);
+  limits.min_cached_bytes = 400 * kMiB;
+  EXPECT_EQ(Failures(EvaluateGate(OneDevice(), limits)), 1);
+}
+
+TEST(GateCheck, StrandedAndReservedLimits) {
+  GateLimits limits;
+  limits.max_stranded_bytes = 300 * kMiB;
+  limits.max_reserved_bytes = 1024 * kMiB;
+  EXPECT_EQ(Failures(EvaluateGate(OneDevice(), limits)), 0);
+  limits.max_stranded_bytes = 300 * kMiB - 1;
+  limits.max_reserved_bytes = 1024 * kMiB - 1;
+  auto checks = EvaluateGate(OneDevice(), limits);
+  EXPECT_EQ(Failures(checks), 2);
+}
+
+TEST(GateCheck, AtEndUsesFinalFiguresAndAllCoversEveryPoint) {
+  ModelSummary s = OneDevice();
+  s.devices[0].cached_bytes = 0;  // everything released by the end
+  s.devices[0].largest_free_range_bytes = 0;
+  GateLimits limits;
+  limits.max_fragmentation = 0.5;
+  limits.at = GateMoment::kEnd;
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0);
+  limits.at = GateMoment::kAll;
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 1) << "the peak point still fails under --at all";
+}
+
+TEST(GateCheck, OpaqueFailsUnlessAllowed) {
+  ModelSummary s = OneDevice();
+  s.devices[0].opaque_segments = 2;
+  s.devices[0].opaque_bytes = 512 * kMiB;
+  GateLimits limits;
+  limits.max_reserved_bytes = 4096 * kMiB;
+  auto checks = EvaluateGate(s, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_NE(checks[0].reason.find("opaque"), std::string::npos);
+  EXPECT_NE(checks[0].reason.find("--allow-opaque"), std::string::npos);
+  limits.allow_opaque = true;
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0);
+}
+
+TEST(GateCheck, OomMomentsUseFiguresAtTheFailure) {
+  ModelSummary s = OneDevice();
+  OomPostMortem oom;
+  oom.failure.device = 0;
+  oom.failure.seq = 99;
+  oom.figures.reserved_bytes = 2048 * kMiB;
+  oom.figures.cached_bytes = 1000 * kMiB;
+  oom.figures.largest_free_range_bytes = 40 * kMiB;  // 0.96
+  s.ooms.push_back(oom);
+  GateLimits limits;
+  limits.max_fragmentation = 0.9;
+  limits.at = GateMoment::kOom;
+  auto checks = EvaluateGate(s, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_NE(checks[0].reason.find("at OOM (seq 99)"), std::string::npos) << checks[0].reason;
+}
+
+TEST(GateCheck, BaselineIncrease) {
+  GateLimits limits;
+  limits.max_increase = 0.05;
+  limits.baseline_max_fragmentation[0] = 0.72;
+  EXPECT_EQ(Failures(EvaluateGate(OneDevice(), limits)), 0) << "0.75 - 0.72 = 0.03 <= 0.05";
+  limits.baseline_max_fragmentation[0] = 0.6;
+  auto checks = EvaluateGate(OneDevice(), limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_NE(checks[0].reason.find("rose by 0.150"), std::string::npos) << checks[0].reason;
+  ModelSummary unknown = OneDevice();
+  unknown.devices[0].max_fragmentation = Measured<double>::Unknown("opaque segments");
+  EXPECT_EQ(Failures(EvaluateGate(unknown, limits)), 1) << "unknown never passes";
+}
+
+TEST(GateCheck, EmptyTraceFails) {
+  GateLimits limits;
+  limits.max_fragmentation = 0.5;
+  auto checks = EvaluateGate(ModelSummary{}, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_NE(checks[0].reason.find("nothing was measured"), std::string::npos);
+}
+
+TEST(GateCheck, JunitXmlEscapesAndCountsFailures) {
+  std::vector<GateCheck> checks = {{"a <ok>", true, ""}, {"b", false, "x > y & \"z\""}};
+  std::string xml = GateJunitXml(checks, "t.fst");
+  EXPECT_NE(xml.find("tests=\"2\" failures=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("name=\"a &lt;ok&gt;\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("message=\"x &gt; y &amp; &quot;z&quot;\""), std::string::npos) << xml;
+}
+
+}  // namespace
+}  // namespace fragscope::cli

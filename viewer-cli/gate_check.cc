@@ -1,0 +1,185 @@
+#include "gate_check.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+
+namespace fragscope::cli {
+
+namespace {
+
+// The figures a gate looks at, at one moment of one device.
+struct Moment {
+  std::string when;  // "at peak (seq 812)", "at end", "at OOM (seq 900)"
+  uint64_t reserved = 0;
+  uint64_t cached = 0;
+  uint64_t largest_free = 0;
+  uint64_t opaque_segments = 0;
+  uint64_t opaque_bytes = 0;
+};
+
+std::string Bytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%d B", b) : absl::StrFormat("%.2f %s", v, units[u]);
+}
+
+std::vector<Moment> MomentsOf(const DeviceSummary& d, const ModelSummary& s, GateMoment at) {
+  std::vector<Moment> out;
+  auto end = [&] {
+    out.push_back(Moment{"at end", d.reserved_bytes, d.cached_bytes, d.largest_free_range_bytes,
+                         d.opaque_segments, d.opaque_bytes});
+  };
+  auto peak = [&] {
+    // The timeline point at the peak of reserved memory; the summary keeps the exact peak seq,
+    // and the timeline always keeps that point's figures.
+    const TimelinePoint* best = nullptr;
+    for (const TimelinePoint& p : d.timeline) {
+      if (best == nullptr || p.reserved_bytes > best->reserved_bytes) best = &p;
+    }
+    if (best == nullptr) {
+      end();
+      return;
+    }
+    out.push_back(Moment{absl::StrFormat("at peak (seq %d)", best->seq), best->reserved_bytes,
+                         best->cached_bytes, best->largest_free_range_bytes, d.opaque_segments,
+                         d.opaque_bytes});
+  };
+  auto ooms = [&] {
+    for (const OomPostMortem& o : s.ooms) {
+      if (o.failure.device != d.ordinal) continue;
+      out.push_back(Moment{absl::StrFormat("at OOM (seq %d)", o.failure.seq),
+                           o.figures.reserved_bytes, o.figures.cached_bytes,
+                           o.figures.largest_free_range_bytes, o.figures.opaque_segments,
+                           o.figures.opaque_bytes});
+    }
+  };
+  switch (at) {
+    case GateMoment::kPeak:
+      peak();
+      break;
+    case GateMoment::kEnd:
+      end();
+      break;
+    case GateMoment::kOom:
+      ooms();
+      break;
+    case GateMoment::kAll:
+      for (const TimelinePoint& p : d.timeline) {
+        out.push_back(Moment{absl::StrFormat("at seq %d", p.seq), p.reserved_bytes, p.cached_bytes,
+                             p.largest_free_range_bytes, d.opaque_segments, d.opaque_bytes});
+      }
+      end();
+      ooms();
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimits& limits) {
+  std::vector<GateCheck> checks;
+  if (summary.devices.empty()) {
+    checks.push_back(GateCheck{"device memory measured", false,
+                               "no device memory events in the trace: nothing was measured, so "
+                               "nothing can pass"});
+    return checks;
+  }
+  for (const DeviceSummary& d : summary.devices) {
+    std::string dev = absl::StrFormat("device %d", d.ordinal);
+    for (const Moment& m : MomentsOf(d, summary, limits.at)) {
+      if (m.opaque_segments > 0 && !limits.allow_opaque) {
+        checks.push_back(GateCheck{
+            absl::StrFormat("%s visibility %s", dev, m.when), false,
+            absl::StrFormat("%s: %d opaque segment(s) (%s) %s are carved by an allocator "
+                            "fragscope cannot see, so fragmentation is unknown; make them "
+                            "visible (PyTorch adapter) or pass --allow-opaque",
+                            dev, m.opaque_segments, Bytes(m.opaque_bytes), m.when)});
+      }
+      if (limits.max_reserved_bytes) {
+        GateCheck c{absl::StrFormat("%s reserved %s", dev, m.when), true, ""};
+        if (m.reserved > *limits.max_reserved_bytes) {
+          c.passed = false;
+          c.reason = absl::StrFormat("%s reserved %s > limit %s %s", dev, Bytes(m.reserved),
+                                     Bytes(*limits.max_reserved_bytes), m.when);
+        }
+        checks.push_back(c);
+      }
+      if (limits.max_stranded_bytes) {
+        uint64_t stranded = m.cached - std::min(m.cached, m.largest_free);
+        GateCheck c{absl::StrFormat("%s stranded %s", dev, m.when), true, ""};
+        if (stranded > *limits.max_stranded_bytes) {
+          c.passed = false;
+          c.reason =
+              absl::StrFormat("%s stranded %s > limit %s %s (cached %s, largest free range %s)",
+                              dev, Bytes(stranded), Bytes(*limits.max_stranded_bytes), m.when,
+                              Bytes(m.cached), Bytes(m.largest_free));
+        }
+        checks.push_back(c);
+      }
+      if (limits.max_fragmentation && m.cached >= limits.min_cached_bytes && m.cached > 0) {
+        double frag = 1.0 - static_cast<double>(m.largest_free) / static_cast<double>(m.cached);
+        GateCheck c{absl::StrFormat("%s fragmentation %s", dev, m.when), true, ""};
+        if (frag > *limits.max_fragmentation) {
+          c.passed = false;
+          c.reason = absl::StrFormat(
+              "%s fragmentation %.3f > limit %.3f %s (cached %s, largest free range %s)", dev, frag,
+              *limits.max_fragmentation, m.when, Bytes(m.cached), Bytes(m.largest_free));
+        }
+        checks.push_back(c);
+      }
+    }
+    if (limits.max_increase) {
+      auto base = limits.baseline_max_fragmentation.find(d.ordinal);
+      GateCheck c{absl::StrFormat("%s max fragmentation vs baseline", dev), true, ""};
+      if (base == limits.baseline_max_fragmentation.end()) {
+        c.reason = "";  // a device the baseline did not have: nothing to compare
+      } else if (!d.max_fragmentation.known()) {
+        c.passed = false;
+        c.reason = absl::StrFormat("%s max fragmentation is unknown (%s); baseline was %.3f", dev,
+                                   d.max_fragmentation.unknown_reason, base->second);
+      } else if (*d.max_fragmentation.value - base->second > *limits.max_increase) {
+        c.passed = false;
+        c.reason = absl::StrFormat(
+            "%s max fragmentation %.3f rose by %.3f over baseline %.3f (limit +%.3f)", dev,
+            *d.max_fragmentation.value, *d.max_fragmentation.value - base->second, base->second,
+            *limits.max_increase);
+      }
+      checks.push_back(c);
+    }
+  }
+  return checks;
+}
+
+std::string GateJunitXml(const std::vector<GateCheck>& checks, const std::string& trace) {
+  auto esc = [](const std::string& s) {
+    return absl::StrReplaceAll(
+        s, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&quot;"}, {"'", "&apos;"}});
+  };
+  int failures = 0;
+  for (const GateCheck& c : checks) failures += c.passed ? 0 : 1;
+  std::string xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  xml += absl::StrFormat(
+      "<testsuites><testsuite name=\"fragscope gate\" tests=\"%d\" failures=\"%d\">\n",
+      checks.size(), failures);
+  for (const GateCheck& c : checks) {
+    xml += absl::StrFormat("  <testcase classname=\"fragscope.gate\" name=\"%s\" file=\"%s\"",
+                           esc(c.name), esc(trace));
+    if (c.passed) {
+      xml += "/>\n";
+    } else {
+      xml += absl::StrFormat(">\n    <failure message=\"%s\"/>\n  </testcase>\n", esc(c.reason));
+    }
+  }
+  xml += "</testsuite></testsuites>\n";
+  return xml;
+}
+
+}  // namespace fragscope::cli

@@ -1,0 +1,47 @@
+// The CI gate's decision, separated from the command line so it can be tested directly:
+// given a summary and limits, which checks pass and which fail, each with a one-line reason.
+#ifndef FRAGSCOPE_VIEWER_CLI_GATE_CHECK_H_
+#define FRAGSCOPE_VIEWER_CLI_GATE_CHECK_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fragscope/model/model_summary.h"
+
+namespace fragscope::cli {
+
+enum class GateMoment { kPeak, kEnd, kOom, kAll };
+
+struct GateLimits {
+  std::optional<double> max_fragmentation;  // 0..1
+  std::optional<uint64_t> max_stranded_bytes;
+  std::optional<uint64_t> max_reserved_bytes;
+  // A fragmentation limit applies only where cached memory is at least this much: on a nearly
+  // empty cache the ratio is noise.
+  uint64_t min_cached_bytes = uint64_t{64} << 20;
+  GateMoment at = GateMoment::kPeak;
+  bool allow_opaque = false;
+  // Baseline comparison: per device max_fragmentation from an earlier JSON report.
+  std::map<int, double> baseline_max_fragmentation;
+  std::optional<double> max_increase;  // absolute (0.05 = five percentage points)
+};
+
+struct GateCheck {
+  std::string name;  // "device 0 fragmentation at peak (seq 812)"
+  bool passed = true;
+  std::string reason;  // one line, set when !passed
+};
+
+// Every check the limits ask for, over every device and moment. A summary with no device
+// memory at all yields one failed check: nothing measured must not pass as "fine".
+std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimits& limits);
+
+// The JUnit XML CI systems read: one testcase per check.
+std::string GateJunitXml(const std::vector<GateCheck>& checks, const std::string& trace);
+
+}  // namespace fragscope::cli
+
+#endif  // FRAGSCOPE_VIEWER_CLI_GATE_CHECK_H_

@@ -1,0 +1,169 @@
+// fragscope gate TRACE [limits...]: exits 1 with a one-line reason when a limit is exceeded.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "arg_reader.h"
+#include "commands.h"
+#include "exit_codes.h"
+#include "gate_check.h"
+#include "trace_loading.h"
+
+namespace fragscope::cli {
+
+namespace {
+constexpr char kUsage[] =
+    "usage: fragscope gate TRACE [--max-fragmentation F] [--max-stranded BYTES]\n"
+    "                            [--max-reserved BYTES] [--min-cached BYTES]\n"
+    "                            [--at peak|end|oom|all] [--baseline OLD.json --max-increase D]\n"
+    "                            [--allow-opaque] [--junit OUT.xml]\n"
+    "  F and D are fractions (0.25 = 25 %); BYTES take K/M/G suffixes (powers of 1024).\n"
+    "  --at peak (default): the moment of peak reserved memory on each device; all: every\n"
+    "  sample, the end and every OOM. Opaque segments fail the gate unless --allow-opaque.\n"
+    "  Baseline: a `fragscope report --format json` file; D bounds the rise of each device's\n"
+    "  max fragmentation. Exit: 0 pass, 1 fail, 2 usage, 3 bad input.\n";
+
+bool ParseFraction(const std::string& s, double* out) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !(v >= 0.0 && v <= 1.0)) return false;
+  *out = v;
+  return true;
+}
+
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "fragscope gate: %s\n%s", message.c_str(), kUsage);
+  return kExitUsage;
+}
+
+}  // namespace
+
+int GateCommand(const std::vector<std::string>& args) {
+  std::string max_frag, max_stranded, max_reserved, min_cached, at = "peak", baseline, max_increase,
+                                                                junit;
+  bool allow_opaque = false, help = false;
+  ArgReader reader("gate", args);
+  reader.Option("max-fragmentation", "", &max_frag);
+  reader.Option("max-stranded", "", &max_stranded);
+  reader.Option("max-reserved", "", &max_reserved);
+  reader.Option("min-cached", "", &min_cached);
+  reader.Option("at", "", &at);
+  reader.Option("baseline", "", &baseline);
+  reader.Option("max-increase", "", &max_increase);
+  reader.Option("junit", "", &junit);
+  reader.Flag("allow-opaque", &allow_opaque);
+  reader.Flag("help", &help);
+  if (!reader.Parse()) return Usage(reader.error());
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (reader.positionals().size() != 1) return Usage("expected exactly one TRACE");
+
+  GateLimits limits;
+  limits.allow_opaque = allow_opaque;
+  double f = 0;
+  if (!max_frag.empty()) {
+    if (!ParseFraction(max_frag, &f))
+      return Usage("--max-fragmentation '" + max_frag + "' must be a fraction between 0 and 1");
+    limits.max_fragmentation = f;
+  }
+  for (auto [text, dest, flag] :
+       {std::tuple{&max_stranded, &limits.max_stranded_bytes, "--max-stranded"},
+        std::tuple{&max_reserved, &limits.max_reserved_bytes, "--max-reserved"}}) {
+    if (text->empty()) continue;
+    auto b = ArgReader::ParseBytes(*text);
+    if (!b) return Usage(std::string(flag) + " '" + *text + "' is not a byte count (e.g. 512M)");
+    *dest = *b;
+  }
+  if (!min_cached.empty()) {
+    auto b = ArgReader::ParseBytes(min_cached);
+    if (!b) return Usage("--min-cached '" + min_cached + "' is not a byte count (e.g. 64M)");
+    limits.min_cached_bytes = *b;
+  }
+  if (at == "peak") {
+    limits.at = GateMoment::kPeak;
+  } else if (at == "end") {
+    limits.at = GateMoment::kEnd;
+  } else if (at == "oom") {
+    limits.at = GateMoment::kOom;
+  } else if (at == "all") {
+    limits.at = GateMoment::kAll;
+  } else {
+    return Usage("--at '" + at + "' must be peak, end, oom or all");
+  }
+  if (baseline.empty() != max_increase.empty()) {
+    return Usage("--baseline and --max-increase go together");
+  }
+  if (!max_increase.empty()) {
+    if (!ParseFraction(max_increase, &f)) {
+      return Usage("--max-increase '" + max_increase + "' must be a fraction between 0 and 1");
+    }
+    limits.max_increase = f;
+    std::ifstream in(baseline);
+    if (!in) {
+      std::fprintf(stderr, "fragscope gate: %s: cannot read baseline\n", baseline.c_str());
+      return kExitBadInput;
+    }
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("devices") || !j["devices"].is_array()) {
+      std::fprintf(stderr,
+                   "fragscope gate: %s: not a fragscope JSON report (expected an object with "
+                   "devices[]; make one with `fragscope report TRACE --format json`)\n",
+                   baseline.c_str());
+      return kExitBadInput;
+    }
+    for (const auto& d : j["devices"]) {
+      if (!d.is_object() || !d.contains("device") || !d["device"].is_number_integer()) continue;
+      if (d.contains("max_fragmentation") && d["max_fragmentation"].is_number()) {
+        limits.baseline_max_fragmentation[d["device"].get<int>()] =
+            d["max_fragmentation"].get<double>();
+      }
+    }
+  }
+  if (!limits.max_fragmentation && !limits.max_stranded_bytes && !limits.max_reserved_bytes &&
+      !limits.max_increase) {
+    return Usage("give at least one limit");
+  }
+
+  const std::string& path = reader.positionals()[0];
+  ModelOptions options;
+  auto loaded = LoadTrace(path, options);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "fragscope gate: %s\n", std::string(loaded.status().message()).c_str());
+    return kExitBadInput;
+  }
+  if (!loaded->damage.empty()) {
+    // A cut trace could hide the very moment that fails; judging it would be a guess.
+    std::fprintf(stderr, "fragscope gate: %s; refusing to judge a damaged trace\n",
+                 loaded->damage.c_str());
+    return kExitBadInput;
+  }
+  std::vector<GateCheck> checks = EvaluateGate(loaded->summary, limits);
+  if (!junit.empty()) {
+    std::ofstream out(junit, std::ios::trunc);
+    out << GateJunitXml(checks, path);
+    if (!out) {
+      std::fprintf(stderr, "fragscope gate: %s: cannot write JUnit XML\n", junit.c_str());
+      return kExitBadInput;
+    }
+  }
+  int failed = 0;
+  const GateCheck* first = nullptr;
+  for (const GateCheck& c : checks) {
+    if (!c.passed) {
+      ++failed;
+      if (first == nullptr) first = &c;
+    }
+  }
+  if (first != nullptr) {
+    std::fprintf(stderr, "fragscope gate: FAILED: %s", first->reason.c_str());
+    if (failed > 1) std::fprintf(stderr, " (and %d more failed checks)", failed - 1);
+    std::fprintf(stderr, "\n");
+    return kExitGateFailed;
+  }
+  std::fprintf(stderr, "fragscope gate: passed (%zu checks)\n", checks.size());
+  return kExitOk;
+}
+
+}  // namespace fragscope::cli

@@ -1,0 +1,45 @@
+// fragscope: the command people run. See README.md "Using fragscope" and `fragscope help`.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "exit_codes.h"
+
+namespace {
+constexpr char kUsage[] =
+    "usage: fragscope COMMAND [ARGS...]\n"
+    "commands:\n"
+    "  run [opts] -- CMD ARGS...   run CMD with the agent preloaded; report when it exits\n"
+    "  report TRACE                summary, segment metrics and OOM post-mortems of a trace\n"
+    "  gate TRACE [limits]         fail (exit 1) when fragmentation/stranded/reserved exceed "
+    "limits\n"
+    "  import SNAPSHOT.pickle -o TRACE   convert a PyTorch memory snapshot\n"
+    "  help                        this text; `fragscope COMMAND --help` for a command's options\n"
+    "exit codes: 0 ok, 1 gate failed, 2 usage error, 3 bad or unreadable input; `run` passes\n"
+    "the program's own exit status through.\n";
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return fragscope::cli::kExitUsage;
+  }
+  std::string command = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "run") return fragscope::cli::RunCommand(args);
+  if (command == "report") return fragscope::cli::ReportCommand(args);
+  if (command == "import") return fragscope::cli::ImportCommand(args);
+  if (command == "gate") return fragscope::cli::GateCommand(args);
+  if (command == "help" || command == "--help" || command == "-h") {
+    std::fputs(kUsage, stdout);
+    return fragscope::cli::kExitOk;
+  }
+  if (command == "--version") {
+    std::printf("fragscope %s\n", FRAGSCOPE_VERSION);
+    return fragscope::cli::kExitOk;
+  }
+  std::fprintf(stderr, "fragscope: unknown command '%s'\n%s", command.c_str(), kUsage);
+  return fragscope::cli::kExitUsage;
+}

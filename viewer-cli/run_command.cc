@@ -1,0 +1,246 @@
+// fragscope run [options] -- CMD ARGS...
+//
+// Starts an embedded collector on a private socket, runs CMD with the agent preloaded and
+// pointed at it, and prints the report (with any OOM post-mortem) when CMD exits. CMD's exit
+// status is passed through (128+N when a signal N killed it), so `fragscope run` can replace
+// the command in a job script unchanged.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "arg_reader.h"
+#include "commands.h"
+#include "embedded_collector.h"
+#include "exit_codes.h"
+#include "report_output.h"
+
+namespace fragscope::cli {
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: fragscope run [options] -- CMD [ARGS...]\n"
+    "  -o, --output TRACE     keep the trace (other processes of the run: TRACE.<pid>)\n"
+    "  --format text|json     report format (default text)\n"
+    "  --report FILE          write the report to FILE instead of stderr ('-' = stdout)\n"
+    "  --quiet                no report\n"
+    "  --stack-depth N        frames per stack (default 32, 0 = off)\n"
+    "  --ring-mb N            agent ring buffer size in MiB\n"
+    "  --agent PATH           libfragscope.so to preload (default: next to this command)\n"
+    "  --linger-ms N          wait this long for processes that outlive CMD (default 2000)\n";
+
+volatile sig_atomic_t g_child_pid = 0;
+
+void ForwardSignal(int sig) {
+  if (g_child_pid > 0) kill(static_cast<pid_t>(g_child_pid), sig);
+}
+
+// libfragscope.so next to the installed or built command: <prefix>/bin/fragscope ->
+// <prefix>/lib/libfragscope.so.
+std::string DefaultAgentPath() {
+  if (const char* env = getenv("FRAGSCOPE_AGENT"); env != nullptr && env[0] != '\0') return env;
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "libfragscope.so";
+  self[n] = '\0';
+  std::string dir(self);
+  dir = dir.substr(0, dir.rfind('/'));
+  std::string prefix = dir.substr(0, dir.rfind('/'));
+  for (const char* rel : {"/lib/libfragscope.so", "/lib64/libfragscope.so",
+                          "/lib/x86_64-linux-gnu/libfragscope.so"}) {
+    std::string candidate = prefix + rel;
+    if (access(candidate.c_str(), R_OK) == 0) return candidate;
+  }
+  return prefix + "/lib/libfragscope.so";
+}
+
+bool ParseInt(const std::string& s, long lo, long hi, long* out) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& args) {
+  std::string trace_path, format_name = "text", report_path, stack_depth, ring_mb, agent,
+                          linger = "2000";
+  bool quiet = false, help = false;
+  ArgReader reader("run", args);
+  reader.Option("output", "o", &trace_path);
+  reader.Option("format", "f", &format_name);
+  reader.Option("report", "", &report_path);
+  reader.Option("stack-depth", "", &stack_depth);
+  reader.Option("ring-mb", "", &ring_mb);
+  reader.Option("agent", "", &agent);
+  reader.Option("linger-ms", "", &linger);
+  reader.Flag("quiet", &quiet);
+  reader.Flag("help", &help);
+  if (!reader.Parse()) {
+    std::fprintf(stderr, "%s\n%s", reader.error().c_str(), kUsage);
+    return kExitUsage;
+  }
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  ReportFormat format;
+  if (!ParseReportFormat(format_name, &format)) {
+    std::fprintf(stderr, "fragscope run: unknown --format '%s' (text or json)\n%s",
+                 format_name.c_str(), kUsage);
+    return kExitUsage;
+  }
+  if (!reader.positionals().empty() || reader.after_dashdash().empty()) {
+    std::fprintf(stderr, "fragscope run: put the command after '--'\n%s", kUsage);
+    return kExitUsage;
+  }
+  long value = 0, linger_ms = 2000;
+  if (!stack_depth.empty() && !ParseInt(stack_depth, 0, 256, &value)) {
+    std::fprintf(stderr, "fragscope run: --stack-depth '%s' must be 0..256\n", stack_depth.c_str());
+    return kExitUsage;
+  }
+  if (!ring_mb.empty() && !ParseInt(ring_mb, 1, 4096, &value)) {
+    std::fprintf(stderr, "fragscope run: --ring-mb '%s' must be 1..4096\n", ring_mb.c_str());
+    return kExitUsage;
+  }
+  if (!ParseInt(linger, 0, 600000, &linger_ms)) {
+    std::fprintf(stderr, "fragscope run: --linger-ms '%s' must be 0..600000\n", linger.c_str());
+    return kExitUsage;
+  }
+  if (agent.empty()) agent = DefaultAgentPath();
+  if (access(agent.c_str(), R_OK) != 0) {
+    std::fprintf(stderr,
+                 "fragscope run: agent library %s not found; build it (scripts/setup) or pass "
+                 "--agent PATH / FRAGSCOPE_AGENT\n",
+                 agent.c_str());
+    return kExitBadInput;
+  }
+  if (agent[0] != '/') {
+    char* abs = realpath(agent.c_str(), nullptr);
+    if (abs != nullptr) {
+      agent = abs;
+      free(abs);
+    }
+  }
+
+  ModelOptions options;
+  if (const char* conf = getenv("PYTORCH_CUDA_ALLOC_CONF")) {
+    options.expandable_segments = std::strstr(conf, "expandable_segments:True") != nullptr;
+  }
+  auto collector = EmbeddedCollector::Start(options, trace_path);
+  if (!collector.ok()) {
+    std::fprintf(stderr, "fragscope run: %s\n", std::string(collector.status().message()).c_str());
+    return kExitBadInput;
+  }
+
+  std::vector<std::string> cmd = reader.after_dashdash();
+  pid_t child = fork();
+  if (child < 0) {
+    std::perror("fragscope run: fork");
+    return kExitBadInput;
+  }
+  if (child == 0) {
+    std::string preload = agent;
+    if (const char* old = getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') {
+      preload += std::string(":") + old;
+    }
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    setenv("FRAGSCOPE_SOCKET", (*collector)->socket_path().c_str(), 1);
+    unsetenv("FRAGSCOPE_OUTPUT");  // the socket is this run's only output
+    unsetenv("FRAGSCOPE_DORMANT");
+    if (!stack_depth.empty()) setenv("FRAGSCOPE_STACK_DEPTH", stack_depth.c_str(), 1);
+    if (!ring_mb.empty()) setenv("FRAGSCOPE_RING_MB", ring_mb.c_str(), 1);
+    std::vector<char*> argv;
+    for (std::string& a : cmd) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "fragscope run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  (*collector)->set_root_pid(child);
+  g_child_pid = child;
+  // Ctrl-C reaches the whole process group; we stay to print the report. TERM/HUP are passed
+  // on to the program, which decides.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN);
+  struct sigaction sa {};
+  sa.sa_handler = ForwardSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child_pid = 0;
+  int exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1);
+
+  std::vector<CollectedStream> streams = (*collector)->Finish(static_cast<int>(linger_ms));
+  if (streams.empty()) {
+    std::fprintf(stderr,
+                 "fragscope run: no agent connected, nothing was measured: '%s' did not load "
+                 "%s (a statically linked or setuid program ignores LD_PRELOAD)\n",
+                 cmd[0].c_str(), agent.c_str());
+    return exit_code;
+  }
+  // The program's own stream first, then any other process, in connection order.
+  std::stable_partition(streams.begin(), streams.end(), [&](const CollectedStream& s) {
+    return s.session->hello() && static_cast<pid_t>(s.session->hello()->pid()) == child;
+  });
+  std::ofstream report_file;
+  std::ostream* out = &std::cerr;
+  if (report_path == "-") {
+    out = &std::cout;
+  } else if (!report_path.empty()) {
+    report_file.open(report_path, std::ios::trunc);
+    if (!report_file) {
+      std::fprintf(stderr, "fragscope run: cannot write report %s: %s\n", report_path.c_str(),
+                   std::strerror(errno));
+    } else {
+      out = &report_file;
+    }
+  }
+  for (const CollectedStream& s : streams) {
+    if (!s.outcome.trace_error.empty()) {
+      std::fprintf(stderr, "fragscope run: trace copy failed: %s\n", s.outcome.trace_error.c_str());
+    }
+    if (s.outcome.result != FrameReader::Result::kEnd || !s.outcome.saw_end_frame) {
+      std::fprintf(stderr,
+                   "fragscope run: warning: the stream of pid %d ended early (%s); the report "
+                   "covers what arrived\n",
+                   static_cast<int>(s.peer_pid),
+                   s.outcome.error.empty() ? "process ended without closing its stream"
+                                           : s.outcome.error.c_str());
+    }
+    if (quiet) continue;
+    if (streams.size() > 1 && format == ReportFormat::kText) {
+      *out << absl::StrFormat("==== process %d ====\n", static_cast<int>(s.peer_pid));
+    }
+    WriteReport(s.session->model().Summarize(), format, *out);
+  }
+  if (!trace_path.empty()) {
+    for (const CollectedStream& s : streams) {
+      if (!s.session->trace_path().empty()) {
+        std::fprintf(stderr, "fragscope run: trace written to %s\n",
+                     s.session->trace_path().c_str());
+      }
+    }
+  }
+  return exit_code;
+}
+
+}  // namespace fragscope::cli

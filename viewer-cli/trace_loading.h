@@ -1,0 +1,31 @@
+// Loads a saved trace (fragscope .fst, or a PyTorch snapshot .pickle) into a ProcessModel, the
+// same way a live stream is applied.
+#ifndef FRAGSCOPE_VIEWER_CLI_TRACE_LOADING_H_
+#define FRAGSCOPE_VIEWER_CLI_TRACE_LOADING_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "fragscope/model/model_options.h"
+#include "fragscope/model/model_summary.h"
+
+namespace fragscope::cli {
+
+struct LoadedTrace {
+  ModelSummary summary;
+  // Set when the input was damaged but a partial result was read (truncated trace): the
+  // message says where; callers warn and exit 3 after printing what they have.
+  std::string damage;
+};
+
+// Errors (unreadable, not a trace, newer format, malformed pickle) come back as a status whose
+// message names the file and what to do.
+absl::StatusOr<LoadedTrace> LoadTrace(const std::string& path, const ModelOptions& options);
+
+// True when `path` looks like a PyTorch snapshot (by content, not by name).
+bool LooksLikePickle(const std::string& path);
+
+}  // namespace fragscope::cli
+
+#endif  // FRAGSCOPE_VIEWER_CLI_TRACE_LOADING_H_
