@@ -299,7 +299,14 @@ void ProcessModel::Impl::MapInto(uint64_t address, uint64_t size, uint64_t offse
     h = handles_.emplace(handle, ph).first;
     DepositHandle(h->second, +1);
   }
+  // Copied out: Reserve below may erase a stale segment and with it handles (rehashing).
   const int handle_device = h->second.device;
+  Mapping mapping;
+  mapping.size = size;
+  mapping.handle = handle;
+  mapping.offset = offset;
+  mapping.handle_size = h->second.size;
+  mapping.imported = h->second.imported;
   Segment* s = SegmentContaining(address);
   if (s == nullptr || s->kind() != SegmentKind::kVmmReservation) {
     // The reservation predates the agent: the mapping is the smallest reservation it proves.
@@ -308,8 +315,8 @@ void ProcessModel::Impl::MapInto(uint64_t address, uint64_t size, uint64_t offse
     s = &segments_.at(address);
   }
   Change(*s, [&](Segment& seg) {
-    if (seg.device() < 0) seg.set_device(handle_device);
-    seg.Map(address, {size, handle, offset});
+    if (seg.device() < 0 && !mapping.imported) seg.set_device(handle_device);
+    seg.Map(address, mapping);
   });
   SetHandleMappings(handle, +1);
 }

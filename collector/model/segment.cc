@@ -25,7 +25,26 @@ Coverage Segment::coverage() const {
 }
 
 uint64_t Segment::backing_bytes() const {
-  return kind_ == SegmentKind::kDriverAllocation ? size_ : mapped_bytes_;
+  return kind_ == SegmentKind::kDriverAllocation ? size_ : handle_bytes_;
+}
+
+void Segment::AddMappingPiece(uint64_t address, const Mapping& m) {
+  mappings_[address] = m;
+  if (m.imported) return;
+  mapped_bytes_ += m.size;
+  if (pieces_by_handle_[m.handle]++ == 0) handle_bytes_ += m.handle_size;
+}
+
+void Segment::RemoveMappingPiece(absl::btree_map<uint64_t, Mapping>::iterator it) {
+  const Mapping m = it->second;
+  mappings_.erase(it);
+  if (m.imported) return;
+  mapped_bytes_ -= m.size;
+  auto pieces = pieces_by_handle_.find(m.handle);
+  if (pieces != pieces_by_handle_.end() && --pieces->second == 0) {
+    pieces_by_handle_.erase(pieces);
+    handle_bytes_ -= m.handle_size;
+  }
 }
 
 void Segment::FreeBacked(uint64_t begin, uint64_t end) {
@@ -40,6 +59,7 @@ void Segment::FreeBacked(uint64_t begin, uint64_t end) {
   auto it = mappings_.upper_bound(begin);
   if (it != mappings_.begin()) --it;
   for (; it != mappings_.end() && it->first < end; ++it) {
+    if (it->second.imported) continue;  // not this process's memory to carve
     const uint64_t lo = std::max(begin, it->first);
     const uint64_t hi = std::min(end, it->first + it->second.size);
     if (lo < hi) free_.Insert(lo, hi);
@@ -55,13 +75,9 @@ void Segment::BecomeAnnotated() {
 void Segment::Map(uint64_t address, const Mapping& mapping) {
   // A mapping replacing one at the same VA (the unmap was lost) must not count twice.
   auto old = mappings_.find(address);
-  if (old != mappings_.end()) {
-    mapped_bytes_ -= old->second.size;
-    mappings_.erase(old);
-  }
-  mappings_[address] = mapping;
-  mapped_bytes_ += mapping.size;
-  if (!annotated_) return;
+  if (old != mappings_.end()) RemoveMappingPiece(old);
+  AddMappingPiece(address, mapping);
+  if (!annotated_ || mapping.imported) return;
   // New memory is free except where blocks already lie (a block annotated before its map).
   free_.Insert(address, address + mapping.size);
   const uint64_t end = address + mapping.size;
@@ -83,18 +99,22 @@ std::vector<std::pair<uint64_t, int>> Segment::Unmap(uint64_t begin, uint64_t en
     if (it->first + it->second.size > begin) touched.emplace_back(it->first, it->second);
   }
   for (const auto& [address, mapping] : touched) {
-    mappings_.erase(address);
-    mapped_bytes_ -= mapping.size;
+    // Put the surviving pieces in before taking the old one out, so a handle that stays mapped
+    // never looks unmapped in between.
     int delta = -1;
     const uint64_t m_end = address + mapping.size;
-    if (address < begin) {  // the part before the unmapped range stays mapped
-      mappings_[address] = {begin - address, mapping.handle, mapping.offset};
-      mapped_bytes_ += begin - address;
+    if (m_end > end) {  // the part after the unmapped range stays mapped
+      Mapping after = mapping;
+      after.size = m_end - end;
+      after.offset = mapping.offset + (end - address);
+      AddMappingPiece(end, after);
       ++delta;
     }
-    if (m_end > end) {  // and so does the part after it
-      mappings_[end] = {m_end - end, mapping.handle, mapping.offset + (end - address)};
-      mapped_bytes_ += m_end - end;
+    RemoveMappingPiece(mappings_.find(address));
+    if (address < begin) {  // and so does the part before it
+      Mapping before = mapping;
+      before.size = begin - address;
+      AddMappingPiece(address, before);
       ++delta;
     }
     changes.emplace_back(mapping.handle, delta);

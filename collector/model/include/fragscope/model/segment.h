@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
 #include "fragscope/model/free_range_set.h"
 
 namespace fragscope {
@@ -38,6 +39,8 @@ struct Mapping {
   uint64_t size = 0;
   uint64_t handle = 0;
   uint64_t offset = 0;
+  uint64_t handle_size = 0;  // physical bytes of the whole handle
+  bool imported = false;     // another process's memory: not this segment's backing
 };
 
 // What a segment adds to its device's figures (bytes). See Segment::Contribution.
@@ -73,9 +76,12 @@ class Segment {
   void set_via_caching_allocator(std::optional<bool> v) { via_caching_allocator_ = v; }
   Coverage coverage() const;
 
-  // Physical bytes behind the VA range: the whole range for a driver allocation, the mapped
-  // ranges for a reservation.
+  // Physical bytes behind the segment: the whole range for a driver allocation; for a
+  // reservation, the sizes of the distinct non-imported handles mapped into it (a handle mapped
+  // twice counts once).
   uint64_t backing_bytes() const;
+  // Non-imported VA bytes mapped in a reservation (what annotated blocks can be placed in).
+  uint64_t mapped_bytes() const { return mapped_bytes_; }
 
   // VMM only. Map adds a mapping; Unmap removes [begin, end) from every mapping it touches
   // (partial unmaps keep the rest) and returns (handle, change in that handle's mapping count).
@@ -115,8 +121,13 @@ class Segment {
   std::optional<bool> via_caching_allocator_;
   bool annotated_ = false;
 
+  void AddMappingPiece(uint64_t address, const Mapping& m);
+  void RemoveMappingPiece(absl::btree_map<uint64_t, Mapping>::iterator it);
+
   absl::btree_map<uint64_t, Mapping> mappings_;  // VA -> mapping (reservations only)
   uint64_t mapped_bytes_ = 0;
+  absl::flat_hash_map<uint64_t, uint64_t> pieces_by_handle_;  // non-imported handles only
+  uint64_t handle_bytes_ = 0;  // distinct non-imported handles mapped here
 
   absl::btree_map<uint64_t, SubBlock> blocks_;
   uint64_t live_block_bytes_ = 0;

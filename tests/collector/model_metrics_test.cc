@@ -1,0 +1,452 @@
+// Metrics of the collector model against hand-computed layouts. Each test builds a layout by
+// feeding synthetic frames and checks the DESIGN.md definitions byte for byte.
+#include <gtest/gtest.h>
+
+#include "fragscope/model/process_model.h"
+#include "model_test_frames.h"
+
+namespace fragscope {
+namespace {
+
+using testing::DeviceOf;
+using testing::FrameFeed;
+using testing::kGiB;
+using testing::kMiB;
+
+constexpr uint64_t kBase = 0x7f0000000000;
+
+TEST(ModelMetricsTest, EmptyDeviceIsZeroWithUnknownsExplained) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, 16 * kGiB);
+  const ModelSummary s = model.Summarize();
+  const DeviceSummary d = DeviceOf(s, 0);
+  EXPECT_EQ(d.uuid_hex, "01010101010101010101010101010101");
+  EXPECT_EQ(d.total_bytes.value, 16 * kGiB);
+  EXPECT_EQ(d.reserved_bytes, 0u);
+  EXPECT_EQ(d.allocated_bytes, 0u);
+  EXPECT_EQ(d.cached_bytes, 0u);
+  EXPECT_EQ(d.largest_free_range_bytes, 0u);
+  EXPECT_EQ(d.segments, 0u);
+  EXPECT_EQ(d.blocks, 0u);
+  // Nothing cached: no ratio, and the reason says why instead of a 0 %.
+  EXPECT_FALSE(d.fragmentation.known());
+  EXPECT_NE(d.fragmentation.unknown_reason.find("floor"), std::string::npos);
+  // No MemInfo sample: untracked is unknown, not 0.
+  EXPECT_FALSE(d.untracked_bytes.known());
+  EXPECT_NE(d.untracked_bytes.unknown_reason.find("MemInfo"), std::string::npos);
+}
+
+TEST(ModelMetricsTest, PlainCudaMallocIsExact) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 100 * kMiB, 0, 0);
+  feed.Malloc(kBase + kGiB, 28 * kMiB, 0, 0);
+  const DeviceSummary d = DeviceOf(model, 0);
+  // Two exact segments: each one block filling its segment.
+  EXPECT_EQ(d.reserved_bytes, 128 * kMiB);
+  EXPECT_EQ(d.allocated_bytes, 128 * kMiB);
+  EXPECT_EQ(d.cached_bytes, 0u);
+  EXPECT_EQ(d.exact_segments, 2u);
+  EXPECT_EQ(d.blocks, 2u);
+}
+
+TEST(ModelMetricsTest, FullyFreeAnnotatedSegment) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 128 * kMiB);
+  feed.BlockAlloc(kBase, 128 * kMiB);
+  feed.BlockFree(kBase, 128 * kMiB);
+  const DeviceSummary d = DeviceOf(model, 0);
+  // The sub-allocator keeps the whole segment cached as one free range.
+  EXPECT_EQ(d.reserved_bytes, 128 * kMiB);
+  EXPECT_EQ(d.allocated_bytes, 0u);
+  EXPECT_EQ(d.cached_bytes, 128 * kMiB);
+  EXPECT_EQ(d.largest_free_range_bytes, 128 * kMiB);
+  EXPECT_EQ(d.stranded_bytes, 0u);
+  ASSERT_TRUE(d.fragmentation.known());
+  EXPECT_DOUBLE_EQ(*d.fragmentation.value, 0.0);
+  EXPECT_EQ(d.annotated_segments, 1u);
+  EXPECT_EQ(d.exact_segments, 0u);
+  EXPECT_EQ(d.free_ranges, 1u);
+  EXPECT_EQ(d.blocks, 0u);
+}
+
+TEST(ModelMetricsTest, ManySmallGaps) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 256 * kMiB);
+  // 128 blocks of 1 MiB at every even MiB: [0,1) [2,3) ... [254,255). Free: the 127 odd MiB
+  // between them plus [255, 256): 128 gaps of 1 MiB.
+  for (uint64_t i = 0; i < 128; ++i) feed.BlockAlloc(kBase + 2 * i * kMiB, kMiB, /*stack=*/5);
+  {
+    const DeviceSummary d = DeviceOf(model, 0);
+    EXPECT_EQ(d.allocated_bytes, 128 * kMiB);
+    EXPECT_EQ(d.cached_bytes, 128 * kMiB);
+    EXPECT_EQ(d.largest_free_range_bytes, kMiB);
+    EXPECT_EQ(d.free_ranges, 128u);
+    EXPECT_EQ(d.blocks, 128u);
+    EXPECT_EQ(d.stranded_bytes, 127 * kMiB);
+    ASSERT_TRUE(d.fragmentation.known());
+    EXPECT_DOUBLE_EQ(*d.fragmentation.value, 1.0 - 1.0 / 128.0);
+    ASSERT_EQ(d.sites.size(), 1u);
+    EXPECT_EQ(d.sites[0].stack_id, 5u);
+    EXPECT_EQ(d.sites[0].live_bytes, 128 * kMiB);
+    EXPECT_EQ(d.sites[0].count, 128u);
+  }
+  // Freeing the block at [2, 3) joins the gaps [1,2) and [3,4): one 3 MiB range.
+  feed.BlockFree(kBase + 2 * kMiB, kMiB);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.cached_bytes, 129 * kMiB);
+  EXPECT_EQ(d.largest_free_range_bytes, 3 * kMiB);
+  EXPECT_EQ(d.free_ranges, 127u);
+  EXPECT_DOUBLE_EQ(*d.fragmentation.value, 1.0 - 3.0 / 129.0);
+  // The worst moment was with all 128 blocks placed.
+  ASSERT_TRUE(d.max_fragmentation.known());
+  EXPECT_DOUBLE_EQ(*d.max_fragmentation.value, 1.0 - 1.0 / 128.0);
+  // Before its first block the segment was exact (nothing said a sub-allocator carves it), so
+  // it counted as one allocated 256 MiB block then.
+  EXPECT_EQ(d.peak_allocated_bytes, 256 * kMiB);
+}
+
+TEST(ModelMetricsTest, CachedBelowFloorHasNoRatio) {
+  // 32 MiB segment, one 8 MiB block at [8, 16): free [0, 8) and [16, 32) = 24 MiB cached,
+  // largest 16 MiB.
+  auto build = [](ModelOptions options) {
+    auto model = std::make_unique<ProcessModel>(options);
+    FrameFeed feed(model.get());
+    feed.Malloc(kBase, 32 * kMiB);
+    feed.BlockAlloc(kBase + 8 * kMiB, 8 * kMiB);
+    return model;
+  };
+  {
+    auto model = build(ModelOptions{});  // default floor 64 MiB
+    const DeviceSummary d = DeviceOf(*model, 0);
+    EXPECT_EQ(d.cached_bytes, 24 * kMiB);
+    EXPECT_EQ(d.largest_free_range_bytes, 16 * kMiB);
+    EXPECT_EQ(d.stranded_bytes, 8 * kMiB);
+    EXPECT_FALSE(d.fragmentation.known());
+    EXPECT_NE(d.fragmentation.unknown_reason.find("24.00 MiB is below the 64.00 MiB floor"),
+              std::string::npos)
+        << d.fragmentation.unknown_reason;
+    EXPECT_FALSE(d.max_fragmentation.known());
+  }
+  {
+    ModelOptions low_floor;
+    low_floor.fragmentation_floor_bytes = 16 * kMiB;
+    auto model = build(low_floor);
+    const DeviceSummary d = DeviceOf(*model, 0);
+    ASSERT_TRUE(d.fragmentation.known());
+    EXPECT_DOUBLE_EQ(*d.fragmentation.value, 1.0 - 16.0 / 24.0);
+  }
+}
+
+TEST(ModelMetricsTest, OpaqueSegmentHidesFragmentationUntilAnnotated) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Module("/opt/conda/lib/python3.11/site-packages/torch/lib/libc10_cuda.so", 0x7000000000,
+              0x100000);
+  feed.Module("/usr/bin/python3.11", 0x400000, 0x100000);
+  feed.Stack(9, {0x7000001234, 0x400100});  // through libc10_cuda
+  feed.Stack(10, {0x400200});               // plain program
+  feed.Malloc(kBase, 512 * kMiB, 0, 9);
+  // An annotated segment with 64 MiB cached in one piece: fragmentation would be 0 % ...
+  feed.Malloc(kBase + kGiB, 128 * kMiB, 0, 10);
+  feed.BlockAlloc(kBase + kGiB, 64 * kMiB);
+  {
+    const DeviceSummary d = DeviceOf(model, 0);
+    EXPECT_EQ(d.opaque_segments, 1u);
+    EXPECT_EQ(d.opaque_bytes, 512 * kMiB);
+    EXPECT_EQ(d.reserved_bytes, 640 * kMiB);
+    // Opaque bytes are neither allocated nor free.
+    EXPECT_EQ(d.allocated_bytes, 64 * kMiB);
+    EXPECT_EQ(d.cached_bytes, 64 * kMiB);
+    // ... but the opaque segment may hide any amount of fragmentation: null, never 0 %.
+    EXPECT_FALSE(d.fragmentation.known());
+    EXPECT_NE(d.fragmentation.unknown_reason.find("opaque"), std::string::npos);
+    EXPECT_FALSE(d.max_fragmentation.known());
+  }
+  // Annotations arriving for the opaque segment make it annotated: 256 MiB block at its start
+  // leaves [256, 512) free. Cached = 64 + 256 = 320 MiB, largest 256 MiB.
+  feed.BlockAlloc(kBase, 256 * kMiB);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.opaque_segments, 0u);
+  EXPECT_EQ(d.opaque_bytes, 0u);
+  EXPECT_EQ(d.annotated_segments, 2u);
+  EXPECT_EQ(d.cached_bytes, 320 * kMiB);
+  EXPECT_EQ(d.largest_free_range_bytes, 256 * kMiB);
+  ASSERT_TRUE(d.fragmentation.known());
+  EXPECT_DOUBLE_EQ(*d.fragmentation.value, 1.0 - 256.0 / 320.0);
+}
+
+TEST(ModelMetricsTest, CachingAllocatorIsMatchedOnFileNameOnly) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  // "rmm" in the directory must not make a plain library a caching allocator.
+  feed.Module("/home/rmm/lib/libplain.so", 0x7000000000, 0x100000);
+  feed.Module("/opt/rapids/lib/librmm.so", 0x7100000000, 0x100000);
+  feed.Stack(1, {0x7000000010});
+  feed.Stack(2, {0x7100000010});
+  feed.Malloc(kBase, 10 * kMiB, 0, 1);
+  feed.Malloc(kBase + kGiB, 20 * kMiB, 0, 2);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.exact_segments, 1u);
+  EXPECT_EQ(d.opaque_segments, 1u);
+  EXPECT_EQ(d.opaque_bytes, 20 * kMiB);
+  EXPECT_EQ(d.allocated_bytes, 10 * kMiB);
+}
+
+TEST(ModelMetricsTest, StackArrivingAfterTheAllocationReclassifies) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Module("/usr/lib/libtorch_cuda.so", 0x7000000000, 0x100000);
+  feed.Malloc(kBase, 10 * kMiB, 0, 77);  // stack 77 not sent yet
+  EXPECT_EQ(DeviceOf(model, 0).opaque_segments, 0u);
+  feed.Stack(77, {0x7000000100});
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.opaque_segments, 1u);
+  EXPECT_EQ(d.allocated_bytes, 0u);
+}
+
+TEST(ModelMetricsTest, PoolReservationFromSamplesAndPendingFrees) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  constexpr uint64_t kPool = 0xAA;
+  feed.AllocKind(kBase, 10 * kMiB, v1::MEMORY_KIND_POOL, v1::API_cudaMallocAsync, 0, kPool, 3);
+  feed.AllocKind(kBase + 10 * kMiB, 6 * kMiB, v1::MEMORY_KIND_POOL, v1::API_cudaMallocAsync, 0,
+                 kPool, 4);
+  {
+    const DeviceSummary d = DeviceOf(model, 0);
+    // Never sampled: the pool counts what its blocks occupy, a lower bound.
+    EXPECT_EQ(d.reserved_bytes, 16 * kMiB);
+    EXPECT_EQ(d.allocated_bytes, 16 * kMiB);
+    ASSERT_EQ(d.pools.size(), 1u);
+    EXPECT_FALSE(d.pools[0].sampled_reserved_bytes.known());
+    EXPECT_EQ(d.pools[0].blocks, 2u);
+    // A pool's layout is unknown: it adds nothing to cached or largest free.
+    EXPECT_EQ(d.cached_bytes, 0u);
+    EXPECT_EQ(d.largest_free_range_bytes, 0u);
+  }
+  // The pool's attributes say it holds 64 MiB.
+  feed.MemInfo(0, 10 * kGiB, 16 * kGiB, kPool, 64 * kMiB, 16 * kMiB);
+  // cudaFreeAsync: pending until the next sample of the pool.
+  feed.Free(kBase, v1::API_cudaFreeAsync);
+  {
+    const DeviceSummary d = DeviceOf(model, 0);
+    EXPECT_EQ(d.reserved_bytes, 64 * kMiB);
+    EXPECT_EQ(d.allocated_bytes, 6 * kMiB);
+    EXPECT_EQ(d.pool_pending_free_bytes, 10 * kMiB);
+    EXPECT_EQ(d.pending_free_bytes, 10 * kMiB);
+    EXPECT_EQ(d.pools[0].sampled_reserved_bytes.value, 64 * kMiB);
+    // Memory pending free is still held by its site.
+    uint64_t site3 = 0;
+    for (const SiteEntry& e : d.sites) {
+      if (e.stack_id == 3) site3 = e.live_bytes;
+    }
+    EXPECT_EQ(site3, 10 * kMiB);
+  }
+  // Next sample: the free has completed, and the pool shrank to 32 MiB.
+  feed.MemInfo(0, 10 * kGiB, 16 * kGiB, kPool, 32 * kMiB, 6 * kMiB);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.pool_pending_free_bytes, 0u);
+  EXPECT_EQ(d.reserved_bytes, 32 * kMiB);
+  EXPECT_EQ(d.pools[0].blocks, 1u);
+  EXPECT_EQ(d.pool_used_bytes, 6 * kMiB);
+  ASSERT_EQ(d.sites.size(), 1u);
+  EXPECT_EQ(d.sites[0].stack_id, 4u);
+}
+
+TEST(ModelMetricsTest, GraphManagedAndIpcImportsHaveTheirOwnBuckets) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 100 * kMiB);
+  feed.AllocKind(kBase + kGiB, 40 * kMiB, v1::MEMORY_KIND_GRAPH, v1::API_cudaMallocAsync);
+  feed.AllocKind(kBase + 2 * kGiB, 30 * kMiB, v1::MEMORY_KIND_MANAGED, v1::API_cudaMallocManaged);
+  feed.AllocKind(kBase + 3 * kGiB, 200 * kMiB, v1::MEMORY_KIND_IPC_IMPORT,
+                 v1::API_cuIpcOpenMemHandle);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.graph_bytes, 40 * kMiB);
+  EXPECT_EQ(d.managed_bytes, 30 * kMiB);
+  EXPECT_EQ(d.imported_bytes, 200 * kMiB);
+  // Reserved: the driver segment and graph memory; never managed or another process's memory.
+  EXPECT_EQ(d.reserved_bytes, 140 * kMiB);
+  EXPECT_EQ(d.allocated_bytes, 140 * kMiB);
+  feed.Free(kBase + 3 * kGiB, v1::API_cuIpcCloseMemHandle);
+  EXPECT_EQ(DeviceOf(model, 0).imported_bytes, 0u);
+}
+
+TEST(ModelMetricsTest, OrphanBlockIsReportedNotDropped) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 64 * kMiB);
+  feed.Block(v1::BlockEvent::OP_ALLOC, kBase + kGiB, 4 * kMiB, 0, /*stack=*/12);
+  ModelSummary s = model.Summarize();
+  ASSERT_EQ(s.orphan_blocks.size(), 1u);
+  EXPECT_EQ(s.orphan_blocks[0].address, kBase + kGiB);
+  EXPECT_EQ(s.orphan_blocks[0].size, 4 * kMiB);
+  EXPECT_EQ(s.orphan_blocks[0].stack_id, 12u);
+  EXPECT_EQ(s.orphan_blocks_total, 1u);
+  // It lies in no segment, so it changes no segment's figures.
+  EXPECT_EQ(DeviceOf(s, 0).allocated_bytes, 64 * kMiB);
+  EXPECT_EQ(DeviceOf(s, 0).annotated_segments, 0u);
+  feed.BlockFree(kBase + kGiB, 4 * kMiB);
+  s = model.Summarize();
+  EXPECT_TRUE(s.orphan_blocks.empty());
+  EXPECT_EQ(s.orphan_blocks_total, 1u);
+  EXPECT_EQ(s.unmatched_events, 0u);
+}
+
+TEST(ModelMetricsTest, UntrackedFromMemInfoAndUnknownAfterAttach) {
+  {
+    ProcessModel model;
+    FrameFeed feed(&model);
+    feed.Hello(/*attached=*/false);
+    feed.Device(0, 16 * kGiB);
+    feed.Malloc(kBase, kGiB);
+    feed.MemInfo(0, 14 * kGiB, 16 * kGiB);
+    // 16 total - 14 free - 1 reserved = 1 GiB outside this process's segments.
+    const DeviceSummary d = DeviceOf(model, 0);
+    ASSERT_TRUE(d.untracked_bytes.known());
+    EXPECT_EQ(*d.untracked_bytes.value, kGiB);
+  }
+  {
+    ProcessModel model;
+    FrameFeed feed(&model);
+    feed.Hello(/*attached=*/true);
+    feed.Malloc(kBase, kGiB);
+    const ModelSummary s = model.Summarize();
+    EXPECT_FALSE(s.history_complete);
+    const DeviceSummary d = DeviceOf(s, 0);
+    EXPECT_FALSE(d.untracked_bytes.known());
+    EXPECT_NE(d.untracked_bytes.unknown_reason.find("started after the program"),
+              std::string::npos);
+  }
+}
+
+TEST(ModelMetricsTest, SnapshotReplacesState) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 100 * kMiB, 0, 1);
+  feed.Malloc(kBase + kGiB, 50 * kMiB, 0, 2);
+  v1::Snapshot snap;
+  snap.set_reason(v1::Snapshot::REASON_PERIODIC);
+  snap.set_complete_history(true);
+  v1::LiveAllocation* a = snap.add_allocations();
+  a->set_address(kBase + 2 * kGiB);
+  a->set_size(30 * kMiB);
+  a->set_device(0);
+  a->set_api(v1::API_cudaMalloc);
+  a->set_kind(v1::MEMORY_KIND_DEVICE);
+  a->set_stack_id(3);
+  v1::LiveBlock* b = snap.add_blocks();
+  b->set_address(kBase + 2 * kGiB);
+  b->set_size(10 * kMiB);
+  b->set_device(0);
+  b->set_stack_id(4);
+  feed.Snapshot(snap);
+  ModelSummary s = model.Summarize();
+  const DeviceSummary d = DeviceOf(s, 0);
+  // Only the snapshot's 30 MiB segment is left, with a 10 MiB block at its start.
+  EXPECT_EQ(d.reserved_bytes, 30 * kMiB);
+  EXPECT_EQ(d.allocated_bytes, 10 * kMiB);
+  EXPECT_EQ(d.cached_bytes, 20 * kMiB);
+  EXPECT_EQ(d.segments, 1u);
+  // History is kept: the peak was before the snapshot, with sites 1 and 2.
+  EXPECT_EQ(d.peak_reserved_bytes, 150 * kMiB);
+  ASSERT_EQ(d.sites_at_peak.size(), 2u);
+  EXPECT_EQ(d.sites_at_peak[0].stack_id, 1u);
+  EXPECT_EQ(d.sites_at_peak[1].stack_id, 2u);
+  ASSERT_EQ(d.sites.size(), 1u);
+  EXPECT_EQ(d.sites[0].stack_id, 4u);
+  EXPECT_TRUE(s.approximate_intervals.empty());
+  // The old segment is gone: its free matches nothing.
+  feed.Free(kBase);
+  s = model.Summarize();
+  EXPECT_EQ(s.unmatched_events, 1u);
+  EXPECT_EQ(DeviceOf(s, 0).reserved_bytes, 30 * kMiB);
+}
+
+TEST(ModelMetricsTest, DropsMarkAnIntervalApproximateUntilResync) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 10 * kMiB);         // seq 1
+  feed.Malloc(kBase + kGiB, 10 * kMiB);  // seq 2: last good
+  feed.Drops(5);                         // seqs 3..7 lost
+  ModelSummary s = model.Summarize();
+  EXPECT_EQ(s.drops, 5u);
+  ASSERT_EQ(s.approximate_intervals.size(), 1u);
+  EXPECT_EQ(s.approximate_intervals[0].from_seq, 2u);
+  EXPECT_FALSE(s.approximate_intervals[0].to_seq.has_value());
+  v1::Snapshot snap;
+  snap.set_reason(v1::Snapshot::REASON_RESYNC);
+  snap.set_complete_history(true);
+  feed.Snapshot(snap);  // seq 8
+  feed.Malloc(kBase, 1 * kMiB);
+  feed.Drops(2);
+  s = model.Summarize();
+  EXPECT_EQ(s.drops, 7u);
+  ASSERT_EQ(s.approximate_intervals.size(), 2u);
+  EXPECT_EQ(s.approximate_intervals[0].from_seq, 2u);
+  EXPECT_EQ(s.approximate_intervals[0].to_seq, 8u);
+  EXPECT_EQ(s.approximate_intervals[0].dropped_events, 5u);
+  EXPECT_EQ(s.approximate_intervals[1].from_seq, 9u);
+  EXPECT_FALSE(s.approximate_intervals[1].to_seq.has_value());
+  EXPECT_EQ(s.approximate_intervals[1].dropped_events, 2u);
+}
+
+TEST(ModelMetricsTest, PeakSitesAreTheSitesAtPeakReserved) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 100 * kMiB, 0, 1);
+  feed.Malloc(kBase + kGiB, 200 * kMiB, 0, 2);  // peak: 300 MiB (sites 1, 2)
+  feed.Free(kBase + kGiB);
+  feed.Malloc(kBase + 2 * kGiB, 50 * kMiB, 0, 3);  // 150 MiB now (sites 1, 3)
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.peak_reserved_bytes, 300 * kMiB);
+  EXPECT_EQ(d.peak_reserved_seq, 2u);
+  ASSERT_EQ(d.sites_at_peak.size(), 2u);
+  EXPECT_EQ(d.sites_at_peak[0].stack_id, 2u);
+  EXPECT_EQ(d.sites_at_peak[0].live_bytes, 200 * kMiB);
+  EXPECT_EQ(d.sites_at_peak[1].stack_id, 1u);
+  ASSERT_EQ(d.sites.size(), 2u);
+  EXPECT_EQ(d.sites[0].stack_id, 1u);
+  EXPECT_EQ(d.sites[1].stack_id, 3u);
+}
+
+TEST(ModelMetricsTest, TimelineStaysBoundedAndOrdered) {
+  ModelOptions options;
+  options.timeline_max_points = 8;
+  ProcessModel model(options);
+  FrameFeed feed(&model);
+  for (uint64_t i = 0; i < 100; ++i) feed.Malloc(kBase + i * kGiB, kMiB);
+  const DeviceSummary d = DeviceOf(model, 0);
+  ASSERT_LT(d.timeline.size(), 8u);
+  ASSERT_GE(d.timeline.size(), 4u);
+  EXPECT_EQ(d.timeline.front().seq, 1u);
+  EXPECT_EQ(d.timeline.front().reserved_bytes, kMiB);
+  for (std::size_t i = 1; i < d.timeline.size(); ++i) {
+    EXPECT_GT(d.timeline[i].seq, d.timeline[i - 1].seq);
+    // Reserved only grows here: a point's reserved is seq MiB.
+    EXPECT_EQ(d.timeline[i].reserved_bytes, d.timeline[i].seq * kMiB);
+  }
+}
+
+TEST(ModelMetricsTest, DevicesAreSeparate) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, 16 * kGiB);
+  feed.Device(1, 16 * kGiB, std::string(16, '\x02'));
+  feed.Malloc(kBase, 10 * kMiB, 0);
+  feed.Malloc(kBase + kGiB, 20 * kMiB, 1);
+  // A block annotated by address lands on the device of its segment.
+  feed.Block(v1::BlockEvent::OP_ALLOC, kBase + kGiB, 5 * kMiB, -1);
+  const ModelSummary s = model.Summarize();
+  ASSERT_EQ(s.devices.size(), 2u);
+  EXPECT_EQ(DeviceOf(s, 0).reserved_bytes, 10 * kMiB);
+  EXPECT_EQ(DeviceOf(s, 1).reserved_bytes, 20 * kMiB);
+  EXPECT_EQ(DeviceOf(s, 1).cached_bytes, 15 * kMiB);
+  EXPECT_EQ(DeviceOf(s, 1).uuid_hex, "02020202020202020202020202020202");
+}
+
+}  // namespace
+}  // namespace fragscope

@@ -1,0 +1,332 @@
+// OOM analysis: one test per class (DESIGN.md definitions, rules in collector/REPORT.md),
+// recovery, and what a post-mortem carries. Device: 16 GiB total in every test.
+#include <gtest/gtest.h>
+
+#include "fragscope/model/oom_analyzer.h"
+#include "fragscope/model/process_model.h"
+#include "model_test_frames.h"
+
+namespace fragscope {
+namespace {
+
+using testing::FrameFeed;
+using testing::kGiB;
+using testing::kMiB;
+
+constexpr uint64_t kBase = 0x7f0000000000;
+constexpr uint64_t kTotal = 16 * kGiB;
+
+bool Contains(const std::vector<std::string>& lines, std::string_view needle) {
+  for (const std::string& l : lines) {
+    if (l.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+const OomPostMortem& OnlyOom(const ModelSummary& s) {
+  EXPECT_EQ(s.ooms.size(), 1u);
+  return s.ooms.at(0);
+}
+
+TEST(ModelOomTest, Capacity) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Malloc(kBase, 15 * kGiB, 0, 1);
+  // 15 GiB held + 2 GiB asked = 17 GiB > 16 GiB: it never fits.
+  feed.Failed(2 * kGiB, 0, false, /*free=*/512 * kMiB, kTotal);
+  feed.End();
+  const ModelSummary s = model.Summarize();
+  ASSERT_EQ(s.failed_allocations.size(), 1u);
+  EXPECT_TRUE(s.failed_allocations[0].is_oom);
+  EXPECT_FALSE(s.failed_allocations[0].recovered);
+  EXPECT_TRUE(s.failed_allocations[0].has_postmortem);
+  const OomPostMortem& o = OnlyOom(s);
+  EXPECT_EQ(o.oom_class, OomClass::kCapacity);
+  EXPECT_EQ(o.headline, "OOM on device 0: requested 2.00 GiB \xe2\x80\x94 class: capacity");
+  EXPECT_EQ(o.figures.allocated_bytes, 15 * kGiB);
+  EXPECT_TRUE(Contains(o.advice, "activation checkpointing"));
+  // The post-mortem names who holds the memory.
+  ASSERT_FALSE(o.sites_at_failure.empty());
+  EXPECT_EQ(o.sites_at_failure[0].stack_id, 1u);
+  EXPECT_EQ(o.sites_at_failure[0].live_bytes, 15 * kGiB);
+}
+
+TEST(ModelOomTest, External) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Malloc(kBase, 4 * kGiB);
+  // Held 4 + asked 4 = 8 GiB fits the 16 GiB device, but this process can reach only
+  // free 2 + reserved 4 = 6 GiB: 16 - 2 - 4 = 10 GiB is held outside it.
+  feed.Failed(4 * kGiB, 0, false, 2 * kGiB, kTotal);
+  const OomPostMortem& o = OnlyOom(model.Summarize());
+  EXPECT_EQ(o.oom_class, OomClass::kExternal);
+  EXPECT_EQ(o.figures.untracked_bytes.value, 10 * kGiB);
+  EXPECT_NE(o.explanation.find("10.00 GiB of the device is outside"), std::string::npos)
+      << o.explanation;
+  EXPECT_TRUE(Contains(o.advice, "nvidia-smi"));
+}
+
+// Two 1 GiB segments, each with a 512 MiB block at its start: 1 GiB cached in two 512 MiB
+// pieces that cannot merge across segments.
+void BuildTwoHalfFullSegments(FrameFeed& feed) {
+  feed.Device(0, kTotal);
+  feed.Malloc(kBase, kGiB);
+  feed.Malloc(kBase + 4 * kGiB, kGiB);
+  feed.BlockAlloc(kBase, 512 * kMiB, /*stack=*/21);
+  feed.BlockAlloc(kBase + 4 * kGiB, 512 * kMiB, /*stack=*/22);
+}
+
+TEST(ModelOomTest, Fragmentation) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  BuildTwoHalfFullSegments(feed);
+  // 768 MiB <= cached 1 GiB + free 256 MiB, but > largest free 512 MiB and > free 256 MiB.
+  feed.Failed(768 * kMiB, 0, /*from_sub_allocator=*/true, 256 * kMiB, kTotal);
+  const ModelSummary s = model.Summarize();
+  const OomPostMortem& o = OnlyOom(s);
+  EXPECT_EQ(o.oom_class, OomClass::kFragmentation);
+  EXPECT_EQ(o.headline, "OOM on device 0: requested 768.00 MiB \xe2\x80\x94 class: fragmentation");
+  EXPECT_EQ(o.figures.cached_bytes, kGiB);
+  EXPECT_EQ(o.figures.largest_free_range_bytes, 512 * kMiB);
+  EXPECT_EQ(o.figures.device_free_bytes.value, 256 * kMiB);
+  EXPECT_TRUE(o.figures.mem_info_from_failure);
+  EXPECT_TRUE(Contains(o.advice, "expandable_segments:True"));
+  EXPECT_TRUE(Contains(o.advice, "max_split_size_mb"));
+  // Live set: the two blocks, 512 MiB each (ties by stack id).
+  ASSERT_EQ(o.sites_at_failure.size(), 2u);
+  EXPECT_EQ(o.sites_at_failure[0].stack_id, 21u);
+  EXPECT_EQ(o.sites_at_failure[1].stack_id, 22u);
+  // The last event is the failure itself, the ones before are the blocks.
+  ASSERT_GE(o.recent_events.size(), 2u);
+  EXPECT_EQ(o.recent_events.back().kind, EventKind::kFailedAlloc);
+  EXPECT_EQ(o.recent_events.back().size, 768 * kMiB);
+  EXPECT_EQ(o.recent_events[o.recent_events.size() - 2].kind, EventKind::kBlockAlloc);
+}
+
+TEST(ModelOomTest, FragmentationAdviceSkipsExpandableSegmentsWhenAlreadyOn) {
+  ModelOptions options;
+  options.expandable_segments = true;
+  ProcessModel model(options);
+  FrameFeed feed(&model);
+  BuildTwoHalfFullSegments(feed);
+  feed.Failed(768 * kMiB, 0, true, 256 * kMiB, kTotal);
+  const OomPostMortem& o = OnlyOom(model.Summarize());
+  EXPECT_EQ(o.oom_class, OomClass::kFragmentation);
+  EXPECT_FALSE(Contains(o.advice, "expandable_segments:True"));
+  EXPECT_TRUE(Contains(o.advice, "max_split_size_mb"));
+}
+
+TEST(ModelOomTest, UnusableCacheOfAnotherStream) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Malloc(kBase, kGiB);
+  // The segment belongs to stream 1: 768 MiB free there.
+  feed.BlockAlloc(kBase, 256 * kMiB, 0, /*stream=*/1);
+  // A 512 MiB request on stream 2 cannot use it.
+  feed.Failed(512 * kMiB, 0, true, 100 * kMiB, kTotal, v1::API_fragscope_alloc_failed, 2,
+              /*stream=*/2);
+  const OomPostMortem& o = OnlyOom(model.Summarize());
+  EXPECT_EQ(o.oom_class, OomClass::kUnusableCache);
+  EXPECT_EQ(o.figures.largest_free_range_bytes, 768 * kMiB);
+  EXPECT_EQ(o.figures.largest_compatible_free_range_bytes, 0u);
+  EXPECT_NE(o.explanation.find("another stream"), std::string::npos);
+}
+
+TEST(ModelOomTest, UnusableCachePendingFree) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Malloc(kBase, kGiB);
+  // [0, 256) live, [256, 768) freed but pending, [768, 1024) free.
+  feed.BlockAlloc(kBase, 256 * kMiB);
+  feed.BlockAlloc(kBase + 256 * kMiB, 512 * kMiB);
+  feed.Block(v1::BlockEvent::OP_FREE_PENDING, kBase + 256 * kMiB, 512 * kMiB);
+  {
+    const DeviceSummary& d = model.Summarize().devices.at(0);
+    EXPECT_EQ(d.pending_free_bytes, 512 * kMiB);
+    EXPECT_EQ(d.allocated_bytes, 256 * kMiB);
+    EXPECT_EQ(d.cached_bytes, 256 * kMiB);  // pending is not free yet
+  }
+  // 600 MiB with 400 MiB free on the device: held 768 MiB (live + pending) + 600 fits the
+  // reach (400 free + 1 GiB reserved), no free range fits (256 MiB), but 512 + 256 = 768 MiB
+  // would once the pending free lands.
+  feed.Failed(600 * kMiB, 0, true, 400 * kMiB, kTotal);
+  const OomPostMortem& o = OnlyOom(model.Summarize());
+  EXPECT_EQ(o.oom_class, OomClass::kUnusableCache);
+  EXPECT_EQ(o.figures.largest_free_range_if_pending_completed_bytes, 768 * kMiB);
+  EXPECT_TRUE(Contains(o.advice, "Synchronize"));
+}
+
+TEST(ModelOomTest, UnusableCacheHeldByAPool) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  // A cudaMallocAsync pool keeps 2 GiB reserved with nothing in use.
+  feed.MemInfo(0, 512 * kMiB, kTotal, /*pool=*/0xAA, 2 * kGiB, 0);
+  // A plain cudaMalloc of 1 GiB: more than the 512 MiB free, no cache, but the pool's 2 GiB.
+  feed.Failed(kGiB, 0, false, 512 * kMiB, kTotal);
+  const OomPostMortem& o = OnlyOom(model.Summarize());
+  EXPECT_EQ(o.oom_class, OomClass::kUnusableCache);
+  EXPECT_EQ(o.figures.pool_free_bytes, 2 * kGiB);
+  EXPECT_TRUE(Contains(o.advice, "cudaMemPoolTrimTo"));
+}
+
+TEST(ModelOomTest, UnknownWithOpaqueSegments) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Module("/usr/lib/libc10_cuda.so", 0x7000000000, 0x100000);
+  feed.Stack(3, {0x7000000042});
+  feed.Malloc(kBase, 4 * kGiB, 0, 3);
+  // 1 GiB with 512 MiB free: whether the 4 GiB opaque segment has room decides it.
+  feed.Failed(kGiB, 0, false, 512 * kMiB, kTotal);
+  const OomPostMortem& o = OnlyOom(model.Summarize());
+  EXPECT_EQ(o.oom_class, OomClass::kUnknown);
+  EXPECT_EQ(o.figures.opaque_bytes, 4 * kGiB);
+  EXPECT_TRUE(Contains(o.advice, "PyTorch adapter"));
+}
+
+TEST(ModelOomTest, UnknownWithoutMemInfo) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, kGiB);
+  feed.Failed(kGiB, 0, true);  // no free/total with it, none before
+  const OomPostMortem& o = OnlyOom(model.Summarize());
+  EXPECT_EQ(o.oom_class, OomClass::kUnknown);
+  EXPECT_FALSE(o.figures.device_free_bytes.known());
+  EXPECT_NE(o.explanation.find("No device free/total sample"), std::string::npos);
+}
+
+TEST(ModelOomTest, UsesLatestSampleWhenTheFailureHasNone) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Malloc(kBase, 4 * kGiB);
+  feed.MemInfo(0, 2 * kGiB, kTotal);
+  feed.Failed(4 * kGiB, 0, false);  // same numbers as External, from the earlier sample
+  const OomPostMortem& o = OnlyOom(model.Summarize());
+  EXPECT_EQ(o.oom_class, OomClass::kExternal);
+  EXPECT_FALSE(o.figures.mem_info_from_failure);
+}
+
+TEST(ModelOomTest, RetriedDriverFailureIsRecovered) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Failed(kGiB, 0, false, 512 * kMiB, kTotal);  // seq 1
+  feed.Malloc(kBase, 512 * kMiB);  // seq 2: smaller, not a retry of the same request
+  {
+    const ModelSummary s = model.Summarize();
+    EXPECT_FALSE(s.failed_allocations[0].recovered);
+    EXPECT_EQ(s.ooms.size(), 1u);
+  }
+  feed.Malloc(kBase + 2 * kGiB, kGiB);  // seq 3: the retry succeeded
+  feed.End();
+  const ModelSummary s = model.Summarize();
+  ASSERT_EQ(s.failed_allocations.size(), 1u);
+  EXPECT_TRUE(s.failed_allocations[0].recovered);
+  EXPECT_EQ(s.failed_allocations[0].recovered_by_seq, 3u);
+  EXPECT_FALSE(s.failed_allocations[0].has_postmortem);
+  EXPECT_TRUE(s.ooms.empty());
+}
+
+TEST(ModelOomTest, SuccessOnAnotherDeviceDoesNotRecover) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Failed(kGiB, 0, false, 512 * kMiB, kTotal);
+  feed.Malloc(kBase, 2 * kGiB, /*device=*/1);
+  const ModelSummary s = model.Summarize();
+  EXPECT_FALSE(s.failed_allocations[0].recovered);
+  EXPECT_EQ(s.ooms.size(), 1u);
+}
+
+TEST(ModelOomTest, DriverFailuresBeforeASubAllocatorOomAreExplainedByIt) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  BuildTwoHalfFullSegments(feed);  // seqs 1..4
+  // PyTorch: cudaMalloc fails, cache freed, cudaMalloc fails again, OOM raised.
+  feed.Failed(kGiB, 0, false, 256 * kMiB, kTotal);                                       // 5
+  feed.Failed(kGiB, 0, false, 256 * kMiB, kTotal);                                       // 6
+  feed.Failed(768 * kMiB, 0, true, 256 * kMiB, kTotal, v1::API_fragscope_alloc_failed);  // 7
+  const ModelSummary s = model.Summarize();
+  ASSERT_EQ(s.failed_allocations.size(), 3u);
+  EXPECT_EQ(s.failed_allocations[0].superseded_by_seq, 7u);
+  EXPECT_EQ(s.failed_allocations[1].superseded_by_seq, 7u);
+  EXPECT_FALSE(s.failed_allocations[0].has_postmortem);
+  EXPECT_TRUE(s.failed_allocations[2].has_postmortem);
+  const OomPostMortem& o = OnlyOom(s);
+  EXPECT_EQ(o.failure.seq, 7u);
+  EXPECT_EQ(o.oom_class, OomClass::kFragmentation);
+}
+
+TEST(ModelOomTest, SubAllocatorOomKeepsItsPostMortemWhenTheProgramGoesOn) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  BuildTwoHalfFullSegments(feed);
+  feed.Failed(768 * kMiB, 0, true, 256 * kMiB, kTotal);
+  feed.Malloc(kBase + 8 * kGiB, kGiB);  // a batch-size finder caught it and went on
+  const ModelSummary s = model.Summarize();
+  EXPECT_TRUE(s.failed_allocations[0].recovered);
+  EXPECT_EQ(s.ooms.size(), 1u);
+}
+
+TEST(ModelOomTest, NonOomErrorsAreListedWithoutPostMortem) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  // CUDA_ERROR_NOT_SUPPORTED from a cuMemCreate probe (PyTorch retries another handle type).
+  feed.Failed(20 * kMiB, 0, false, 0, 0, v1::API_cuMemCreate, /*result=*/801);
+  const ModelSummary s = model.Summarize();
+  ASSERT_EQ(s.failed_allocations.size(), 1u);
+  EXPECT_FALSE(s.failed_allocations[0].is_oom);
+  EXPECT_EQ(s.failed_allocations[0].api_name, "cuMemCreate");
+  EXPECT_TRUE(s.ooms.empty());
+}
+
+TEST(ModelOomTest, PostMortemsAreBounded) {
+  ModelOptions options;
+  options.max_postmortems = 2;
+  ProcessModel model(options);
+  FrameFeed feed(&model);
+  for (int i = 0; i < 5; ++i) feed.Failed(kGiB, 0, true, 0, kTotal);
+  const ModelSummary s = model.Summarize();
+  EXPECT_EQ(s.failed_allocations.size(), 5u);
+  EXPECT_EQ(s.ooms.size(), 2u);
+  EXPECT_EQ(s.ooms_without_postmortem, 3u);
+}
+
+// The classifier alone, on figures written out by hand.
+TEST(ClassifyOomTest, ContextOverheadTurnsExternalIntoCapacity) {
+  OomFigures f;
+  f.requested_bytes = 2 * kGiB;
+  f.device_total_bytes = Measured<uint64_t>::Known(16 * kGiB);
+  f.device_free_bytes = Measured<uint64_t>::Known(kGiB);
+  f.allocated_bytes = 14 * kGiB + 512 * kMiB;
+  f.reserved_bytes = 14 * kGiB + 512 * kMiB;
+  FailedAllocation failure;
+  // Held 14.5 + 2 = 16.5 GiB > 16 GiB: capacity whatever the allowance.
+  EXPECT_EQ(ClassifyOom(f, failure, ModelOptions{}).oom_class, OomClass::kCapacity);
+  f.allocated_bytes = f.reserved_bytes = 13 * kGiB + 768 * kMiB;
+  // Held 13.75 + 2 = 15.75 GiB fits 16 GiB but not free 1 + reserved 13.75: external ...
+  EXPECT_EQ(ClassifyOom(f, failure, ModelOptions{}).oom_class, OomClass::kExternal);
+  // ... unless the 512 MiB a CUDA context costs is set aside: then 15.75 > 15.5, capacity.
+  ModelOptions with_context;
+  with_context.context_overhead_bytes = 512 * kMiB;
+  EXPECT_EQ(ClassifyOom(f, failure, with_context).oom_class, OomClass::kCapacity);
+}
+
+TEST(ClassifyOomTest, EnoughFreeMemoryIsUnknownNotFragmentation) {
+  OomFigures f;
+  f.requested_bytes = kGiB;
+  f.device_total_bytes = Measured<uint64_t>::Known(16 * kGiB);
+  f.device_free_bytes = Measured<uint64_t>::Known(4 * kGiB);
+  FailedAllocation failure;
+  const OomVerdict v = ClassifyOom(f, failure, ModelOptions{});
+  EXPECT_EQ(v.oom_class, OomClass::kUnknown);
+  EXPECT_NE(v.explanation.find("4.00 GiB free"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fragscope

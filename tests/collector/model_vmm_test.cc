@@ -1,0 +1,152 @@
+// VMM accounting: reservations, physical handles and mappings (cuMemAddressReserve, cuMemCreate,
+// cuMemMap ...). Physical memory is counted per handle, once, until released and unmapped.
+#include <gtest/gtest.h>
+
+#include "fragscope/model/process_model.h"
+#include "model_test_frames.h"
+
+namespace fragscope {
+namespace {
+
+using testing::DeviceOf;
+using testing::FrameFeed;
+using testing::kGiB;
+using testing::kMiB;
+using v1::HandleEvent;
+using v1::MapEvent;
+
+constexpr uint64_t kVa = 0x7e0000000000;
+
+TEST(ModelVmmTest, ReservationWithoutMappingsIsNotASegment) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Map(MapEvent::OP_RESERVE, kVa, 4 * kGiB);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.segments, 0u);
+  EXPECT_EQ(d.reserved_bytes, 0u);  // address space is not memory
+}
+
+TEST(ModelVmmTest, HandleMappedTwiceCountsOnce) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Map(MapEvent::OP_RESERVE, kVa, 64 * kMiB);
+  feed.Handle(HandleEvent::OP_CREATE, /*handle=*/1, 32 * kMiB);
+  // The same 32 MiB of physical memory at two virtual addresses.
+  feed.Map(MapEvent::OP_MAP, kVa, 32 * kMiB, 1);
+  feed.Map(MapEvent::OP_MAP, kVa + 32 * kMiB, 32 * kMiB, 1);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.reserved_bytes, 32 * kMiB);
+  EXPECT_EQ(d.allocated_bytes, 32 * kMiB);  // exact: the segment is one block
+  EXPECT_EQ(d.segments, 1u);
+  EXPECT_EQ(d.unmapped_handle_bytes, 0u);
+}
+
+TEST(ModelVmmTest, PartialUnmapAndReleaseWhileMapped) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Map(MapEvent::OP_RESERVE, kVa, 64 * kMiB);
+  feed.Handle(HandleEvent::OP_CREATE, 1, 64 * kMiB);
+  EXPECT_EQ(DeviceOf(model, 0).unmapped_handle_bytes, 64 * kMiB);
+  feed.Map(MapEvent::OP_MAP, kVa, 64 * kMiB, 1);
+  // Unmapping [16, 32) MiB leaves [0, 16) and [32, 64) mapped: the handle is still in use.
+  feed.Map(MapEvent::OP_UNMAP, kVa + 16 * kMiB, 16 * kMiB);
+  EXPECT_EQ(DeviceOf(model, 0).reserved_bytes, 64 * kMiB);
+  // Released while mapped: the memory stays until the last unmap.
+  feed.Handle(HandleEvent::OP_RELEASE, 1);
+  EXPECT_EQ(DeviceOf(model, 0).reserved_bytes, 64 * kMiB);
+  feed.Map(MapEvent::OP_UNMAP, kVa, 16 * kMiB);
+  {
+    const DeviceSummary d = DeviceOf(model, 0);
+    EXPECT_EQ(d.reserved_bytes, 64 * kMiB);
+    EXPECT_EQ(d.segments, 1u);
+  }
+  feed.Map(MapEvent::OP_UNMAP, kVa + 32 * kMiB, 32 * kMiB);  // last piece
+  const ModelSummary s = model.Summarize();
+  const DeviceSummary d = DeviceOf(s, 0);
+  EXPECT_EQ(d.reserved_bytes, 0u);
+  EXPECT_EQ(d.allocated_bytes, 0u);
+  EXPECT_EQ(d.segments, 0u);
+  EXPECT_EQ(s.unmatched_events, 0u);
+}
+
+TEST(ModelVmmTest, RetainNeedsItsOwnRelease) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Handle(HandleEvent::OP_CREATE, 5, 20 * kMiB);
+  feed.Handle(HandleEvent::OP_RETAIN, 5);
+  feed.Handle(HandleEvent::OP_RELEASE, 5);
+  EXPECT_EQ(DeviceOf(model, 0).reserved_bytes, 20 * kMiB);
+  feed.Handle(HandleEvent::OP_RELEASE, 5);
+  EXPECT_EQ(DeviceOf(model, 0).reserved_bytes, 0u);
+}
+
+TEST(ModelVmmTest, ImportedHandlesStayOutOfReserved) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Map(MapEvent::OP_RESERVE, kVa, 256 * kMiB);
+  feed.Handle(HandleEvent::OP_IMPORT, 9, 100 * kMiB);
+  feed.Map(MapEvent::OP_MAP, kVa, 100 * kMiB, 9);
+  feed.Handle(HandleEvent::OP_CREATE, 10, 20 * kMiB);
+  feed.Map(MapEvent::OP_MAP, kVa + 128 * kMiB, 20 * kMiB, 10);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.imported_bytes, 100 * kMiB);
+  // Only this process's own handle is reserved/allocated.
+  EXPECT_EQ(d.reserved_bytes, 20 * kMiB);
+  EXPECT_EQ(d.allocated_bytes, 20 * kMiB);
+}
+
+TEST(ModelVmmTest, ExpandableSegmentBlocksUseOnlyMappedMemory) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  // PyTorch expandable segments: a big reservation grown by 20 MiB pages.
+  feed.Map(MapEvent::OP_RESERVE, kVa, 8 * kGiB);
+  feed.Handle(HandleEvent::OP_CREATE, 1, 20 * kMiB);
+  feed.Map(MapEvent::OP_MAP, kVa, 20 * kMiB, 1);
+  feed.Handle(HandleEvent::OP_CREATE, 2, 20 * kMiB);
+  feed.Map(MapEvent::OP_MAP, kVa + 20 * kMiB, 20 * kMiB, 2);
+  // Blocks [0, 8) and [12, 30) MiB: free [8, 12) = 4 MiB and [30, 40) = 10 MiB. The unmapped
+  // rest of the 8 GiB reservation is address space, not cache.
+  feed.BlockAlloc(kVa, 8 * kMiB);
+  feed.BlockAlloc(kVa + 12 * kMiB, 18 * kMiB);
+  {
+    const DeviceSummary d = DeviceOf(model, 0);
+    EXPECT_EQ(d.reserved_bytes, 40 * kMiB);
+    EXPECT_EQ(d.allocated_bytes, 26 * kMiB);
+    EXPECT_EQ(d.cached_bytes, 14 * kMiB);
+    EXPECT_EQ(d.largest_free_range_bytes, 10 * kMiB);
+    EXPECT_EQ(d.annotated_segments, 1u);
+  }
+  // Growing by a third page joins [30, 40) with the new [40, 60): 30 MiB in one piece.
+  feed.Handle(HandleEvent::OP_CREATE, 3, 20 * kMiB);
+  feed.Map(MapEvent::OP_MAP, kVa + 40 * kMiB, 20 * kMiB, 3);
+  {
+    const DeviceSummary d = DeviceOf(model, 0);
+    EXPECT_EQ(d.reserved_bytes, 60 * kMiB);
+    EXPECT_EQ(d.cached_bytes, 34 * kMiB);
+    EXPECT_EQ(d.largest_free_range_bytes, 30 * kMiB);
+  }
+  // Shrinking: unmap the third page and release it. [30, 40) is left.
+  feed.Map(MapEvent::OP_UNMAP, kVa + 40 * kMiB, 20 * kMiB);
+  feed.Handle(HandleEvent::OP_RELEASE, 3);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.reserved_bytes, 40 * kMiB);
+  EXPECT_EQ(d.cached_bytes, 14 * kMiB);
+  EXPECT_EQ(d.largest_free_range_bytes, 10 * kMiB);
+}
+
+TEST(ModelVmmTest, FreeingTheReservationDropsItsMappings) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Map(MapEvent::OP_RESERVE, kVa, 64 * kMiB);
+  feed.Handle(HandleEvent::OP_CREATE, 1, 32 * kMiB);
+  feed.Map(MapEvent::OP_MAP, kVa, 32 * kMiB, 1);
+  feed.Handle(HandleEvent::OP_RELEASE, 1);
+  // The program frees the range without unmapping: the released handle goes with it.
+  feed.Map(MapEvent::OP_FREE_RANGE, kVa, 64 * kMiB);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.reserved_bytes, 0u);
+  EXPECT_EQ(d.segments, 0u);
+}
+
+}  // namespace
+}  // namespace fragscope
