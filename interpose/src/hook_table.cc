@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "driver_api.h"
+#include "driver_symbol_map.h"
 
 // Wrapper addresses. Each wrapper is defined (with its real signature) in driver_hooks.cc,
 // failure_hooks.cc, proc_address_hooks.cc or runtime_hooks.cc under a hidden name and exported
@@ -43,21 +44,6 @@ const RuntimeHook kRuntimeHooks[] = {
 #undef FRAGSCOPE_RUNTIME_HOOK
 };
 static_assert(sizeof(kRuntimeHooks) / sizeof(kRuntimeHooks[0]) == kRuntimeHookCount);
-
-// From cudaTypedefs.h via scripts/gen-driver-symbols.py, sorted by (base, version, per_thread).
-struct VersionedSymbol {
-  const char* base;
-  int version;
-  int per_thread;
-  const char* symbol;
-};
-const VersionedSymbol kVersionedSymbols[] = {
-#define FRAGSCOPE_DRIVER_SYMBOL(base, version, per_thread, symbol) \
-  {base, version, per_thread, symbol},
-#include <fragscope/driver_symbols.inc>
-#undef FRAGSCOPE_DRIVER_SYMBOL
-};
-constexpr size_t kVersionedSymbolCount = sizeof(kVersionedSymbols) / sizeof(kVersionedSymbols[0]);
 
 std::atomic<void*> g_driver_real[kDriverHookCount];
 std::atomic<void*> g_runtime_real[kRuntimeHookCount][kRuntimeAbiCount];
@@ -137,23 +123,6 @@ const DriverHook* FindDriverHookBySymbol(const char* symbol) {
     }
   }
   return nullptr;
-}
-
-const char* DriverSymbolForVersion(const char* base, int version, uint64_t flags) {
-  const bool per_thread = (flags & 2) != 0;
-  const VersionedSymbol* plain = nullptr;
-  const VersionedSymbol* threaded = nullptr;
-  for (size_t i = 0; i < kVersionedSymbolCount; ++i) {
-    const VersionedSymbol& v = kVersionedSymbols[i];
-    if (strcmp(v.base, base) != 0 || v.version > version) continue;
-    if (v.per_thread == 0) {
-      plain = &v;  // sorted by version: the last one seen is the newest
-    } else {
-      threaded = &v;
-    }
-  }
-  if (per_thread && threaded != nullptr) return threaded->symbol;
-  return plain != nullptr ? plain->symbol : nullptr;
 }
 
 const DriverHook* DriverHookForLookup(const char* base, int version, uint64_t flags, void* real) {

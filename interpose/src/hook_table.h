@@ -59,11 +59,6 @@ const RuntimeHook& GetRuntimeHook(RuntimeHookId id);
 // The driver hook exported as `symbol`, or nullptr. Fast for names not starting with "cu".
 const DriverHook* FindDriverHookBySymbol(const char* symbol);
 
-// What cuGetProcAddress(base, version, flags) returns, per cudaTypedefs.h (the newest ABI with
-// version <= requested; the per-thread export when flags has CU_GET_PROC_ADDRESS_PER_THREAD_
-// DEFAULT_STREAM (2) and one exists): the exported symbol name, or nullptr if unknown.
-const char* DriverSymbolForVersion(const char* base, int version, uint64_t flags);
-
 // The hook whose wrapper should stand in for `real`, which a lookup of `base` at `version` with
 // `flags` returned: first the tracked ABI whose exported symbol in libcuda is `real` itself,
 // else the version map's answer. nullptr when `base` is not wrapped.

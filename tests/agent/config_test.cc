@@ -1,0 +1,74 @@
+// Environment parsing and output path expansion.
+#include "config.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+
+namespace fragscope::agent {
+namespace {
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : kNames) unsetenv(name);
+  }
+  void TearDown() override { SetUp(); }
+  static constexpr const char* kNames[] = {"FRAGSCOPE_OUTPUT",         "FRAGSCOPE_SOCKET",
+                                           "FRAGSCOPE_STACK_DEPTH",    "FRAGSCOPE_RING_MB",
+                                           "FRAGSCOPE_FOLLOW_FORK",    "FRAGSCOPE_DORMANT",
+                                           "FRAGSCOPE_SNAPSHOT_EVERY", "FRAGSCOPE_MEMINFO_MS"};
+};
+
+TEST_F(ConfigTest, DefaultsWithoutEnvironment) {
+  Config c;
+  LoadConfig(&c);
+  EXPECT_FALSE(c.has_output());
+  EXPECT_EQ(c.stack_depth, 32);
+  EXPECT_EQ(c.ring_bytes, size_t{8} << 20);
+  EXPECT_FALSE(c.follow_fork);
+  EXPECT_FALSE(c.dormant);
+  EXPECT_EQ(c.snapshot_every, 100000u);
+}
+
+TEST_F(ConfigTest, ReadsEveryVariable) {
+  setenv("FRAGSCOPE_OUTPUT", "/tmp/x.fst", 1);
+  setenv("FRAGSCOPE_STACK_DEPTH", "0", 1);
+  setenv("FRAGSCOPE_RING_MB", "2", 1);
+  setenv("FRAGSCOPE_FOLLOW_FORK", "1", 1);
+  setenv("FRAGSCOPE_SNAPSHOT_EVERY", "10", 1);
+  setenv("FRAGSCOPE_MEMINFO_MS", "0", 1);
+  Config c;
+  LoadConfig(&c);
+  EXPECT_TRUE(c.has_output());
+  EXPECT_EQ(std::string(c.output_path), "/tmp/x.fst");
+  EXPECT_EQ(c.stack_depth, 0);
+  EXPECT_EQ(c.ring_bytes, size_t{2} << 20);
+  EXPECT_TRUE(c.follow_fork);
+  EXPECT_EQ(c.snapshot_every, 10u);
+  EXPECT_EQ(c.meminfo_interval_ns, 0u);
+}
+
+TEST_F(ConfigTest, InvalidValuesKeepDefaults) {
+  setenv("FRAGSCOPE_STACK_DEPTH", "lots", 1);
+  setenv("FRAGSCOPE_RING_MB", "-4", 1);
+  setenv("FRAGSCOPE_FOLLOW_FORK", "yes", 1);
+  Config c;
+  LoadConfig(&c);
+  EXPECT_EQ(c.stack_depth, 32);
+  EXPECT_EQ(c.ring_bytes, size_t{8} << 20);
+  EXPECT_FALSE(c.follow_fork);
+}
+
+TEST_F(ConfigTest, ExpandPathReplacesPid) {
+  char out[64];
+  ASSERT_TRUE(ExpandPath("/tmp/t.%p.fst", 1234, out, sizeof(out)));
+  EXPECT_EQ(std::string(out), "/tmp/t.1234.fst");
+  ASSERT_TRUE(ExpandPath("plain", 1, out, sizeof(out)));
+  EXPECT_EQ(std::string(out), "plain");
+  EXPECT_FALSE(ExpandPath("%p%p%p", 123456, out, 8));
+}
+
+}  // namespace
+}  // namespace fragscope::agent

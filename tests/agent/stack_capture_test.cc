@@ -1,0 +1,79 @@
+// Frame-pointer stack capture: sees its callers, honours the skipped range and the depth limit.
+#include "stack_capture.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace fragscope::agent {
+namespace {
+
+// Distinct, non-inlined functions so their return addresses are recognisable.
+__attribute__((noinline)) int Level3(uint64_t* pcs, int max) {
+  int n = CaptureStack(pcs, max);
+  asm volatile("" ::: "memory");  // keep the call from being a tail call
+  return n;
+}
+__attribute__((noinline)) int Level2(uint64_t* pcs, int max) {
+  int n = Level3(pcs, max);
+  asm volatile("" ::: "memory");
+  return n;
+}
+__attribute__((noinline)) int Level1(uint64_t* pcs, int max) {
+  int n = Level2(pcs, max);
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+bool Inside(uint64_t pc, void* fn) {
+  // Return addresses lie within a few hundred bytes after the function's start.
+  uint64_t start = reinterpret_cast<uint64_t>(fn);
+  return pc > start && pc < start + 512;
+}
+
+TEST(StackCaptureTest, SeesItsCallersInnermostFirst) {
+  SetSkippedRange(0, 0);
+  uint64_t pcs[32];
+  int n = Level1(pcs, 32);
+  ASSERT_GE(n, 3);
+  EXPECT_TRUE(Inside(pcs[0], reinterpret_cast<void*>(&Level3)));
+  EXPECT_TRUE(Inside(pcs[1], reinterpret_cast<void*>(&Level2)));
+  EXPECT_TRUE(Inside(pcs[2], reinterpret_cast<void*>(&Level1)));
+}
+
+TEST(StackCaptureTest, DepthLimitAndZero) {
+  SetSkippedRange(0, 0);
+  uint64_t pcs[32];
+  EXPECT_EQ(Level1(pcs, 2), 2);
+  EXPECT_EQ(Level1(pcs, 0), 0);
+}
+
+TEST(StackCaptureTest, SkipsLeadingFramesInTheSkippedRange) {
+  SetSkippedRange(0, 0);
+  uint64_t all[32];
+  int total = Level1(all, 32);
+  ASSERT_GE(total, 3);
+  SetSkippedRange(all[0], all[0] + 1);  // exactly Level3's return address
+  uint64_t pcs[32];
+  int n = Level1(pcs, 32);
+  SetSkippedRange(0, 0);
+  ASSERT_EQ(n, total - 1);
+  EXPECT_EQ(pcs[0], all[1]);
+}
+
+TEST(StackCaptureTest, WorksOnOtherThreads) {
+  SetSkippedRange(0, 0);
+  int n = 0;
+  uint64_t first = 0;
+  std::thread t([&] {
+    uint64_t pcs[32];
+    n = Level1(pcs, 32);
+    first = pcs[0];
+  });
+  t.join();
+  ASSERT_GE(n, 3);
+  EXPECT_TRUE(Inside(first, reinterpret_cast<void*>(&Level3)));
+}
+
+}  // namespace
+}  // namespace fragscope::agent
