@@ -34,7 +34,9 @@ class TextReport {
 
  private:
   void Row(std::string_view label, const std::string& value, const std::string& note = {}) {
-    out_ << absl::StrFormat("  %-22s %-14s %s\n", label, value, note);
+    std::string line = absl::StrFormat("  %-22s %-14s %s", label, value, note);
+    line.erase(line.find_last_not_of(' ') + 1);
+    out_ << line << "\n";
   }
   void Stack(uint64_t stack_id, std::string_view indent);
   void Sites(const std::vector<SiteEntry>& sites, std::string_view indent);
@@ -191,10 +193,21 @@ void TextReport::Oom(const OomPostMortem& o) {
                                 : 0;
   for (std::size_t i = first; i < o.recent_events.size(); ++i) {
     const RecentEvent& e = o.recent_events[i];
-    out_ << absl::StrFormat("  seq %-8d %-18s %-28s %s 0x%x%s%s\n", e.seq, EventKindName(e.kind),
-                            e.api != 0 ? ApiName(e.api) : "", FormatBytes(e.size), e.address,
-                            e.result != 0 ? absl::StrFormat(" result %d", e.result) : "",
-                            e.label.empty() ? "" : " \"" + e.label + "\"");
+    std::string what;
+    if (e.kind == EventKind::kMemInfo) {
+      what = "device free " + FormatBytes(e.size);
+    } else if (e.kind == EventKind::kMark) {
+      what = "\"" + e.label + "\"";
+    } else {
+      what = FormatBytes(e.size);
+      if (e.address != 0) what += absl::StrFormat(" at 0x%x", e.address);
+      if (e.result != 0) what += absl::StrFormat(" result %d", e.result);
+    }
+    const std::string api =
+        e.api != 0 && e.kind != EventKind::kMark ? ApiName(e.api) : std::string();
+    std::string line =
+        absl::StrFormat("  seq %-8d %-18s %-28s %s", e.seq, EventKindName(e.kind), api, what);
+    out_ << line << "\n";
   }
   out_ << "\n";
 }

@@ -1,0 +1,107 @@
+// The text report: the headline, the numbers that prove the class, sites and advice, and the
+// reason printed wherever a figure is unknown.
+#include "fragscope/report/report_text.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "fragscope/model/format_bytes.h"
+#include "report_test_scenario.h"
+
+namespace fragscope {
+namespace {
+
+using testing::kGiB;
+using testing::kMiB;
+
+std::string Render(const ModelSummary& s) {
+  std::ostringstream out;
+  RenderText(s, out);
+  return out.str();
+}
+
+void ExpectContains(const std::string& text, std::string_view needle) {
+  EXPECT_NE(text.find(needle), std::string::npos) << "missing: " << needle << "\n" << text;
+}
+
+TEST(FormatBytesTest, BinaryUnitsTwoDecimals) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBytes(1536), "1.50 KiB");
+  EXPECT_EQ(FormatBytes(768 * kMiB), "768.00 MiB");
+  EXPECT_EQ(FormatBytes(kGiB + kGiB / 5), "1.20 GiB");
+  EXPECT_EQ(FormatPercent(0.375), "37.5 %");
+}
+
+TEST(ReportTextTest, FragmentationPostMortem) {
+  const std::string text = Render(testing::FragmentationOomSummary());
+  ExpectContains(text, "OOM on device 0: requested 768.00 MiB \xe2\x80\x94 class: fragmentation");
+  // The numbers that prove it: cached 1 GiB + free 256 MiB >= 768 MiB > largest 512 MiB.
+  ExpectContains(text,
+                 "cached 1.00 GiB + device free 256.00 MiB = 1.25 GiB >= requested "
+                 "768.00 MiB");
+  ExpectContains(text, "the largest free range is 512.00 MiB");
+  ExpectContains(text, "expandable_segments:True");
+  // Device table with units.
+  ExpectContains(text, "Device 0 (Test GPU)");
+  ExpectContains(text, "fragmentation          50.0 %");
+  ExpectContains(text, "stranded               512.00 MiB");
+  ExpectContains(text, "untracked              13.75 GiB");
+  // The failed call, listed and not recovered, with its stack through the fallback symbolizer.
+  ExpectContains(text, "fragscope_alloc_failed");
+  ExpectContains(text, "NOT recovered");
+  ExpectContains(text, "at libtorch_python.so+0x40");
+  // Sites at the failure with their stacks.
+  ExpectContains(text, "512.00 MiB in 1 allocation(s)");
+  ExpectContains(text, "at libtorch_python.so+0x10");
+  ExpectContains(text, "block_alloc");
+}
+
+TEST(ReportTextTest, UnknownFiguresPrintTheirReason) {
+  ProcessModel model;
+  testing::FrameFeed feed(&model);
+  feed.Malloc(0x7f0000000000, 32 * kMiB);
+  feed.BlockAlloc(0x7f0000000000, 8 * kMiB);
+  const std::string text = Render(model.Summarize());
+  ExpectContains(text, "n/a");
+  ExpectContains(text, "cached 24.00 MiB is below the 64.00 MiB floor");
+  ExpectContains(text, "no device free/total sample (MemInfo) in the stream");
+  ExpectContains(text, "stream cut before its end");
+}
+
+class FakeSymbolizer : public Symbolizer {
+ public:
+  std::vector<SymbolizedFrame> Symbolize(uint64_t pc) override {
+    SymbolizedFrame inlined;
+    inlined.function = "at::empty";
+    SymbolizedFrame frame;
+    frame.function = "train_step";
+    frame.file = "train.py";
+    frame.line = static_cast<uint32_t>(pc & 0xff);
+    return {inlined, frame};
+  }
+};
+
+TEST(ReportTextTest, UsesTheCallersSymbolizer) {
+  const ModelSummary s = testing::FragmentationOomSummary();
+  FakeSymbolizer symbolizer;
+  std::ostringstream out;
+  RenderText(s, symbolizer, out);
+  // Stack 30 is one pc (module base + 0x40 = line 64), giving an inlined frame and its caller.
+  ExpectContains(out.str(), "at at::empty\n");
+  ExpectContains(out.str(), "at train_step (train.py:64)");
+}
+
+TEST(SymbolizerTest, ModuleOffsetFallback) {
+  ModuleOffsetSymbolizer symbolizer(
+      {{"/lib/libb.so", "", 0x2000, 0x1000}, {"/lib/liba.so", "", 0x1000, 0x800}});
+  EXPECT_EQ(FormatFrame(symbolizer.Symbolize(0x1010)[0]), "liba.so+0x10");
+  EXPECT_EQ(FormatFrame(symbolizer.Symbolize(0x2fff)[0]), "libb.so+0xfff");
+  // Between modules (liba ends at 0x1800) and past the last one: the bare pc.
+  EXPECT_EQ(FormatFrame(symbolizer.Symbolize(0x1900)[0]), "0x1900");
+  EXPECT_EQ(FormatFrame(symbolizer.Symbolize(0x3000)[0]), "0x3000");
+}
+
+}  // namespace
+}  // namespace fragscope
