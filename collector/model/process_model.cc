@@ -85,6 +85,8 @@ class ProcessModel::Impl {
   const ModelOptions& options() const { return options_; }
   void Apply(const v1::Frame& frame);
   ModelSummary Summarize() const;
+  std::vector<SegmentLayout> SegmentLayouts(int device, std::size_t max_segments) const;
+  const StackInfo* FindStack(uint64_t id) const { return id == 0 ? nullptr : stacks_.Find(id); }
 
  private:
   DeviceState& Device(int ordinal) {
@@ -982,6 +984,57 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   return out;
 }
 
+std::vector<SegmentLayout> ProcessModel::Impl::SegmentLayouts(int device,
+                                                              std::size_t max_segments) const {
+  std::vector<const Segment*> held;
+  for (const auto& [begin, s] : segments_) {
+    if (s.device() == device && s.Contribution().counted) held.push_back(&s);
+  }
+  if (held.size() > max_segments) {
+    // Keep the largest, then restore address order.
+    std::stable_sort(held.begin(), held.end(), [](const Segment* a, const Segment* b) {
+      return a->backing_bytes() > b->backing_bytes();
+    });
+    held.resize(max_segments);
+    std::sort(held.begin(), held.end(),
+              [](const Segment* a, const Segment* b) { return a->begin() < b->begin(); });
+  }
+  std::vector<SegmentLayout> out;
+  out.reserve(held.size());
+  for (const Segment* s : held) {
+    SegmentLayout l;
+    l.device = s->device();
+    l.base = s->begin();
+    l.size = s->size();
+    l.coverage = s->coverage();
+    l.vmm_reservation = s->kind() == SegmentKind::kVmmReservation;
+    l.stack_id = s->stack_id();
+    l.backing_bytes = s->backing_bytes();
+    if (!l.vmm_reservation) {
+      l.backed.push_back({s->begin(), s->size()});
+    } else {
+      for (const auto& [address, m] : s->mappings()) {
+        if (m.imported) continue;
+        if (!l.backed.empty() && l.backed.back().address + l.backed.back().size == address) {
+          l.backed.back().size += m.size;
+        } else {
+          l.backed.push_back({address, m.size});
+        }
+      }
+    }
+    if (l.coverage == Coverage::kAnnotated) {
+      for (const auto& [address, b] : s->blocks()) {
+        l.blocks.push_back({address, b.size, b.stack_id, b.stream, b.pool, b.pending_free});
+      }
+      for (const auto& [begin, end] : s->free_ranges().ranges()) {
+        l.free_ranges.push_back({begin, end - begin});
+      }
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 ProcessModel::ProcessModel(ModelOptions options)
@@ -993,5 +1046,10 @@ ProcessModel& ProcessModel::operator=(ProcessModel&&) noexcept = default;
 void ProcessModel::Apply(const v1::Frame& frame) { impl_->Apply(frame); }
 ModelSummary ProcessModel::Summarize() const { return impl_->Summarize(); }
 const ModelOptions& ProcessModel::options() const { return impl_->options(); }
+std::vector<SegmentLayout> ProcessModel::SegmentLayouts(int device,
+                                                        std::size_t max_segments) const {
+  return impl_->SegmentLayouts(device, max_segments);
+}
+const StackInfo* ProcessModel::FindStack(uint64_t id) const { return impl_->FindStack(id); }
 
 }  // namespace fragscope

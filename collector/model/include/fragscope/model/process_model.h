@@ -19,12 +19,15 @@
 #ifndef FRAGSCOPE_MODEL_PROCESS_MODEL_H_
 #define FRAGSCOPE_MODEL_PROCESS_MODEL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "fragscope.pb.h"
 #include "fragscope/model/model_options.h"
 #include "fragscope/model/model_summary.h"
+#include "fragscope/model/segment_layout.h"
 
 namespace fragscope {
 
@@ -45,6 +48,15 @@ class ProcessModel {
   // (unrecovered), which is what a report of a cut trace wants; a later Apply may still mark
   // them recovered. Cost: O(devices x (sites + pools) + kept post-mortems).
   ModelSummary Summarize() const;
+
+  // The segments of `device` that hold memory now (those DeviceSummary::segments counts), in
+  // address order, at most `max_segments` of them (the largest by backing bytes are kept when
+  // there are more). For segment maps and snapshot exports. Cost: O(segments + their blocks).
+  std::vector<SegmentLayout> SegmentLayouts(int device, std::size_t max_segments) const;
+
+  // Stack `id` as the stream defined it; nullptr for 0 or an id that never arrived. Valid
+  // until the next Apply. Lets exports name the sites of blocks a summary does not list.
+  const StackInfo* FindStack(uint64_t id) const;
 
   const ModelOptions& options() const;
 
