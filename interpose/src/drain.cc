@@ -198,7 +198,8 @@ void StartStream() {
   hello.ring_bytes = a.ring.bytes();
   Put([&](WireWriter& w) { return EncodeHello(w, hello); });
   SendModules();
-  if (a.live.live() > 0) WriteSnapshot(SnapshotReason::kStreamStart);
+  // No STREAM_START snapshot: a preloaded agent's stream starts with the first event (or, in a
+  // forked child, with an empty table), so every live entry is also an event still in the ring.
 }
 
 void WriteDeviceInfo(int32_t device) {

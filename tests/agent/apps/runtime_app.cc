@@ -1,0 +1,314 @@
+// A program using the CUDA runtime (the fake libcudart.so.13, linked shared), one scenario per
+// run: `runtime_app SCENARIO`. Prints one line per memory operation
+// ("<what> <address> <size> <result>") and a few facts the tests compare with the trace.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fragscope/annotate.h"
+
+namespace {
+
+void Print(const char* what, const void* address, unsigned long long size, int result) {
+  std::printf("%s %p %llu %d\n", what, address, size, result);
+  std::fflush(stdout);
+}
+
+int Malloc() {
+  void* a = nullptr;
+  void* b = nullptr;
+  cudaError_t r = cudaMalloc(&a, 1 << 20);
+  Print("cudaMalloc", a, 1 << 20, r);
+  r = cudaMalloc(&b, 300);
+  Print("cudaMalloc", b, 300, r);
+  Print("cudaFree", b, 0, cudaFree(b));
+  Print("cudaFree", nullptr, 0, cudaFree(nullptr));  // not an event: only initializes
+  Print("cudaFree", a, 0, cudaFree(a));
+  return 0;
+}
+
+int Families() {
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess) return 3;
+  std::printf("stream %p\n", static_cast<void*>(stream));
+  void* async = nullptr;
+  cudaError_t r = cudaMallocAsync(&async, 5000, stream);
+  Print("cudaMallocAsync", async, 5000, r);
+  Print("cudaFreeAsync", async, 0, cudaFreeAsync(async, stream));
+  cudaStreamSynchronize(stream);
+  void* pitched = nullptr;
+  size_t pitch = 0;
+  r = cudaMallocPitch(&pitched, &pitch, 1000, 10);
+  Print("cudaMallocPitch", pitched, pitch * 10, r);
+  std::printf("pitch %zu\n", pitch);
+  cudaPitchedPtr p3{};
+  cudaExtent extent{};
+  extent.width = 300;
+  extent.height = 4;
+  extent.depth = 5;
+  r = cudaMalloc3D(&p3, extent);
+  Print("cudaMalloc3D", p3.ptr, p3.pitch * 4 * 5, r);
+  std::printf("pitch3d %zu\n", p3.pitch);
+  void* managed = nullptr;
+  r = cudaMallocManaged(&managed, 4321, cudaMemAttachGlobal);
+  Print("cudaMallocManaged", managed, 4321, r);
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  cudaMemPool_t pool = nullptr;
+  if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) return 3;
+  std::printf("pool %p\n", static_cast<void*>(pool));
+  void* from_pool = nullptr;
+  r = cudaMallocFromPoolAsync(&from_pool, 999, pool, stream);
+  Print("cudaMallocFromPoolAsync", from_pool, 999, r);
+  Print("cudaFreeAsync", from_pool, 0, cudaFreeAsync(from_pool, stream));
+  cudaStreamSynchronize(stream);
+  Print("cudaMemPoolTrimTo", nullptr, 0, cudaMemPoolTrimTo(pool, 0));
+  Print("cudaFree", pitched, 0, cudaFree(pitched));
+  Print("cudaFree", p3.ptr, 0, cudaFree(p3.ptr));
+  Print("cudaFree", managed, 0, cudaFree(managed));
+  cudaMemPoolDestroy(pool);
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+// Driver functions obtained through the runtime, as PyTorch gets its VMM functions.
+int EntryPoint() {
+  cudaFree(nullptr);  // initialize the runtime
+  cudaDriverEntryPointQueryResult status;
+  void* fn = nullptr;
+  auto get = [&](const char* name, unsigned version) {
+    fn = nullptr;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        fn == nullptr) {
+      std::fprintf(stderr, "entry point %s failed\n", name);
+      std::exit(3);
+    }
+    return fn;
+  };
+  auto reserve =
+      reinterpret_cast<PFN_cuMemAddressReserve_v10020>(get("cuMemAddressReserve", 12000));
+  auto create = reinterpret_cast<PFN_cuMemCreate_v10020>(get("cuMemCreate", 12000));
+  auto map = reinterpret_cast<PFN_cuMemMap_v10020>(get("cuMemMap", 12000));
+  auto unmap = reinterpret_cast<PFN_cuMemUnmap_v10020>(get("cuMemUnmap", 12000));
+  auto release = reinterpret_cast<PFN_cuMemRelease_v10020>(get("cuMemRelease", 12000));
+  auto address_free = reinterpret_cast<PFN_cuMemAddressFree_v10020>(get("cuMemAddressFree", 12000));
+  auto alloc_legacy =
+      reinterpret_cast<CUresult (*)(unsigned int*, unsigned int)>(get("cuMemAlloc", 2000));
+  auto free_legacy = reinterpret_cast<CUresult (*)(unsigned int)>(get("cuMemFree", 2000));
+  void* plain = nullptr;
+  // Deprecated, still used by older libraries: the runtime's own CUDA version decides the ABI.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  if (cudaGetDriverEntryPoint("cuMemAlloc", &plain, cudaEnableDefault, &status) != cudaSuccess) {
+    return 3;
+  }
+#pragma GCC diagnostic pop
+  auto alloc_v2 = reinterpret_cast<PFN_cuMemAlloc_v3020>(plain);
+  auto free_v2 = reinterpret_cast<PFN_cuMemFree_v3020>(get("cuMemFree", 12000));
+  const size_t page = 2 << 20;
+  CUdeviceptr va = 0;
+  CUresult r = reserve(&va, 4 * page, 0, 0, 0);
+  Print("reserve", reinterpret_cast<void*>(va), 4 * page, r);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h = 0;
+  r = create(&h, 2 * page, &prop, 0);
+  Print("create", reinterpret_cast<void*>(h), 2 * page, r);
+  Print("map", reinterpret_cast<void*>(va), 2 * page, map(va, 2 * page, 0, h, 0));
+  Print("unmap", reinterpret_cast<void*>(va), 2 * page, unmap(va, 2 * page));
+  Print("release", reinterpret_cast<void*>(h), 0, release(h));
+  Print("free_range", reinterpret_cast<void*>(va), 4 * page, address_free(va, 4 * page));
+  unsigned int small = 0;
+  r = alloc_legacy(&small, 512);
+  Print("cuMemAlloc", reinterpret_cast<void*>(uintptr_t{small}), 512, r);
+  Print("cuMemFree", reinterpret_cast<void*>(uintptr_t{small}), 0, free_legacy(small));
+  CUdeviceptr big = 0;
+  r = alloc_v2(&big, 3 * page);
+  Print("cuMemAlloc_v2", reinterpret_cast<void*>(big), 3 * page, r);
+  Print("cuMemFree_v2", reinterpret_cast<void*>(big), 0, free_v2(big));
+  return 0;
+}
+
+// 16 threads allocating and freeing at once.
+int Threads() {
+  constexpr int kThreads = 16;
+  constexpr int kRounds = 200;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kRounds; ++i) {
+        void* p = nullptr;
+        if (cudaMalloc(&p, static_cast<size_t>(256 * (t + 1))) != cudaSuccess) ++failures;
+        if (cudaFree(p) != cudaSuccess) ++failures;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  std::printf("threads %d rounds %d failures %d\n", kThreads, kRounds, failures.load());
+  return failures.load() == 0 ? 0 : 1;
+}
+
+// The program's error state around a failed allocation: errno and cudaGetLastError.
+int ErrorState() {
+  void* p = nullptr;
+  errno = 4321;
+  cudaError_t r = cudaMalloc(&p, size_t{1} << 50);
+  int errno_after = errno;
+  cudaError_t last = cudaGetLastError();
+  cudaError_t last_again = cudaGetLastError();
+  std::printf("result %d errno %d last %d again %d\n", r, errno_after, last, last_again);
+  void* q = nullptr;
+  r = cudaMalloc(&q, 100);
+  std::printf("after %d last %d\n", r, cudaGetLastError());
+  cudaFree(q);
+  return 0;
+}
+
+// A sub-allocator reporting its blocks through annotate.h.
+int Annotate() {
+  std::printf("active %d\n", fragscope_annotate_active());
+  void* segment = nullptr;
+  if (cudaMalloc(&segment, 1 << 20) != cudaSuccess) return 3;
+  char* base = static_cast<char*>(segment);
+  fragscope_annotate_mark("step 1");
+  fragscope_annotate_block_alloc(base, 4096, 0, nullptr, 7);
+  fragscope_annotate_block_alloc(base + 4096, 8192, 0, nullptr, 7);
+  fragscope_annotate_block_free_pending(base, 0, nullptr);
+  fragscope_annotate_block_free(base, 0, nullptr);
+  fragscope_annotate_alloc_failed(size_t{1} << 30, 0, nullptr);
+  fragscope_annotate_mark("step 2");
+  cudaFree(segment);
+  std::printf("segment %p\n", segment);
+  return 0;
+}
+
+// Allocations left live at exit, to compare with the fake driver's own table
+// (FAKECUDA_LIVE_DUMP).
+int Leak() {
+  void* p = nullptr;
+  for (size_t size : {size_t{1} << 20, size_t{4096}, size_t{3} << 21}) cudaMalloc(&p, size);
+  cudaMallocManaged(&p, 5555, cudaMemAttachGlobal);
+  size_t pitch = 0;
+  cudaMallocPitch(&p, &pitch, 700, 9);
+  void* freed = nullptr;
+  cudaMalloc(&freed, 8192);
+  cudaFree(freed);
+  return 0;
+}
+
+// Many short-lived allocations, as fast as possible (ring pressure).
+int Burst() {
+  for (int i = 0; i < 50000; ++i) {
+    void* p = nullptr;
+    cudaMalloc(&p, 512);
+    cudaFree(p);
+  }
+  std::printf("burst done\n");
+  return 0;
+}
+
+// fork: the child allocates and exits; the parent frees after the child is gone.
+int Fork() {
+  void* a = nullptr;
+  cudaMalloc(&a, 1 << 20);
+  Print("cudaMalloc", a, 1 << 20, 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    void* c = nullptr;
+    cudaError_t r = cudaMalloc(&c, 2 << 20);
+    std::printf("child %d %d\n", static_cast<int>(getpid()), r);
+    std::fflush(stdout);
+    if (r == cudaSuccess) cudaFree(c);
+    std::exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::printf("child_status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  Print("cudaFree", a, 0, cudaFree(a));
+  return 0;
+}
+
+// fork + exec: the exec'd program (this one again, scenario "malloc") is traced on its own.
+int Exec(const char* self) {
+  void* a = nullptr;
+  cudaMalloc(&a, 1 << 20);
+  std::fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(self, self, "malloc", static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::printf("exec_child %d status %d\n", static_cast<int>(pid),
+              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  cudaFree(a);
+  return 0;
+}
+
+// CUDA calls from a static constructor and from an atexit handler (registered after the agent
+// initialized) must be recorded too.
+void* g_from_ctor = nullptr;
+struct AllocAtStartup {
+  AllocAtStartup() {
+    if (std::getenv("RUNTIME_APP_STATIC_CTOR") != nullptr) cudaMalloc(&g_from_ctor, 11111);
+  }
+} g_alloc_at_startup;
+
+void FreeAtExit() {
+  cudaError_t freed = cudaFree(g_from_ctor);
+  void* late = nullptr;
+  cudaError_t allocated = cudaMalloc(&late, 22222);
+  if (allocated == cudaSuccess) cudaFree(late);
+  std::printf("atexit free %d malloc %d\n", freed, allocated);
+}
+
+int StaticCtorAtExit() {
+  std::atexit(FreeAtExit);
+  void* p = nullptr;
+  cudaMalloc(&p, 33333);
+  cudaFree(p);
+  std::printf("ctor_alloc %p\n", g_from_ctor);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: runtime_app SCENARIO\n");
+    return 2;
+  }
+  std::string scenario = argv[1];
+  if (scenario == "malloc") return Malloc();
+  if (scenario == "families") return Families();
+  if (scenario == "entrypoint") return EntryPoint();
+  if (scenario == "threads") return Threads();
+  if (scenario == "error_state") return ErrorState();
+  if (scenario == "annotate") return Annotate();
+  if (scenario == "fork") return Fork();
+  if (scenario == "leak") return Leak();
+  if (scenario == "burst") return Burst();
+  if (scenario == "exec") return Exec(argv[0]);
+  if (scenario == "static_ctor_atexit") return StaticCtorAtExit();
+  std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
+  return 2;
+}
