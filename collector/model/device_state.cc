@@ -62,6 +62,23 @@ void DeviceState::Retract(const SegmentContribution& c) {
   }
 }
 
+void DeviceState::Replace(const SegmentContribution& before, const SegmentContribution& after) {
+  if (before.counted != after.counted || before.coverage != after.coverage ||
+      before.largest_free != after.largest_free) {
+    Retract(before);
+    Deposit(after);
+    return;
+  }
+  if (!after.counted) return;
+  // Same coverage, same largest free range: only the sums move (unsigned wrap-around cancels).
+  seg_allocated_ += after.allocated - before.allocated;
+  seg_opaque_ += after.opaque - before.opaque;
+  seg_cached_ += after.cached - before.cached;
+  seg_pending_ += after.pending - before.pending;
+  seg_blocks_ += after.blocks - before.blocks;
+  free_ranges_ += after.free_ranges - before.free_ranges;
+}
+
 PoolState& DeviceState::pool(uint64_t id) { return pools_[id]; }
 
 void DeviceState::RetractPool(const PoolState& p) {

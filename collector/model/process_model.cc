@@ -202,12 +202,16 @@ void ProcessModel::Impl::Change(Segment& segment, F&& mutate) {
   const int old_device = segment.device();
   const SegmentContribution before = segment.Contribution();
   const auto site_before = segment_site(segment);
-  Device(old_device).Retract(before);
   mutate(segment);
   const SegmentContribution after = segment.Contribution();
   const auto site_after = segment_site(segment);
   DeviceState& device = Device(segment.device());
-  device.Deposit(after);
+  if (old_device == segment.device()) {
+    device.Replace(before, after);
+  } else {
+    Device(old_device).Retract(before);
+    device.Deposit(after);
+  }
   if (site_before != site_after || old_device != segment.device()) {
     if (site_before.first) Device(old_device).RemoveSite(site_before.second, segment.size());
     if (site_after.first) device.AddSite(site_after.second, segment.size());

@@ -23,9 +23,10 @@ bool Contains(const std::vector<std::string>& lines, std::string_view needle) {
   return false;
 }
 
-const OomPostMortem& OnlyOom(const ModelSummary& s) {
+// A copy, so it cannot dangle when taken from a temporary summary.
+OomPostMortem OnlyOom(const ModelSummary& s) {
   EXPECT_EQ(s.ooms.size(), 1u);
-  return s.ooms.at(0);
+  return s.ooms.empty() ? OomPostMortem{} : s.ooms[0];
 }
 
 TEST(ModelOomTest, Capacity) {
@@ -41,7 +42,7 @@ TEST(ModelOomTest, Capacity) {
   EXPECT_TRUE(s.failed_allocations[0].is_oom);
   EXPECT_FALSE(s.failed_allocations[0].recovered);
   EXPECT_TRUE(s.failed_allocations[0].has_postmortem);
-  const OomPostMortem& o = OnlyOom(s);
+  const OomPostMortem o = OnlyOom(s);
   EXPECT_EQ(o.oom_class, OomClass::kCapacity);
   EXPECT_EQ(o.headline, "OOM on device 0: requested 2.00 GiB \xe2\x80\x94 class: capacity");
   EXPECT_EQ(o.figures.allocated_bytes, 15 * kGiB);
@@ -60,7 +61,7 @@ TEST(ModelOomTest, External) {
   // Held 4 + asked 4 = 8 GiB fits the 16 GiB device, but this process can reach only
   // free 2 + reserved 4 = 6 GiB: 16 - 2 - 4 = 10 GiB is held outside it.
   feed.Failed(4 * kGiB, 0, false, 2 * kGiB, kTotal);
-  const OomPostMortem& o = OnlyOom(model.Summarize());
+  const OomPostMortem o = OnlyOom(model.Summarize());
   EXPECT_EQ(o.oom_class, OomClass::kExternal);
   EXPECT_EQ(o.figures.untracked_bytes.value, 10 * kGiB);
   EXPECT_NE(o.explanation.find("10.00 GiB of the device is outside"), std::string::npos)
@@ -85,7 +86,7 @@ TEST(ModelOomTest, Fragmentation) {
   // 768 MiB <= cached 1 GiB + free 256 MiB, but > largest free 512 MiB and > free 256 MiB.
   feed.Failed(768 * kMiB, 0, /*from_sub_allocator=*/true, 256 * kMiB, kTotal);
   const ModelSummary s = model.Summarize();
-  const OomPostMortem& o = OnlyOom(s);
+  const OomPostMortem o = OnlyOom(s);
   EXPECT_EQ(o.oom_class, OomClass::kFragmentation);
   EXPECT_EQ(o.headline, "OOM on device 0: requested 768.00 MiB \xe2\x80\x94 class: fragmentation");
   EXPECT_EQ(o.figures.cached_bytes, kGiB);
@@ -112,7 +113,7 @@ TEST(ModelOomTest, FragmentationAdviceSkipsExpandableSegmentsWhenAlreadyOn) {
   FrameFeed feed(&model);
   BuildTwoHalfFullSegments(feed);
   feed.Failed(768 * kMiB, 0, true, 256 * kMiB, kTotal);
-  const OomPostMortem& o = OnlyOom(model.Summarize());
+  const OomPostMortem o = OnlyOom(model.Summarize());
   EXPECT_EQ(o.oom_class, OomClass::kFragmentation);
   EXPECT_FALSE(Contains(o.advice, "expandable_segments:True"));
   EXPECT_TRUE(Contains(o.advice, "max_split_size_mb"));
@@ -128,7 +129,7 @@ TEST(ModelOomTest, UnusableCacheOfAnotherStream) {
   // A 512 MiB request on stream 2 cannot use it.
   feed.Failed(512 * kMiB, 0, true, 100 * kMiB, kTotal, v1::API_fragscope_alloc_failed, 2,
               /*stream=*/2);
-  const OomPostMortem& o = OnlyOom(model.Summarize());
+  const OomPostMortem o = OnlyOom(model.Summarize());
   EXPECT_EQ(o.oom_class, OomClass::kUnusableCache);
   EXPECT_EQ(o.figures.largest_free_range_bytes, 768 * kMiB);
   EXPECT_EQ(o.figures.largest_compatible_free_range_bytes, 0u);
@@ -145,7 +146,7 @@ TEST(ModelOomTest, UnusableCachePendingFree) {
   feed.BlockAlloc(kBase + 256 * kMiB, 512 * kMiB);
   feed.Block(v1::BlockEvent::OP_FREE_PENDING, kBase + 256 * kMiB, 512 * kMiB);
   {
-    const DeviceSummary& d = model.Summarize().devices.at(0);
+    const DeviceSummary d = model.Summarize().devices.at(0);
     EXPECT_EQ(d.pending_free_bytes, 512 * kMiB);
     EXPECT_EQ(d.allocated_bytes, 256 * kMiB);
     EXPECT_EQ(d.cached_bytes, 256 * kMiB);  // pending is not free yet
@@ -154,7 +155,7 @@ TEST(ModelOomTest, UnusableCachePendingFree) {
   // reach (400 free + 1 GiB reserved), no free range fits (256 MiB), but 512 + 256 = 768 MiB
   // would once the pending free lands.
   feed.Failed(600 * kMiB, 0, true, 400 * kMiB, kTotal);
-  const OomPostMortem& o = OnlyOom(model.Summarize());
+  const OomPostMortem o = OnlyOom(model.Summarize());
   EXPECT_EQ(o.oom_class, OomClass::kUnusableCache);
   EXPECT_EQ(o.figures.largest_free_range_if_pending_completed_bytes, 768 * kMiB);
   EXPECT_TRUE(Contains(o.advice, "Synchronize"));
@@ -168,7 +169,7 @@ TEST(ModelOomTest, UnusableCacheHeldByAPool) {
   feed.MemInfo(0, 512 * kMiB, kTotal, /*pool=*/0xAA, 2 * kGiB, 0);
   // A plain cudaMalloc of 1 GiB: more than the 512 MiB free, no cache, but the pool's 2 GiB.
   feed.Failed(kGiB, 0, false, 512 * kMiB, kTotal);
-  const OomPostMortem& o = OnlyOom(model.Summarize());
+  const OomPostMortem o = OnlyOom(model.Summarize());
   EXPECT_EQ(o.oom_class, OomClass::kUnusableCache);
   EXPECT_EQ(o.figures.pool_free_bytes, 2 * kGiB);
   EXPECT_TRUE(Contains(o.advice, "cudaMemPoolTrimTo"));
@@ -183,7 +184,7 @@ TEST(ModelOomTest, UnknownWithOpaqueSegments) {
   feed.Malloc(kBase, 4 * kGiB, 0, 3);
   // 1 GiB with 512 MiB free: whether the 4 GiB opaque segment has room decides it.
   feed.Failed(kGiB, 0, false, 512 * kMiB, kTotal);
-  const OomPostMortem& o = OnlyOom(model.Summarize());
+  const OomPostMortem o = OnlyOom(model.Summarize());
   EXPECT_EQ(o.oom_class, OomClass::kUnknown);
   EXPECT_EQ(o.figures.opaque_bytes, 4 * kGiB);
   EXPECT_TRUE(Contains(o.advice, "PyTorch adapter"));
@@ -194,7 +195,7 @@ TEST(ModelOomTest, UnknownWithoutMemInfo) {
   FrameFeed feed(&model);
   feed.Malloc(kBase, kGiB);
   feed.Failed(kGiB, 0, true);  // no free/total with it, none before
-  const OomPostMortem& o = OnlyOom(model.Summarize());
+  const OomPostMortem o = OnlyOom(model.Summarize());
   EXPECT_EQ(o.oom_class, OomClass::kUnknown);
   EXPECT_FALSE(o.figures.device_free_bytes.known());
   EXPECT_NE(o.explanation.find("No device free/total sample"), std::string::npos);
@@ -207,7 +208,7 @@ TEST(ModelOomTest, UsesLatestSampleWhenTheFailureHasNone) {
   feed.Malloc(kBase, 4 * kGiB);
   feed.MemInfo(0, 2 * kGiB, kTotal);
   feed.Failed(4 * kGiB, 0, false);  // same numbers as External, from the earlier sample
-  const OomPostMortem& o = OnlyOom(model.Summarize());
+  const OomPostMortem o = OnlyOom(model.Summarize());
   EXPECT_EQ(o.oom_class, OomClass::kExternal);
   EXPECT_FALSE(o.figures.mem_info_from_failure);
 }
@@ -257,7 +258,7 @@ TEST(ModelOomTest, DriverFailuresBeforeASubAllocatorOomAreExplainedByIt) {
   EXPECT_EQ(s.failed_allocations[1].superseded_by_seq, 7u);
   EXPECT_FALSE(s.failed_allocations[0].has_postmortem);
   EXPECT_TRUE(s.failed_allocations[2].has_postmortem);
-  const OomPostMortem& o = OnlyOom(s);
+  const OomPostMortem o = OnlyOom(s);
   EXPECT_EQ(o.failure.seq, 7u);
   EXPECT_EQ(o.oom_class, OomClass::kFragmentation);
 }

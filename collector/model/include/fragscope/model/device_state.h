@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "fragscope/model/model_options.h"
@@ -69,9 +69,12 @@ class DeviceState {
   std::optional<MemSample> last_sample;
   std::optional<uint64_t> total() const;
 
-  // Segment contributions: every change to a segment is Retract(before) + Deposit(after).
+  // Segment contributions: every change to a segment is Retract(before) + Deposit(after), or
+  // Replace(before, after) when the segment stays on this device (cheaper: the largest-free
+  // summary is only touched when the segment's largest free range changed).
   void Deposit(const SegmentContribution& c);
   void Retract(const SegmentContribution& c);
+  void Replace(const SegmentContribution& before, const SegmentContribution& after);
 
   // Buckets (bytes).
   uint64_t driver_segment_bytes = 0;  // physical bytes of driver-allocation segments
@@ -136,7 +139,7 @@ class DeviceState {
   uint64_t opaque_segments_ = 0;
   uint64_t seg_blocks_ = 0;
   uint64_t free_ranges_ = 0;
-  std::multiset<uint64_t> largest_free_by_segment_;  // one entry per annotated segment
+  absl::btree_multiset<uint64_t> largest_free_by_segment_;  // one per annotated segment
 
   absl::flat_hash_map<uint64_t, PoolState> pools_;
   uint64_t pool_reserved_ = 0;

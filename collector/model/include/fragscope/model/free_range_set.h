@@ -4,9 +4,8 @@
 #define FRAGSCOPE_MODEL_FREE_RANGE_SET_H_
 
 #include <cstdint>
-#include <set>
-
 #include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 
 namespace fragscope {
 
@@ -36,7 +35,7 @@ class FreeRangeSet {
   void Remove(absl::btree_map<uint64_t, uint64_t>::iterator it);
 
   absl::btree_map<uint64_t, uint64_t> ranges_;
-  std::multiset<uint64_t> sizes_;
+  absl::btree_multiset<uint64_t> sizes_;  // btree: no allocation per insert
   uint64_t total_ = 0;
 };
 
