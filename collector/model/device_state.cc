@@ -57,7 +57,12 @@ void DeviceState::Retract(const SegmentContribution& c) {
       break;
     case Coverage::kAnnotated:
       --annotated_segments_;
-      largest_free_by_segment_.erase(largest_free_by_segment_.find(c.largest_free));
+      // Always present (every Retract follows the Deposit of the same contribution); checked
+      // anyway so a bug can skew a figure but never crash the collector.
+      if (auto it = largest_free_by_segment_.find(c.largest_free);
+          it != largest_free_by_segment_.end()) {
+        largest_free_by_segment_.erase(it);
+      }
       break;
   }
 }
