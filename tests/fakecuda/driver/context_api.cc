@@ -199,8 +199,11 @@ CUresult cuInit(unsigned int Flags) {
   Lock lock(s.mu);
   if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (!s.initialized) {
+    // A failure armed through fakecuda_fail_nth_allocation() before cuInit stays armed.
+    std::vector<uint64_t> armed = s.fail_at;
     s.config = ReadConfigFromEnvironment();
     ConfigureDevicesLocked(s);
+    if (!armed.empty()) s.fail_at = armed;
     s.initialized = true;
   }
   return s.device_count == 0 ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;

@@ -265,7 +265,8 @@ CUresult RequireContextLocked(State& s, Context** ctx) {
 }
 
 CUresult ActivateContextLocked(State& s, Context* ctx) {
-  uint64_t pages = PagesFor(s.config.ctx_overhead_bytes);
+  // Null mode keeps no accounting at all, not even for contexts.
+  uint64_t pages = s.config.null_mode ? 0 : PagesFor(s.config.ctx_overhead_bytes);
   if (!ChargePagesLocked(s.devices[ctx->device], pages)) return CUDA_ERROR_OUT_OF_MEMORY;
   ctx->overhead_pages = pages;
   ctx->alive = true;

@@ -196,10 +196,8 @@ cudaError_t cudaDeviceReset(void) {
   cudaError_t error;
   const DriverApi* api = Init(&error);
   if (!api) return Record(error);
-  int device = CurrentDevice();
-  CUresult r = api->primaryCtxReset(device);
-  ForgetPrimaryContext(device);
-  return Record(FromDriver(r));
+  // EnsureContext notices the inactive primary context and retains it again on next use.
+  return Record(FromDriver(api->primaryCtxReset(CurrentDevice())));
 }
 
 cudaError_t cudaGetLastError(void) {

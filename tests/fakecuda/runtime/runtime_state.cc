@@ -143,10 +143,4 @@ cudaError_t EnsureContext(const DriverApi** out) {
   return FromDriver(api->ctxSetCurrent(p.primary[device]));
 }
 
-void ForgetPrimaryContext(int device) {
-  Process& p = P();
-  std::lock_guard<std::mutex> lock(p.mu);
-  if (device >= 0 && device < kMaxDevices) p.primary[device] = nullptr;
-}
-
 }  // namespace fakecuda_rt

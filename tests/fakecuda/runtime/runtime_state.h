@@ -30,9 +30,6 @@ cudaError_t& LastError();
 // Maps a driver result the way libcudart does (OUT_OF_MEMORY -> cudaErrorMemoryAllocation, ...).
 cudaError_t FromDriver(CUresult result);
 
-// Drops the runtime's primary context of `device` after cuDevicePrimaryCtxReset.
-void ForgetPrimaryContext(int device);
-
 // Device count seen at initialization.
 int DeviceCount();
 
