@@ -1,0 +1,33 @@
+// Fuzz target: a trace file end to end, as `fragscope report trace.fsc` reads it:
+// bytes -> FrameReader -> ProcessModel::Apply -> Summarize -> RenderJson / RenderText.
+//
+// Frames that survive the reader are well-formed protobuf but otherwise arbitrary: the model
+// must survive them (process_model.h: "Never fails"), and the reports must stay valid.
+#include <cstddef>
+#include <cstdint>
+
+#include "fragscope.pb.h"
+#include "fragscope/model/process_model.h"
+#include "fragscope/trace/frame_reader.h"
+#include "fuzz_util.h"
+#include "report_check.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  absl::StatusOr<fragscope::FrameReader> reader =
+      fragscope::FrameReader::FromFd(fragscope::fuzz::MemFdWith(data, size), "fuzz.fsc");
+  if (!reader.ok()) return 0;
+  // Small limits, so that thinning the timeline and dropping post-mortems past the limit are
+  // reached with the few frames a fuzz input holds.
+  fragscope::ModelOptions options;
+  options.timeline_max_points = 8;
+  options.max_postmortems = 3;
+  options.recent_events = 4;
+  options.top_sites = 3;
+  options.fragmentation_floor_bytes = 4096;
+  fragscope::ProcessModel model(options);
+  fragscope::v1::Frame frame;
+  while (reader->Next(&frame) == fragscope::FrameReader::Result::kFrame) model.Apply(frame);
+  // A truncated or malformed tail still gets a report of what came before (DESIGN.md).
+  fragscope::fuzz::SummarizeAndRender(model);
+  return 0;
+}
