@@ -1,0 +1,33 @@
+#include "fragscope/export/export_input.h"
+
+#include <algorithm>
+
+namespace fragscope::exporter {
+namespace {
+
+void AddStack(const ProcessModel& model, uint64_t id, ModelSummary* summary) {
+  if (id == 0 || summary->stacks.count(id)) return;
+  if (const StackInfo* s = model.FindStack(id)) summary->stacks[id] = *s;
+}
+
+}  // namespace
+
+ExportInput CaptureExportInput(const ProcessModel& model, const CaptureOptions& options) {
+  ExportInput in;
+  in.summary = model.Summarize();
+  in.segments_captured = true;
+  for (const DeviceSummary& d : in.summary.devices) {
+    std::vector<SegmentLayout> layouts =
+        model.SegmentLayouts(d.ordinal, options.max_segments_per_device);
+    for (const SegmentLayout& s : layouts) {
+      AddStack(model, s.stack_id, &in.summary);
+      for (const BlockLayout& b : s.blocks) AddStack(model, b.stack_id, &in.summary);
+    }
+    const uint64_t kept = layouts.size();
+    if (d.segments > kept) in.segments_left_out[d.ordinal] = d.segments - kept;
+    in.segments[d.ordinal] = std::move(layouts);
+  }
+  return in;
+}
+
+}  // namespace fragscope::exporter

@@ -1,0 +1,522 @@
+// The HTML report. Layout of the page, top to bottom: process header, one section per device
+// (figures, segment map, timeline, top sites), failed allocations, OOM post-mortems.
+#include "fragscope/export/html_report.h"
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "fragscope.pb.h"
+#include "fragscope/export/site_names.h"
+#include "fragscope/model/format_bytes.h"
+#include "nlohmann/json.hpp"
+
+namespace fragscope::exporter {
+namespace {
+
+// Geometry of the segment map, in SVG user units (the SVG scales to the page width).
+constexpr double kMapWidth = 1000;
+constexpr double kLabelWidth = 190;  // address and size of the segment, left of its bar
+constexpr double kBarWidth = kMapWidth - kLabelWidth - 10;
+constexpr double kRowHeight = 18;
+constexpr double kBarHeight = 13;
+// A segment's bar is as long as its size relative to the device's largest segment, but never
+// shorter than this fraction, so a 2 MiB segment next to a 20 GiB one stays visible and
+// hoverable. The label gives the true size; blocks inside a bar are always to scale.
+constexpr double kMinBarFraction = 0.08;
+// Slivers narrower than this are widened so they can still be seen and hovered.
+constexpr double kMinRectWidth = 0.35;
+
+constexpr char kStyle[] = R"css(
+:root { --alloc: #3b6fd4; --pending: #e0a030; --free: #e7ebf0; --exact: #5c8a5c;
+        --opaque: #8a8f98; --unmapped: #ffffff; --ink: #1d2330; --muted: #5d6677; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--ink);
+       margin: 0 auto; max-width: 1200px; padding: 16px 24px 48px; }
+h1 { font-size: 22px; margin: 8px 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px;
+  border-bottom: 1px solid #d5dae2; padding-bottom: 4px; } h3 { font-size: 15px; margin: 18px 0 6px; }
+.muted { color: var(--muted); } .warn { background: #fff4d6; border: 1px solid #e9c46a;
+  padding: 6px 10px; border-radius: 4px; }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(170px, 1fr)); gap: 6px; }
+.figure { background: #f4f6f9; border-radius: 4px; padding: 6px 8px; }
+.figure .label { font-size: 12px; color: var(--muted); } .figure .value { font-weight: 600; }
+.figure .note { font-size: 11px; color: var(--muted); }
+table { border-collapse: collapse; margin: 4px 0; } td, th { padding: 2px 10px 2px 0;
+  text-align: left; vertical-align: top; } th { font-size: 12px; color: var(--muted); }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+code, .site { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
+svg { display: block; width: 100%; height: auto; }
+.segment-map text { font: 10px ui-monospace, Menlo, Consolas, monospace; fill: var(--muted); }
+.segment-map rect { stroke: #fff; stroke-width: 0.3; }
+rect.allocated { fill: var(--alloc); } rect.pending { fill: var(--pending); }
+rect.free { fill: var(--free); } rect.exact { fill: var(--exact); }
+rect.opaque { fill: url(#fs-hatch); } rect.unmapped { fill: var(--unmapped); stroke: #c9ced6; }
+.segment:hover rect { stroke: #000; }
+.legend span { display: inline-block; margin-right: 14px; font-size: 12px; }
+.legend i { display: inline-block; width: 12px; height: 10px; margin-right: 4px; vertical-align: -1px; }
+.timeline svg text { font: 10px system-ui, sans-serif; fill: var(--muted); }
+.oom { border-left: 4px solid #c0392b; padding: 2px 0 8px 12px; margin: 14px 0; }
+.oom-class { display: inline-block; font-size: 12px; padding: 1px 8px; border-radius: 10px;
+  background: #c0392b; color: #fff; }
+)css";
+
+// Draws every .timeline element's chart from the embedded data. Plain DOM APIs only.
+constexpr char kScript[] = R"js(
+(function () {
+  'use strict';
+  const data = JSON.parse(document.getElementById('fragscope-data').textContent);
+  const NS = 'http://www.w3.org/2000/svg';
+  function el(name, attrs, parent) {
+    const e = document.createElementNS(NS, name);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function bytes(b) {
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    while (b >= 1024 && i < units.length - 1) { b /= 1024; i++; }
+    return (i === 0 ? b.toFixed(0) : b.toFixed(2)) + ' ' + units[i];
+  }
+  const series = [
+    {key: 'reserved', index: 2, color: '#c0392b', label: 'reserved'},
+    {key: 'allocated', index: 3, color: '#3b6fd4', label: 'allocated'},
+    {key: 'cached', index: 4, color: '#8e9aaf', label: 'cached'},
+  ];
+  for (const holder of document.querySelectorAll('.timeline')) {
+    const device = data.devices[holder.dataset.device];
+    const points = device ? device.timeline : [];
+    if (points.length === 0) {
+      holder.textContent = 'No timeline points were recorded for this device.';
+      continue;
+    }
+    const W = 1000, H = 260, L = 70, R = 50, T = 10, B = 24;
+    const svg = el('svg', {viewBox: `0 0 ${W} ${H}`, class: 'timeline-chart'}, holder);
+    const seq0 = points[0][0], seq1 = points[points.length - 1][0];
+    const x = s => L + (seq1 === seq0 ? 0.5 : (s - seq0) / (seq1 - seq0)) * (W - L - R);
+    let maxBytes = 1;
+    for (const p of points) maxBytes = Math.max(maxBytes, p[2], p[3], p[4]);
+    const y = b => T + (1 - b / maxBytes) * (H - T - B);
+    const yf = f => T + (1 - f) * (H - T - B);
+    el('rect', {x: L, y: T, width: W - L - R, height: H - T - B, fill: '#fafbfc', stroke: '#d5dae2'}, svg);
+    for (let i = 0; i <= 4; i++) {
+      const v = maxBytes * i / 4;
+      el('text', {x: L - 6, y: y(v) + 3, 'text-anchor': 'end'}, svg).textContent = bytes(v);
+      el('text', {x: W - R + 6, y: yf(i / 4) + 3}, svg).textContent = (i * 25) + ' %';
+    }
+    el('text', {x: L, y: H - 6}, svg).textContent = 'seq ' + seq0;
+    el('text', {x: W - R, y: H - 6, 'text-anchor': 'end'}, svg).textContent = 'seq ' + seq1;
+    for (const s of series) {
+      const d = points.map((p, i) => (i ? 'L' : 'M') + x(p[0]).toFixed(1) + ' ' + y(p[s.index]).toFixed(1)).join(' ');
+      const path = el('path', {d: d, fill: 'none', stroke: s.color, 'stroke-width': 1.6,
+                               class: 'timeline-line series-' + s.key}, svg);
+      el('title', {}, path).textContent = s.label;
+    }
+    // Fragmentation is only defined at some points: draw each defined run on its own.
+    let run = [];
+    const runs = [];
+    for (const p of points) {
+      if (p[5] === null) { if (run.length) runs.push(run); run = []; } else run.push(p);
+    }
+    if (run.length) runs.push(run);
+    for (const r of runs) {
+      const d = r.map((p, i) => (i ? 'L' : 'M') + x(p[0]).toFixed(1) + ' ' + yf(p[5]).toFixed(1)).join(' ');
+      const path = el('path', {d: d, fill: 'none', stroke: '#8e44ad', 'stroke-width': 1.6,
+                               'stroke-dasharray': '4 2', class: 'timeline-line series-fragmentation'}, svg);
+      el('title', {}, path).textContent = 'fragmentation (right axis)';
+    }
+    const legend = document.createElement('div');
+    legend.className = 'legend';
+    for (const s of series.concat([{color: '#8e44ad', label: 'fragmentation (right axis, dashed)'}])) {
+      const span = document.createElement('span');
+      const sw = document.createElement('i');
+      sw.style.background = s.color;
+      span.appendChild(sw);
+      span.appendChild(document.createTextNode(s.label));
+      legend.appendChild(span);
+    }
+    holder.appendChild(legend);
+    const last = points[points.length - 1];
+    const note = document.createElement('div');
+    note.className = 'muted';
+    note.textContent = `${points.length} points; at the end: reserved ${bytes(last[2])}, ` +
+        `allocated ${bytes(last[3])}, cached ${bytes(last[4])}`;
+    holder.appendChild(note);
+  }
+  document.getElementById('fragscope-status').textContent = 'rendered';
+})();
+)js";
+
+std::string Esc(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string Bytes(const Measured<uint64_t>& m) {
+  return m.value ? FormatBytes(*m.value) : "unknown (" + m.unknown_reason + ")";
+}
+
+std::string Hex(uint64_t v) { return absl::StrFormat("0x%x", v); }
+
+class HtmlReport {
+ public:
+  HtmlReport(const ExportInput& in, Symbolizer& symbolizer, std::ostream& out,
+             const HtmlReportOptions& options)
+      : in_(in), s_(in.summary), sites_(in.summary, symbolizer), out_(out), options_(options) {}
+
+  void Render();
+
+ private:
+  void Header();
+  // One card of the device figures; an unknown figure shows its reason in small print.
+  void Figure(std::string_view label, const std::string& value, const std::string& note = {}) {
+    out_ << "<div class=\"figure\"><div class=\"label\">" << Esc(label)
+         << "</div><div class=\"value\">" << Esc(value) << "</div>";
+    if (!note.empty()) out_ << "<div class=\"note\">" << Esc(note) << "</div>";
+    out_ << "</div>\n";
+  }
+  void Figure(std::string_view label, const Measured<uint64_t>& m) {
+    m.value ? Figure(label, FormatBytes(*m.value)) : Figure(label, "unknown", m.unknown_reason);
+  }
+  void Figure(std::string_view label, const Measured<double>& m) {
+    m.value ? Figure(label, FormatPercent(*m.value)) : Figure(label, "n/a", m.unknown_reason);
+  }
+  void Device(const DeviceSummary& d);
+  void SegmentMap(const DeviceSummary& d);
+  void Segment(const SegmentLayout& seg, double y, double bar_length);
+  void Rect(const char* cls, double x, double y, double w, const std::string& tip);
+  void SiteTable(const std::vector<SiteEntry>& sites);
+  void Failures();
+  void Oom(const OomPostMortem& o, std::size_t index);
+  std::string DataJson() const;
+
+  const ExportInput& in_;
+  const ModelSummary& s_;
+  SiteNames sites_;
+  std::ostream& out_;
+  const HtmlReportOptions& options_;
+};
+
+void HtmlReport::Render() {
+  out_ << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+       << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+       << "<title>fragscope report: " << Esc(s_.exe.empty() ? "process" : s_.exe)
+       << "</title>\n<style>" << kStyle << "</style>\n</head>\n<body>\n";
+  Header();
+  for (const DeviceSummary& d : s_.devices) Device(d);
+  Failures();
+  if (!s_.ooms.empty() || s_.ooms_without_postmortem > 0) {
+    out_ << "<h2 id=\"ooms\">Out-of-memory post-mortems</h2>\n";
+    for (std::size_t i = 0; i < s_.ooms.size(); ++i) Oom(s_.ooms[i], i);
+    if (s_.ooms_without_postmortem > 0) {
+      out_ << "<p class=\"muted\">" << s_.ooms_without_postmortem
+           << " more OOMs without a post-mortem (over the limit kept).</p>\n";
+    }
+  }
+  out_ << "<p class=\"muted\">Page state: <span id=\"fragscope-status\">static (the script did "
+          "not run)</span></p>\n";
+  out_ << "<script type=\"application/json\" id=\"fragscope-data\">" << DataJson()
+       << "</script>\n<script>" << kScript << "</script>\n</body>\n</html>\n";
+}
+
+void HtmlReport::Header() {
+  out_ << "<h1>fragscope report</h1>\n<p class=\"muted\">";
+  out_ << Esc(s_.exe.empty() ? "(program unknown)" : s_.exe);
+  if (s_.pid != 0) out_ << " &middot; pid " << s_.pid;
+  if (!s_.host.empty()) out_ << " &middot; host " << Esc(s_.host);
+  out_ << " &middot; " << s_.events << " events, last seq " << s_.last_seq;
+  if (s_.exit_status) out_ << " &middot; exit status " << *s_.exit_status;
+  out_ << "</p>\n";
+  if (s_.attached || !s_.history_complete) {
+    out_ << "<p class=\"warn\">The agent started after the program: memory from before is "
+            "counted as untracked, not as this process's segments.</p>\n";
+  }
+  if (s_.drops > 0) {
+    out_ << "<p class=\"warn\">" << s_.drops << " events were lost in "
+         << s_.approximate_intervals.size() << " interval(s); figures there are approximate.</p>\n";
+  }
+  if (!s_.stream_ended) {
+    out_ << "<p class=\"warn\">The stream did not end normally (no End frame): this is the "
+            "state at the last frame read.</p>\n";
+  }
+  if (!s_.ooms.empty()) {
+    out_ << "<p><a href=\"#ooms\">" << s_.ooms.size() << " OOM post-mortem"
+         << (s_.ooms.size() == 1 ? "" : "s") << "</a> below.</p>\n";
+  }
+}
+
+void HtmlReport::Device(const DeviceSummary& d) {
+  out_ << "<section class=\"device\" id=\"device-" << d.ordinal << "\" data-device=\"" << d.ordinal
+       << "\">\n<h2>";
+  if (d.ordinal < 0) {
+    out_ << "Device unknown";
+  } else {
+    out_ << "Device " << d.ordinal;
+  }
+  if (!d.name.empty()) out_ << " &middot; " << Esc(d.name);
+  out_ << "</h2>\n";
+  if (!d.uuid_hex.empty())
+    out_ << "<p class=\"muted\">UUID <code>" << Esc(d.uuid_hex) << "</code></p>\n";
+  out_ << "<div class=\"figures\">\n";
+  Figure("reserved", FormatBytes(d.reserved_bytes));
+  Figure("allocated", FormatBytes(d.allocated_bytes));
+  Figure("cached (reserved, free)", FormatBytes(d.cached_bytes));
+  Figure("largest free range", FormatBytes(d.largest_free_range_bytes));
+  Figure("fragmentation", d.fragmentation);
+  Figure("stranded", FormatBytes(d.stranded_bytes));
+  if (d.opaque_bytes > 0) Figure("opaque segments", FormatBytes(d.opaque_bytes));
+  if (d.pending_free_bytes > 0) Figure("pending free", FormatBytes(d.pending_free_bytes));
+  Figure("peak reserved", FormatBytes(d.peak_reserved_bytes));
+  Figure("peak allocated", FormatBytes(d.peak_allocated_bytes));
+  Figure("max fragmentation", d.max_fragmentation);
+  Figure("device total", d.total_bytes);
+  Figure("device free", d.device_free_bytes);
+  Figure("untracked", d.untracked_bytes);
+  if (d.pool_reserved_bytes > 0)
+    Figure("memory pools reserved", FormatBytes(d.pool_reserved_bytes));
+  if (d.managed_bytes > 0) Figure("managed", FormatBytes(d.managed_bytes));
+  if (d.imported_bytes > 0) Figure("imported (other processes)", FormatBytes(d.imported_bytes));
+  out_ << "</div>\n";
+  SegmentMap(d);
+  out_ << "<h3>Timeline</h3>\n<div class=\"timeline\" data-device=\"" << d.ordinal << "\"></div>\n";
+  out_ << "<h3>Top allocation sites (live now)</h3>\n";
+  SiteTable(d.sites);
+  if (!d.sites_at_peak.empty()) {
+    out_ << "<h3>Top allocation sites at peak reserved (" << Esc(FormatBytes(d.peak_reserved_bytes))
+         << ")</h3>\n";
+    SiteTable(d.sites_at_peak);
+  }
+  out_ << "</section>\n";
+}
+
+void HtmlReport::SegmentMap(const DeviceSummary& d) {
+  auto it = in_.segments.find(d.ordinal);
+  static const std::vector<SegmentLayout> kNone;
+  const std::vector<SegmentLayout>& segs = it == in_.segments.end() ? kNone : it->second;
+  out_ << "<h3>Segment map</h3>\n";
+  if (!in_.segments_captured) {
+    out_ << "<p class=\"muted\">Segment layouts were not captured for this page.</p>\n";
+    return;
+  }
+  if (segs.empty()) {
+    out_ << "<p class=\"muted\">No segments held at the end of the trace.</p>\n";
+    return;
+  }
+  out_ << "<div class=\"legend\"><span><i style=\"background:var(--alloc)\"></i>allocated "
+          "block</span><span><i style=\"background:var(--pending)\"></i>pending free</span>"
+          "<span><i style=\"background:var(--free)\"></i>free range</span><span><i "
+          "style=\"background:var(--exact)\"></i>whole allocation (no sub-allocator)</span>"
+          "<span><i style=\"background:var(--opaque)\"></i>opaque (inside unknown)</span>"
+          "<span><i style=\"border:1px solid #c9ced6\"></i>reserved, not mapped</span></div>\n";
+  out_ << "<p class=\"muted\">" << segs.size() << " segment" << (segs.size() == 1 ? "" : "s");
+  if (auto left = in_.segments_left_out.find(d.ordinal); left != in_.segments_left_out.end()) {
+    out_ << " (the largest; " << left->second << " smaller ones not drawn)";
+  }
+  out_ << ". Bar length follows segment size (at least " << kMinBarFraction * 100
+       << " % of the width); inside a bar, blocks are to scale. Hover for size and site.</p>\n";
+  uint64_t largest = 1;
+  for (const SegmentLayout& s : segs) largest = std::max(largest, s.size);
+  const double height = kRowHeight * static_cast<double>(segs.size()) + 4;
+  out_ << absl::StrFormat(
+      "<svg class=\"segment-map\" viewBox=\"0 0 %.0f %.0f\" role=\"img\" "
+      "aria-label=\"segment map of device %d\">\n<defs><pattern id=\"fs-hatch\" width=\"6\" "
+      "height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\"><rect "
+      "width=\"6\" height=\"6\" fill=\"#c3c7ce\"/><rect width=\"3\" height=\"6\" "
+      "fill=\"#8a8f98\"/></pattern></defs>\n",
+      kMapWidth, height, d.ordinal);
+  double y = 2;
+  for (const SegmentLayout& s : segs) {
+    const double fraction = static_cast<double>(s.size) / static_cast<double>(largest);
+    Segment(s, y, kBarWidth * std::max(kMinBarFraction, fraction));
+    y += kRowHeight;
+  }
+  out_ << "</svg>\n";
+}
+
+void HtmlReport::Rect(const char* cls, double x, double y, double w, const std::string& tip) {
+  out_ << absl::StrFormat(
+      "<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\"><title>%s</title>"
+      "</rect>\n",
+      cls, x, y, std::max(w, kMinRectWidth), kBarHeight, Esc(tip));
+}
+
+void HtmlReport::Segment(const SegmentLayout& seg, double y, double bar_length) {
+  const char* coverage = CoverageName(seg.coverage);
+  const std::string& site = sites_.Name(seg.stack_id);
+  out_ << absl::StrFormat(
+      "<g class=\"segment coverage-%s\" data-base=\"%s\" data-size=\"%d\" data-blocks=\"%d\">\n",
+      coverage, Hex(seg.base), seg.size, seg.blocks.size());
+  out_ << absl::StrFormat("<text x=\"0\" y=\"%.1f\">%s %s</text>\n", y + kBarHeight - 3,
+                          Hex(seg.base), Esc(FormatBytes(seg.size)));
+  const double x0 = kLabelWidth;
+  const double scale = bar_length / static_cast<double>(std::max<uint64_t>(seg.size, 1));
+  auto x_of = [&](uint64_t address) {
+    return x0 + static_cast<double>(address - seg.base) * scale;
+  };
+  const std::string seg_tip = absl::StrFormat(
+      "segment %s, %s (%s%s, %s backed)\nsite: %s", Hex(seg.base), FormatBytes(seg.size), coverage,
+      seg.vmm_reservation ? ", VMM reservation" : "", FormatBytes(seg.backing_bytes), site);
+  // The reservation as a whole; backed parts are drawn over it.
+  Rect("unmapped", x0, y, bar_length,
+       seg.vmm_reservation ? seg_tip + "\n(this part is reserved address space, not mapped)"
+                           : seg_tip);
+  for (const AddressRange& r : seg.backed) {
+    if (seg.coverage == Coverage::kExact) {
+      Rect("exact", x_of(r.address), y, static_cast<double>(r.size) * scale, seg_tip);
+    } else if (seg.coverage == Coverage::kOpaque) {
+      Rect("opaque", x_of(r.address), y, static_cast<double>(r.size) * scale,
+           seg_tip + "\ncarved by a caching allocator fragscope cannot see: used bytes unknown");
+    }
+  }
+  for (const AddressRange& r : seg.free_ranges) {
+    Rect("free", x_of(r.address), y, static_cast<double>(r.size) * scale,
+         absl::StrFormat("free range %s, %s", Hex(r.address), FormatBytes(r.size)));
+  }
+  for (const BlockLayout& b : seg.blocks) {
+    Rect(b.pending_free ? "block pending" : "block allocated", x_of(b.address), y,
+         static_cast<double>(b.size) * scale,
+         absl::StrFormat("block %s, %s%s%s\nsite: %s", Hex(b.address), FormatBytes(b.size),
+                         b.pending_free ? " (freed, pending)" : "",
+                         b.stream != 0 ? absl::StrFormat(", stream %s", Hex(b.stream)) : "",
+                         sites_.Name(b.stack_id)));
+  }
+  out_ << "</g>\n";
+}
+
+void HtmlReport::SiteTable(const std::vector<SiteEntry>& sites) {
+  if (sites.empty()) {
+    out_ << "<p class=\"muted\">None.</p>\n";
+    return;
+  }
+  out_ << "<table class=\"sites\"><tr><th>live bytes</th><th>count</th><th>site</th></tr>\n";
+  for (std::size_t i = 0; i < sites.size() && i < options_.max_sites; ++i) {
+    const SiteEntry& e = sites[i];
+    out_ << "<tr class=\"site-row\"><td class=\"num\">" << Esc(FormatBytes(e.live_bytes))
+         << "</td><td class=\"num\">" << e.count << "</td><td class=\"site\">"
+         << Esc(sites_.Name(e.stack_id)) << "</td></tr>\n";
+  }
+  out_ << "</table>\n";
+}
+
+void HtmlReport::Failures() {
+  if (s_.failed_allocations.empty()) return;
+  out_ << "<h2>Failed allocations</h2>\n<table class=\"failures\"><tr><th>seq</th><th>device"
+          "</th><th>call</th><th>requested</th><th>result</th><th>outcome</th><th>site</th></tr>\n";
+  std::size_t shown = 0;
+  for (const FailedAllocation& f : s_.failed_allocations) {
+    if (shown++ == options_.max_failed_listed) break;
+    std::string outcome = f.is_oom ? "OOM" : "error";
+    if (f.recovered) outcome += absl::StrFormat(", recovered (seq %d)", f.recovered_by_seq);
+    if (f.superseded_by_seq != 0)
+      outcome += absl::StrFormat(", see OOM seq %d", f.superseded_by_seq);
+    if (f.has_postmortem) outcome += ", post-mortem below";
+    out_ << "<tr class=\"failure\"><td class=\"num\">" << f.seq << "</td><td class=\"num\">"
+         << f.device << "</td><td><code>" << Esc(f.api_name) << "</code></td><td class=\"num\">"
+         << Esc(FormatBytes(f.requested_bytes)) << "</td><td class=\"num\">" << f.result
+         << "</td><td>" << Esc(outcome) << "</td><td class=\"site\">"
+         << Esc(sites_.Name(f.stack_id)) << "</td></tr>\n";
+  }
+  out_ << "</table>\n";
+  if (s_.failed_allocations.size() > options_.max_failed_listed) {
+    out_ << "<p class=\"muted\">" << s_.failed_allocations.size() - options_.max_failed_listed
+         << " more not listed.</p>\n";
+  }
+}
+
+void HtmlReport::Oom(const OomPostMortem& o, std::size_t index) {
+  const OomFigures& f = o.figures;
+  out_ << "<section class=\"oom\" id=\"oom-" << index << "\" data-class=\""
+       << OomClassName(o.oom_class) << "\">\n<h3 class=\"oom-headline\">" << Esc(o.headline)
+       << "</h3>\n<p><span class=\"oom-class\">" << OomClassName(o.oom_class) << "</span> seq "
+       << o.failure.seq << ", <code>" << Esc(o.failure.api_name) << "</code>"
+       << (o.approximate ? " &middot; <b>approximate</b>: events were lost before it" : "")
+       << "</p>\n<p class=\"explanation\">" << Esc(o.explanation) << "</p>\n";
+  out_ << "<table class=\"oom-figures\">\n";
+  auto row = [&](std::string_view label, const std::string& value) {
+    out_ << "<tr><td>" << Esc(label) << "</td><td class=\"num\">" << Esc(value) << "</td></tr>\n";
+  };
+  row("requested", FormatBytes(f.requested_bytes));
+  row("device total", Bytes(f.device_total_bytes));
+  row(f.mem_info_from_failure ? "device free (at the failure)" : "device free (last sample)",
+      Bytes(f.device_free_bytes));
+  row("reserved", FormatBytes(f.reserved_bytes));
+  row("allocated", FormatBytes(f.allocated_bytes));
+  if (f.opaque_bytes > 0) {
+    row("opaque",
+        absl::StrFormat("%s in %d segments", FormatBytes(f.opaque_bytes), f.opaque_segments));
+  }
+  row("cached", FormatBytes(f.cached_bytes));
+  row("largest free range", FormatBytes(f.largest_free_range_bytes));
+  row("largest compatible free range", FormatBytes(f.largest_compatible_free_range_bytes));
+  if (f.pending_free_bytes > 0) row("pending free", FormatBytes(f.pending_free_bytes));
+  if (f.pool_free_bytes > 0) row("free in memory pools", FormatBytes(f.pool_free_bytes));
+  row("untracked", Bytes(f.untracked_bytes));
+  row("peak reserved", FormatBytes(o.peak_reserved_bytes));
+  out_ << "</table>\n";
+  if (!o.advice.empty()) {
+    out_ << "<h4>Advice</h4>\n<ul class=\"advice\">\n";
+    for (const std::string& a : o.advice) out_ << "<li>" << Esc(a) << "</li>\n";
+    out_ << "</ul>\n";
+  }
+  out_ << "<p>Failing call site: <span class=\"site\">" << Esc(sites_.Name(o.failure.stack_id))
+       << "</span></p>\n<h4>Live at the failure, by site</h4>\n";
+  SiteTable(o.sites_at_failure);
+  out_ << "</section>\n";
+}
+
+std::string HtmlReport::DataJson() const {
+  nlohmann::json devices = nlohmann::json::object();
+  for (const DeviceSummary& d : s_.devices) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const TimelinePoint& p : d.timeline) {
+      points.push_back({p.seq, p.time_ns, p.reserved_bytes, p.allocated_bytes, p.cached_bytes,
+                        p.fragmentation ? nlohmann::json(*p.fragmentation) : nlohmann::json()});
+    }
+    devices[std::to_string(d.ordinal)] = {{"timeline", std::move(points)}};
+  }
+  // Strings from the trace are not in here, but keep "</" out of the script element anyway.
+  std::string text = nlohmann::json{{"devices", std::move(devices)}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string safe;
+  safe.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '<') {
+      safe += "\\u003c";
+    } else {
+      safe += text[i];
+    }
+  }
+  return safe;
+}
+
+}  // namespace
+
+void RenderHtml(const ExportInput& input, Symbolizer& symbolizer, std::ostream& out,
+                const HtmlReportOptions& options) {
+  HtmlReport(input, symbolizer, out, options).Render();
+}
+
+}  // namespace fragscope::exporter

@@ -1,0 +1,31 @@
+// `fragscope export --perfetto`: the Chrome trace-event JSON format
+// ({"traceEvents": [...]}), which ui.perfetto.dev and chrome://tracing open.
+//
+// What is in it, all in the traced process (pid = Hello.pid, or 1 when the stream has none):
+//   - metadata ("ph": "M"): process_name, and a thread_name per device ("GPU 0"; tid =
+//     ordinal + 1, tid 0 for events whose device is unknown) that the instant events sit on;
+//   - counter tracks ("ph": "C") per device from DeviceSummary::timeline, one track per figure:
+//     "GPU <n> reserved", "GPU <n> allocated", "GPU <n> cached" (args {"bytes": N}) and
+//     "GPU <n> fragmentation" (args {"ratio": 0..1}). Fragmentation is written only at points
+//     where it is reportable (REPORT.md: floor and opaque segments), so between such points a
+//     viewer keeps showing the last reportable value;
+//   - instant events ("ph": "i", "s": "t") on the device's thread: every failed allocation
+//     (cat "failed_alloc") and every OOM post-mortem (cat "oom", name = the headline), with the
+//     figures in args.
+// Times: "ts" in microseconds of the traced process's CLOCK_MONOTONIC (time_ns / 1000).
+#ifndef FRAGSCOPE_EXPORT_PERFETTO_TRACE_H_
+#define FRAGSCOPE_EXPORT_PERFETTO_TRACE_H_
+
+#include <ostream>
+
+#include "fragscope/model/model_summary.h"
+#include "fragscope/report/symbolizer.h"
+
+namespace fragscope::exporter {
+
+// Writes one JSON object to `out`. Stateless apart from symbolizer caches.
+void WritePerfettoTrace(const ModelSummary& summary, Symbolizer& symbolizer, std::ostream& out);
+
+}  // namespace fragscope::exporter
+
+#endif  // FRAGSCOPE_EXPORT_PERFETTO_TRACE_H_

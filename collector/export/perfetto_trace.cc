@@ -1,0 +1,123 @@
+#include "fragscope/export/perfetto_trace.h"
+
+#include <set>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "fragscope/export/site_names.h"
+#include "fragscope/model/format_bytes.h"
+#include "nlohmann/json.hpp"
+
+namespace fragscope::exporter {
+namespace {
+
+using nlohmann::json;
+
+int TidOf(int device) { return device < 0 ? 0 : device + 1; }
+
+std::string DeviceName(int device) {
+  return device < 0 ? std::string("GPU ?") : absl::StrFormat("GPU %d", device);
+}
+
+double Micros(uint64_t time_ns) { return static_cast<double>(time_ns) / 1000.0; }
+
+json MeasuredBytes(const Measured<uint64_t>& m) { return m.value ? json(*m.value) : json(nullptr); }
+
+}  // namespace
+
+void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostream& out) {
+  SiteNames sites(s, symbolizer);
+  const int pid = s.pid != 0 ? static_cast<int>(s.pid) : 1;
+  json events = json::array();
+  std::string process = s.exe.empty() ? "traced process" : s.exe;
+  if (s.pid != 0) process += absl::StrFormat(" (pid %d)", s.pid);
+  events.push_back({{"ph", "M"},
+                    {"name", "process_name"},
+                    {"pid", pid},
+                    {"tid", 0},
+                    {"args", {{"name", "fragscope: " + process}}}});
+
+  std::set<int> devices;
+  for (const DeviceSummary& d : s.devices) devices.insert(d.ordinal);
+  for (const FailedAllocation& f : s.failed_allocations) devices.insert(f.device);
+  for (int device : devices) {
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", pid},
+                      {"tid", TidOf(device)},
+                      {"args", {{"name", DeviceName(device)}}}});
+  }
+
+  for (const DeviceSummary& d : s.devices) {
+    const std::string prefix = DeviceName(d.ordinal);
+    for (const TimelinePoint& p : d.timeline) {
+      const double ts = Micros(p.time_ns);
+      auto counter = [&](const char* figure, const char* key, json value) {
+        events.push_back({{"ph", "C"},
+                          {"name", prefix + " " + figure},
+                          {"pid", pid},
+                          {"tid", 0},
+                          {"ts", ts},
+                          {"args", {{key, std::move(value)}}}});
+      };
+      counter("reserved", "bytes", p.reserved_bytes);
+      counter("allocated", "bytes", p.allocated_bytes);
+      counter("cached", "bytes", p.cached_bytes);
+      if (p.fragmentation) counter("fragmentation", "ratio", *p.fragmentation);
+    }
+  }
+
+  for (const FailedAllocation& f : s.failed_allocations) {
+    json args = {{"seq", f.seq},
+                 {"api", f.api_name},
+                 {"result", f.result},
+                 {"requested_bytes", f.requested_bytes},
+                 {"is_oom", f.is_oom},
+                 {"recovered", f.recovered},
+                 {"stream", f.stream},
+                 {"pool", f.pool},
+                 {"site", sites.Name(f.stack_id)}};
+    events.push_back(
+        {{"ph", "i"},
+         {"s", "t"},
+         {"cat", "failed_alloc"},
+         {"name", absl::StrFormat("failed %s %s", f.api_name, FormatBytes(f.requested_bytes))},
+         {"pid", pid},
+         {"tid", TidOf(f.device)},
+         {"ts", Micros(f.time_ns)},
+         {"args", std::move(args)}});
+  }
+
+  for (const OomPostMortem& o : s.ooms) {
+    const OomFigures& f = o.figures;
+    json args = {{"seq", o.failure.seq},
+                 {"class", OomClassName(o.oom_class)},
+                 {"explanation", o.explanation},
+                 {"requested_bytes", f.requested_bytes},
+                 {"device_total_bytes", MeasuredBytes(f.device_total_bytes)},
+                 {"device_free_bytes", MeasuredBytes(f.device_free_bytes)},
+                 {"reserved_bytes", f.reserved_bytes},
+                 {"allocated_bytes", f.allocated_bytes},
+                 {"opaque_bytes", f.opaque_bytes},
+                 {"cached_bytes", f.cached_bytes},
+                 {"largest_free_range_bytes", f.largest_free_range_bytes},
+                 {"advice", o.advice},
+                 {"site", sites.Name(o.failure.stack_id)}};
+    events.push_back({{"ph", "i"},
+                      {"s", "t"},
+                      {"cat", "oom"},
+                      {"name", o.headline},
+                      {"pid", pid},
+                      {"tid", TidOf(o.failure.device)},
+                      {"ts", Micros(o.failure.time_ns)},
+                      {"args", std::move(args)}});
+  }
+
+  json doc = {{"traceEvents", std::move(events)},
+              {"displayTimeUnit", "ms"},
+              {"otherData", {{"producer", "fragscope"}, {"exe", s.exe}, {"host", s.host}}}};
+  // Paths and labels from the trace may hold bytes that are not UTF-8: replace, never throw.
+  out << doc.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+}  // namespace fragscope::exporter

@@ -1,0 +1,26 @@
+#include "fragscope/export/site_names.h"
+
+#include <vector>
+
+#include "absl/strings/str_format.h"
+
+namespace fragscope::exporter {
+
+const std::string& SiteNames::Name(uint64_t stack_id) {
+  auto it = names_.find(stack_id);
+  if (it != names_.end()) return it->second;
+  std::string name;
+  if (stack_id == 0) {
+    name = "(no stack recorded)";
+  } else {
+    std::vector<SymbolizedFrame> frames = SymbolizeStack(summary_, stack_id, symbolizer_);
+    if (frames.empty()) name = absl::StrFormat("(stack %d not in the stream)", stack_id);
+    for (std::size_t i = 0; i < frames.size() && i < max_frames_; ++i) {
+      if (i > 0) name += " < ";
+      name += FormatFrame(frames[i]);
+    }
+  }
+  return names_.emplace(stack_id, std::move(name)).first->second;
+}
+
+}  // namespace fragscope::exporter
