@@ -13,9 +13,11 @@ constexpr char kUsage[] =
     "commands:\n"
     "  run [opts] -- CMD ARGS...   run CMD with the agent preloaded; report when it exits\n"
     "  report TRACE                summary, segment metrics and OOM post-mortems of a trace\n"
+    "                              (--format text|json|html)\n"
     "  gate TRACE [limits]         fail (exit 1) when fragmentation/stranded/reserved exceed "
     "limits\n"
     "  import SNAPSHOT.pickle -o TRACE   convert a PyTorch memory snapshot\n"
+    "  export TRACE --perfetto OUT.json | --torch-snapshot OUT.pickle   for Perfetto / PyTorch\n"
     "  help                        this text; `fragscope COMMAND --help` for a command's options\n"
     "exit codes: 0 ok, 1 gate failed, 2 usage error, 3 bad or unreadable input; `run` passes\n"
     "the program's own exit status through.\n";
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
   if (command == "report") return fragscope::cli::ReportCommand(args);
   if (command == "import") return fragscope::cli::ImportCommand(args);
   if (command == "gate") return fragscope::cli::GateCommand(args);
+  if (command == "export") return fragscope::cli::ExportCommand(args);
   if (command == "help" || command == "--help" || command == "-h") {
     std::fputs(kUsage, stdout);
     return fragscope::cli::kExitOk;

@@ -1,5 +1,6 @@
-// fragscope report TRACE [--format text|json] [-o OUT]
+// fragscope report TRACE [--format text|json|html] [-o OUT]
 #include <cstdio>
+#include <functional>
 #include <iostream>
 
 #include "arg_reader.h"
@@ -11,10 +12,14 @@
 namespace fragscope::cli {
 
 namespace {
+// The page draws every segment as SVG; beyond this many per device only the largest are drawn.
+constexpr std::size_t kHtmlMaxSegmentsPerDevice = 1024;
 constexpr char kUsage[] =
-    "usage: fragscope report TRACE [--format text|json] [-o OUT] [--fragmentation-floor BYTES]\n"
+    "usage: fragscope report TRACE [--format text|json|html] [-o OUT]\n"
+    "                        [--fragmentation-floor BYTES]\n"
     "  TRACE   a trace from `fragscope run -o` / FRAGSCOPE_OUTPUT, or a PyTorch snapshot "
-    ".pickle\n";
+    ".pickle\n"
+    "  html    one self-contained page (segment map, timeline, OOM post-mortems); use -o\n";
 }  // namespace
 
 int ReportCommand(const std::vector<std::string>& args) {
@@ -35,7 +40,7 @@ int ReportCommand(const std::vector<std::string>& args) {
   }
   ReportFormat format;
   if (!ParseReportFormat(format_name, &format)) {
-    std::fprintf(stderr, "fragscope report: unknown --format '%s' (text or json)\n%s",
+    std::fprintf(stderr, "fragscope report: unknown --format '%s' (text, json or html)\n%s",
                  format_name.c_str(), kUsage);
     return kExitUsage;
   }
@@ -56,12 +61,25 @@ int ReportCommand(const std::vector<std::string>& args) {
     options.fragmentation_floor_bytes = *bytes;
   }
   const std::string& path = reader.positionals()[0];
-  auto loaded = LoadTrace(path, options);
+  // HTML draws the segment map, which needs the model's segment layouts, not just the summary.
+  exporter::ExportInput html_input;
+  std::function<void(const ProcessModel&)> capture;
+  if (format == ReportFormat::kHtml) {
+    capture = [&](const ProcessModel& model) {
+      exporter::CaptureOptions capture_options;
+      capture_options.max_segments_per_device = kHtmlMaxSegmentsPerDevice;
+      html_input = exporter::CaptureExportInput(model, capture_options);
+    };
+  }
+  auto loaded = LoadTrace(path, options, capture);
   if (!loaded.ok()) {
     std::fprintf(stderr, "fragscope report: %s\n", std::string(loaded.status().message()).c_str());
     return kExitBadInput;
   }
-  if (absl::Status s = WriteReportFile(loaded->summary, format, out_path); !s.ok()) {
+  absl::Status written = format == ReportFormat::kHtml
+                             ? WriteHtmlReportFile(html_input, out_path)
+                             : WriteReportFile(loaded->summary, format, out_path);
+  if (absl::Status s = written; !s.ok()) {
     std::fprintf(stderr, "fragscope report: %s\n", std::string(s.message()).c_str());
     return kExitBadInput;
   }

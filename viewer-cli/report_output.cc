@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "absl/strings/str_format.h"
+#include "fragscope/export/html_report.h"
 #include "fragscope/report/report_json.h"
 #include "fragscope/report/report_text.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
@@ -17,6 +18,8 @@ bool ParseReportFormat(const std::string& name, ReportFormat* format) {
     *format = ReportFormat::kText;
   } else if (name == "json") {
     *format = ReportFormat::kJson;
+  } else if (name == "html") {
+    *format = ReportFormat::kHtml;
   } else {
     return false;
   }
@@ -27,6 +30,11 @@ void WriteReport(const ModelSummary& summary, ReportFormat format, std::ostream&
   DwarfSymbolizer symbolizer(summary.modules);
   if (format == ReportFormat::kJson) {
     RenderJson(summary, symbolizer, out);
+  } else if (format == ReportFormat::kHtml) {
+    // Without the model there are no segment layouts: the page says the map is missing.
+    exporter::ExportInput input;
+    input.summary = summary;
+    exporter::RenderHtml(input, symbolizer, out);
   } else {
     RenderText(summary, symbolizer, out);
   }
@@ -45,6 +53,28 @@ absl::Status WriteReportFile(const ModelSummary& summary, ReportFormat format,
         absl::StrFormat("%s: cannot write report: %s", path, std::strerror(errno)));
   }
   WriteReport(summary, format, out);
+  if (!out) return absl::DataLossError(absl::StrFormat("%s: write failed", path));
+  return absl::OkStatus();
+}
+
+}  // namespace fragscope::cli
+
+namespace fragscope::cli {
+
+absl::Status WriteHtmlReportFile(const exporter::ExportInput& input, const std::string& path) {
+  DwarfSymbolizer symbolizer(input.summary.modules);
+  if (path == "-") {
+    exporter::RenderHtml(input, symbolizer, std::cout);
+    std::cout.flush();
+    return absl::OkStatus();
+  }
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("%s: cannot write report: %s", path, std::strerror(errno)));
+  }
+  exporter::RenderHtml(input, symbolizer, out);
+  out.flush();
   if (!out) return absl::DataLossError(absl::StrFormat("%s: write failed", path));
   return absl::OkStatus();
 }

@@ -1,4 +1,5 @@
-// Writes a ModelSummary as text or JSON to a file or stream, symbolizing with debug info.
+// Writes a ModelSummary as text or JSON to a file or stream, symbolizing with debug info. HTML
+// needs segment layouts as well and is written by WriteHtmlReportFile.
 #ifndef FRAGSCOPE_VIEWER_CLI_REPORT_OUTPUT_H_
 #define FRAGSCOPE_VIEWER_CLI_REPORT_OUTPUT_H_
 
@@ -6,19 +7,23 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "fragscope/export/export_input.h"
 #include "fragscope/model/model_summary.h"
 
 namespace fragscope::cli {
 
-enum class ReportFormat { kText, kJson };
+enum class ReportFormat { kText, kJson, kHtml };
 
-// "text" / "json"; false for anything else.
+// "text" / "json" / "html"; false for anything else.
 bool ParseReportFormat(const std::string& name, ReportFormat* format);
 
+// kHtml here has no segment layouts (the page says so); WriteHtmlReportFile has them.
 void WriteReport(const ModelSummary& summary, ReportFormat format, std::ostream& out);
 // `path` "-" means stdout.
 absl::Status WriteReportFile(const ModelSummary& summary, ReportFormat format,
                              const std::string& path);
+// The self-contained HTML page (collector/export/html_report.h); `path` "-" means stdout.
+absl::Status WriteHtmlReportFile(const exporter::ExportInput& input, const std::string& path);
 
 }  // namespace fragscope::cli
 

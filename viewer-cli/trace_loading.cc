@@ -17,13 +17,15 @@ bool LooksLikePickle(const std::string& path) {
   return in.get(first) && static_cast<unsigned char>(first) == 0x80;
 }
 
-absl::StatusOr<LoadedTrace> LoadTrace(const std::string& path, const ModelOptions& options) {
+absl::StatusOr<LoadedTrace> LoadTrace(const std::string& path, const ModelOptions& options,
+                                      const std::function<void(const ProcessModel&)>& inspect) {
   LoadedTrace loaded;
   if (LooksLikePickle(path)) {
     auto frames = torch::ImportTorchSnapshotFile(path, torch::ImportOptions{});
     if (!frames.ok()) return frames.status();
     ProcessModel model(options);
     for (const v1::Frame& f : *frames) model.Apply(f);
+    if (inspect) inspect(model);
     loaded.summary = model.Summarize();
     return loaded;
   }
@@ -35,6 +37,7 @@ absl::StatusOr<LoadedTrace> LoadTrace(const std::string& path, const ModelOption
     return absl::DataLossError(outcome.error);
   }
   if (outcome.result != FrameReader::Result::kEnd) loaded.damage = outcome.error;
+  if (inspect) inspect(session.model());
   loaded.summary = session.model().Summarize();
   return loaded;
 }

@@ -3,12 +3,14 @@
 #ifndef FRAGSCOPE_VIEWER_CLI_TRACE_LOADING_H_
 #define FRAGSCOPE_VIEWER_CLI_TRACE_LOADING_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "fragscope/model/model_options.h"
 #include "fragscope/model/model_summary.h"
+#include "fragscope/model/process_model.h"
 
 namespace fragscope::cli {
 
@@ -20,8 +22,12 @@ struct LoadedTrace {
 };
 
 // Errors (unreadable, not a trace, newer format, malformed pickle) come back as a status whose
-// message names the file and what to do.
-absl::StatusOr<LoadedTrace> LoadTrace(const std::string& path, const ModelOptions& options);
+// message names the file and what to do. `inspect`, when set, is called with the model once
+// every frame is applied (before the summary is taken), for callers that need more than the
+// summary (segment layouts for the HTML report and exports).
+absl::StatusOr<LoadedTrace> LoadTrace(
+    const std::string& path, const ModelOptions& options,
+    const std::function<void(const ProcessModel&)>& inspect = nullptr);
 
 // True when `path` looks like a PyTorch snapshot (by content, not by name).
 bool LooksLikePickle(const std::string& path);
