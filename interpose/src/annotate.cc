@@ -17,9 +17,11 @@ void BlockRelease(void* ptr, int device, void* stream, BlockOp op) {
   if (!hook.record()) return;
   LiveTable& live = Agent().live;
   LiveEntry entry{};
+  size_t index = 0;
   bool known;
+  bool erased = false;
   if (op == BlockOp::kFree) {
-    known = live.Erase(LiveClass::kBlock, Address(ptr), &entry);
+    known = erased = live.Erase(LiveClass::kBlock, Address(ptr), &entry, &index);
   } else {
     known = live.Update(LiveClass::kBlock, Address(ptr), [&](LiveEntry& e) {
       e.flags |= kLivePendingFree;
@@ -30,6 +32,7 @@ void BlockRelease(void* ptr, int device, void* stream, BlockOp op) {
   EventRecord r = NewRecord(RecordType::kBlock, Api::k_fragscope_block_free);
   r.op = static_cast<uint8_t>(op);
   r.seq = NextSeq();
+  if (erased) live.SetRemovedSeq(index, r.seq);
   r.address = Address(ptr);
   r.size = known ? entry.size : 0;
   r.device = device;

@@ -130,15 +130,14 @@ void ReadProcessInfo() {
 
 void WriteSnapshot(SnapshotReason reason) {
   AgentState& a = Agent();
-  // Consistent at S: every entry made live at seq <= S is in the table (inserted before its seq
-  // was taken) and every release at seq <= S has removed its entry (before taking its seq).
-  const uint64_t seq = a.seq.load(std::memory_order_acquire);
+  // Exact at the seq the scan reads (live_table.h explains how).
   const uint64_t now = NowNs();
   size_t bound = a.live.live() * kMaxLiveEntryBytes + 4096;
   auto encode = [&](WireWriter& w) {
-    SnapshotEncoder snapshot(w, seq, now, reason, /*complete_history=*/true);
-    a.live.ForEach(seq, [&](const LiveEntry& e) { snapshot.Add(e); });
-    return snapshot.Finish();
+    SnapshotEncoder snapshot(w, now, reason, /*complete_history=*/true);
+    uint64_t seq = 0;
+    a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) { snapshot.Add(e); });
+    return snapshot.Finish(seq);
   };
   if (bound < kWriteBufferBytes / 2) {
     Put(encode);
@@ -243,6 +242,11 @@ size_t DrainLocked() {
     WriteStack(r.stack_id, r.stack_slot);
     Put([&](WireWriter& w) { return EncodeRecord(w, r); });
     if (r.type != RecordType::kMemInfo) ++d.events_since_snapshot;
+    if (d.output.is_file() && a.config.snapshot_every > 0 &&
+        d.events_since_snapshot >= a.config.snapshot_every) {
+      WriteSnapshot(SnapshotReason::kPeriodic);  // lets a reader start in the middle
+      d.events_since_snapshot = 0;
+    }
   }
   const uint64_t drops = a.ring_drops.load(std::memory_order_acquire);
   if (drops != d.reported_ring_drops && d.output.is_open()) {
@@ -255,11 +259,6 @@ size_t DrainLocked() {
     Put([&](WireWriter& w) { return EncodeDrops(w, info); });
     d.reported_ring_drops = drops;
     WriteSnapshot(SnapshotReason::kResync);  // the model re-synchronizes instead of drifting
-    d.events_since_snapshot = 0;
-  }
-  if (d.output.is_open() && d.output.is_file() && a.config.snapshot_every > 0 &&
-      d.events_since_snapshot >= a.config.snapshot_every) {
-    WriteSnapshot(SnapshotReason::kPeriodic);
     d.events_since_snapshot = 0;
   }
   FlushWriter();

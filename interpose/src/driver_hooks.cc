@@ -131,8 +131,9 @@ EventRecord HandleRecord(DriverHookId id, HandleOp op) {
   return r;
 }
 
-// Drops one mapping reference of `handle`, erasing the handle once released and unmapped.
-void UnmapHandle(uint64_t handle) {
+// Drops one mapping reference of `handle` (unmapped by the event `seq`), erasing the handle
+// once released and unmapped.
+void UnmapHandle(uint64_t handle, uint64_t seq) {
   LiveTable& live = Agent().live;
   bool gone = false;
   live.Update(LiveClass::kHandle, handle, [&](LiveEntry& e) {
@@ -140,7 +141,10 @@ void UnmapHandle(uint64_t handle) {
     gone = e.maps <= 0 && e.refs <= 0;
     return true;
   });
-  if (gone) live.Erase(LiveClass::kHandle, handle, nullptr);
+  size_t index = 0;
+  if (gone && live.Erase(LiveClass::kHandle, handle, nullptr, &index)) {
+    live.SetRemovedSeq(index, seq);
+  }
 }
 
 int32_t HandleDevice(uint64_t handle) {
@@ -380,9 +384,10 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemRelease, (CUmemGenericAllocationHandle handle)) {
   // The physical memory goes once the last reference is released and nothing maps it.
   LiveTable& live = Agent().live;
   LiveEntry before{};
+  size_t index = 0;
   bool known = live.Find(LiveClass::kHandle, handle, &before);
   bool erased = known && before.refs <= 1 && before.maps <= 0 &&
-                live.Erase(LiveClass::kHandle, handle, nullptr);
+                live.Erase(LiveClass::kHandle, handle, nullptr, &index);
   if (known && !erased) {
     live.Update(LiveClass::kHandle, handle, [](LiveEntry& e) {
       --e.refs;
@@ -391,6 +396,7 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemRelease, (CUmemGenericAllocationHandle handle)) {
   }
   EventRecord rec = HandleRecord(id, HandleOp::kRelease);
   rec.seq = NextSeq();
+  if (erased) live.SetRemovedSeq(index, rec.seq);
   CUresult r = real(handle);
   hook.Returned(r);
   if (r != CUDA_SUCCESS && known) {
@@ -464,20 +470,22 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemUnmap, (CUdeviceptr ptr, size_t size)) {
   // The range may cover several mappings laid end to end.
   constexpr int kMaxMappings = 64;
   LiveEntry removed[kMaxMappings];
+  size_t indexes[kMaxMappings];
   int count = 0;
   LiveTable& live = Agent().live;
   for (uint64_t at = ptr; at < ptr + size && count < kMaxMappings;) {
-    if (!live.Erase(LiveClass::kMapping, at, &removed[count])) break;
+    if (!live.Erase(LiveClass::kMapping, at, &removed[count], &indexes[count])) break;
     at += removed[count].size > 0 ? removed[count].size : size;
     ++count;
   }
   EventRecord rec = MapRecord(id, MapOp::kUnmap);
   rec.seq = NextSeq();
+  for (int i = 0; i < count; ++i) live.SetRemovedSeq(indexes[i], rec.seq);
   CUresult r = real(ptr, size);
   hook.Returned(r);
   for (int i = 0; i < count; ++i) {
     if (r == CUDA_SUCCESS) {
-      UnmapHandle(removed[i].handle);
+      UnmapHandle(removed[i].handle, rec.seq);
     } else {
       live.Insert(removed[i]);
     }

@@ -240,10 +240,9 @@ bool EncodeEnd(WireWriter& w, const EndData& e) {
   return frame.Close();
 }
 
-SnapshotEncoder::SnapshotEncoder(WireWriter& w, uint64_t seq, uint64_t time_ns,
-                                 SnapshotReason reason, bool complete_history)
+SnapshotEncoder::SnapshotEncoder(WireWriter& w, uint64_t time_ns, SnapshotReason reason,
+                                 bool complete_history)
     : w_(w), frame_(w, kSnapshot) {
-  w_.Uint64(1, seq);
   w_.Uint64(2, time_ns);
   w_.Enum(3, static_cast<uint32_t>(reason));
   w_.Bool(9, complete_history);

@@ -98,13 +98,16 @@ class FrameScope {
   size_t body_;
 };
 
-// A Snapshot frame built incrementally: construct, Add each live entry, Finish.
+// A Snapshot frame built incrementally: construct, Add each live entry, Finish with the seq the
+// entries are consistent at (known only once the scan began; field order is free on the wire).
 class SnapshotEncoder {
  public:
-  SnapshotEncoder(WireWriter& w, uint64_t seq, uint64_t time_ns, SnapshotReason reason,
-                  bool complete_history);
+  SnapshotEncoder(WireWriter& w, uint64_t time_ns, SnapshotReason reason, bool complete_history);
   void Add(const LiveEntry& entry);
-  bool Finish() { return frame_.Close(); }
+  bool Finish(uint64_t seq) {
+    w_.Uint64(1, seq);
+    return frame_.Close();
+  }
 
  private:
   WireWriter& w_;

@@ -80,7 +80,7 @@ bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
   for (int probe = 0; probe < kMaxProbe; ++probe) {
     Slot& slot = slots_mem_[(h + static_cast<uint64_t>(probe)) & mask];
     uint64_t s = slot.state.load(std::memory_order_acquire);
-    while ((s & 3) == kEmpty || (s & 3) == kTombstone) {
+    while ((s & 3) == kEmpty || ((s & 3) == kTombstone && Reusable(slot))) {
       if (slot.state.compare_exchange_weak(s, Next(s, kBusy), std::memory_order_acquire)) {
         CopyEntry(&slot.entry, &entry);
         if (index != nullptr) *index = static_cast<size_t>(&slot - slots_mem_);
@@ -94,14 +94,53 @@ bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
   return false;
 }
 
-bool LiveTable::Erase(LiveClass cls, uint64_t key, LiveEntry* out) {
+bool LiveTable::Erase(LiveClass cls, uint64_t key, LiveEntry* out, size_t* index) {
   uint64_t state;
   Slot* slot = ClaimLive(cls, key, &state);
   if (slot == nullptr) return false;
   if (out != nullptr) CopyEntry(out, &slot->entry);
+  __atomic_store_n(&slot->removed_seq, index != nullptr ? kSeqPending : 0, __ATOMIC_RELAXED);
+  if (index != nullptr) *index = static_cast<size_t>(slot - slots_mem_);
   slot->state.store(Next(state, kTombstone), std::memory_order_release);
   live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
+}
+
+void LiveTable::SetSeq(size_t index, uint64_t seq) {
+  __atomic_store_n(&slots_mem_[index].entry.seq, seq, __ATOMIC_RELEASE);
+}
+
+void LiveTable::SetRemovedSeq(size_t index, uint64_t seq) {
+  __atomic_store_n(&slots_mem_[index].removed_seq, seq, __ATOMIC_RELEASE);
+}
+
+bool LiveTable::Reusable(const Slot& slot) const {
+  uint64_t removed = __atomic_load_n(&slot.removed_seq, __ATOMIC_ACQUIRE);
+  if (removed == kSeqPending) return false;
+  if (scans_.load(std::memory_order_seq_cst) == 0) return true;
+  // A scan runs: only what it will not look at (removed at or before its seq; 0 while the
+  // seq is not published yet, so nothing).
+  return removed <= scan_at_.load(std::memory_order_seq_cst);
+}
+
+bool LiveTable::LiveAt(const Slot& slot, uint64_t at, LiveEntry* out) const {
+  for (int attempt = 0; attempt < 100000; ++attempt) {
+    if (attempt > 50) YieldBriefly();
+    uint64_t before = slot.state.load(std::memory_order_acquire);
+    uint64_t kind = before & 3;
+    if (kind == kEmpty) return false;
+    if (kind == kBusy) continue;  // a writer holds it for a few instructions
+    CopyEntry(out, &slot.entry);
+    uint64_t removed =
+        kind == kTombstone ? __atomic_load_n(&slot.removed_seq, __ATOMIC_ACQUIRE) : kSeqPending;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (slot.state.load(std::memory_order_relaxed) != before) continue;
+    if (out->seq == kSeqPending) continue;  // inserted, seq not stamped yet
+    if (kind == kLive) return out->seq <= at;
+    if (removed == kSeqPending) continue;   // removed, seq not stamped yet
+    return out->seq <= at && removed > at;  // removed after the snapshot point
+  }
+  return false;  // a writer stalled for seconds: leave the entry out
 }
 
 bool LiveTable::Find(LiveClass cls, uint64_t key, LiveEntry* out) const {
@@ -122,6 +161,8 @@ void LiveTable::Clear() {
     for (size_t i = 0; i < slots_; ++i) slots_mem_[i].state.store(kEmpty);
   }
   live_.store(0, std::memory_order_relaxed);
+  scans_.store(0, std::memory_order_relaxed);
+  scan_at_.store(0, std::memory_order_relaxed);
   overflows_.store(0, std::memory_order_relaxed);
 }
 

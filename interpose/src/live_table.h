@@ -1,14 +1,22 @@
 // The agent's compact table of what is live right now: allocations, VMM reservations, physical
-// handles, mappings and sub-allocator blocks. Hooks update it around the real call (insert after
-// an acquire returns, erase before a release runs), so a Snapshot built from it is exact at the
-// sequence number read before the scan (see Snapshot in fragscope.proto and agent.cc).
+// handles, mappings and sub-allocator blocks. A Snapshot built from it is exact at the sequence
+// number S it carries: it lists every entry made live by an event with seq <= S and not removed
+// by an event with seq <= S.
 //
-// Lock-free open addressing: each slot has a state word (empty / busy / live / tombstone, with a
-// generation in the high bits). Writers claim a slot with a compare-and-swap; the scanner reads
-// a live slot's fields and accepts them only if the state word did not change meanwhile.
+// How that holds without locks: an insert is visible (seq "pending") before its seq is taken
+// and stamped; a removal leaves a tombstone that keeps the entry, also "pending" until the
+// removing event's seq is stamped. The scanner reads S after announcing itself, waits out the
+// few pending stamps it meets, and judges each entry by its two seqs. Nobody reuses a tombstone
+// whose removal is unstamped, or, while a scan runs, one removed after the scan's seq, so no
+// entry the scan needs vanishes.
 //
-// Thread safety: Insert/Erase/Find/Update from any thread; ForEach from one thread; Clear only
-// when no other thread touches the table (init, child after fork). Memory: one mmap at Init.
+// Lock-free open addressing: each slot has a state word (empty / busy / live / tombstone, with
+// a generation in the high bits). Writers claim a slot with a compare-and-swap; the scanner
+// accepts what it copied only if the state word did not change meanwhile.
+//
+// Thread safety: Insert/Erase/Find/Update/Set*Seq from any thread; ForEachAt from one thread at
+// a time; Clear only when no other thread touches the table (the child after fork). Memory: one
+// mmap at Init, zero pages until used.
 #ifndef FRAGSCOPE_INTERPOSE_LIVE_TABLE_H_
 #define FRAGSCOPE_INTERPOSE_LIVE_TABLE_H_
 
@@ -47,7 +55,6 @@ struct alignas(8) LiveEntry {
   int64_t refs;  // handle: references (create/import/retain minus release)
   int64_t maps;  // handle: live mappings
 };
-
 static_assert(sizeof(LiveEntry) % 8 == 0, "copied as 64-bit words");
 
 enum LiveFlags : uint8_t {
@@ -74,11 +81,14 @@ class LiveTable {
   bool Insert(const LiveEntry& entry, size_t* index = nullptr);
   // Stamps the seq of the entry Insert put at `index` (its key cannot have been erased since:
   // the program does not have the address yet).
-  void SetSeq(size_t index, uint64_t seq) {
-    __atomic_store_n(&slots_mem_[index].entry.seq, seq, __ATOMIC_RELEASE);
-  }
-  // Removes (cls, key) and copies it to *out (optional). False if absent.
-  bool Erase(LiveClass cls, uint64_t key, LiveEntry* out);
+  void SetSeq(size_t index, uint64_t seq);
+
+  // Removes (cls, key) and copies it to *out (optional). False if absent. With `index`, the
+  // removal stays pending until SetRemovedSeq(*index, seq) stamps the removing event's seq
+  // (callers must stamp it); without, it counts as removed before any snapshot.
+  bool Erase(LiveClass cls, uint64_t key, LiveEntry* out, size_t* index = nullptr);
+  void SetRemovedSeq(size_t index, uint64_t seq);
+
   // Copies (cls, key) to *out. False if absent.
   bool Find(LiveClass cls, uint64_t key, LiveEntry* out) const;
   // Applies `fn(LiveEntry&)` to (cls, key) under the slot's claim and returns fn's result
@@ -86,10 +96,10 @@ class LiveTable {
   template <typename Fn>
   bool Update(LiveClass cls, uint64_t key, Fn&& fn);
 
-  // Calls fn(const LiveEntry&) for every live entry with seq <= max_seq; entries still being
-  // stamped are waited for (bounded). Returns the number of entries passed to fn.
+  // Snapshot scan: reads S from `seq_source` (after announcing the scan) into *snapshot_seq and
+  // calls fn(const LiveEntry&) for every entry live at S. Returns how many.
   template <typename Fn>
-  size_t ForEach(uint64_t max_seq, Fn&& fn) const;
+  size_t ForEachAt(const std::atomic<uint64_t>& seq_source, uint64_t* snapshot_seq, Fn&& fn);
 
   void Clear();
   size_t live() const { return live_.load(std::memory_order_relaxed); }
@@ -101,20 +111,28 @@ class LiveTable {
   enum : uint64_t { kEmpty = 0, kBusy = 1, kLive = 2, kTombstone = 3 };
   struct alignas(64) Slot {
     std::atomic<uint64_t> state;
-    LiveEntry entry;  // read by ForEach only between two equal loads of `state`
+    uint64_t removed_seq;  // tombstone: seq of the removing event (kSeqPending until stamped)
+    LiveEntry entry;       // read by the scanner only between two equal loads of `state`
   };
   static uint64_t Hash(LiveClass cls, uint64_t key);
+  static uint64_t Next(uint64_t state, uint64_t kind) { return ((state | 3) + 1) | kind; }
   // Word-by-word relaxed atomic copy: the scanner may read an entry a writer is changing; the
   // state word check discards such a torn copy.
   static void CopyEntry(LiveEntry* dst, const LiveEntry* src);
   static void YieldBriefly();
-  static uint64_t Next(uint64_t state, uint64_t kind) { return ((state | 3) + 1) | kind; }
   // Claims the live slot holding (cls, key): state becomes busy. Returns it or nullptr.
   Slot* ClaimLive(LiveClass cls, uint64_t key, uint64_t* claimed_state) const;
+  // Whether an insert may take over tombstone `slot` now.
+  bool Reusable(const Slot& slot) const;
+  // The scanner's verdict on one slot (waiting out busy slots and pending stamps, bounded):
+  // true and *out filled if the entry was live at `at`.
+  bool LiveAt(const Slot& slot, uint64_t at, LiveEntry* out) const;
 
   Slot* slots_mem_ = nullptr;
   size_t slots_ = 0;
   std::atomic<size_t> live_{0};
+  std::atomic<int> scans_{0};         // scans in progress (at most one)
+  std::atomic<uint64_t> scan_at_{0};  // its snapshot seq once known, else 0
   mutable std::atomic<uint64_t> overflows_{0};
 };
 
@@ -129,32 +147,24 @@ bool LiveTable::Update(LiveClass cls, uint64_t key, Fn&& fn) {
 }
 
 template <typename Fn>
-size_t LiveTable::ForEach(uint64_t max_seq, Fn&& fn) const {
+size_t LiveTable::ForEachAt(const std::atomic<uint64_t>& seq_source, uint64_t* snapshot_seq,
+                            Fn&& fn) {
+  // seq_cst on both sides (see NextSeq): an insert that saw no scan announced and reused a
+  // tombstone did so after that tombstone's removal seq, which is then <= S.
+  scans_.fetch_add(1, std::memory_order_seq_cst);
+  const uint64_t at = seq_source.load(std::memory_order_seq_cst);
+  scan_at_.store(at, std::memory_order_seq_cst);  // tombstones removed by then stay reusable
+  *snapshot_seq = at;
   size_t passed = 0;
   for (size_t i = 0; i < slots_; ++i) {
-    const Slot& slot = slots_mem_[i];
-    for (int attempt = 0; attempt < 1000; ++attempt) {
-      uint64_t before = slot.state.load(std::memory_order_acquire);
-      if ((before & 3) == kEmpty || (before & 3) == kTombstone) break;
-      if ((before & 3) == kBusy) {  // a writer holds it for a few instructions
-        if (attempt > 50) YieldBriefly();
-        continue;
-      }
-      LiveEntry copy;
-      CopyEntry(&copy, &slot.entry);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (slot.state.load(std::memory_order_relaxed) != before) continue;
-      if (copy.seq == kSeqPending) {  // inserted, seq not stamped yet: wait for it
-        if (attempt > 50) YieldBriefly();
-        continue;
-      }
-      if (copy.seq <= max_seq) {
-        fn(static_cast<const LiveEntry&>(copy));
-        ++passed;
-      }
-      break;
+    LiveEntry copy;
+    if (LiveAt(slots_mem_[i], at, &copy)) {
+      fn(static_cast<const LiveEntry&>(copy));
+      ++passed;
     }
   }
+  scan_at_.store(0, std::memory_order_seq_cst);
+  scans_.fetch_sub(1, std::memory_order_seq_cst);
   return passed;
 }
 

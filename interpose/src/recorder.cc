@@ -74,7 +74,8 @@ uint64_t NowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-uint64_t NextSeq() { return Agent().seq.fetch_add(1, std::memory_order_acq_rel) + 1; }
+// seq_cst: the live table's snapshot argument orders seq against its scan flag (live_table.h).
+uint64_t NextSeq() { return Agent().seq.fetch_add(1, std::memory_order_seq_cst) + 1; }
 
 int32_t CurrentDevice() {
   const DriverCalls& d = Driver();
@@ -156,12 +157,15 @@ void RecordFailure(const FailureInfo& info) {
 }
 
 PendingRelease::PendingRelease(LiveClass cls, uint64_t key) : cls_(cls), key_(key) {
-  known_ = Agent().live.Erase(cls, key, &entry_);
+  LiveTable& live = Agent().live;
+  size_t index = 0;
+  known_ = live.Erase(cls, key, &entry_, &index);
   if (!known_) {
     memset(&entry_, 0, sizeof(entry_));
     entry_.device = -1;
   }
   seq_ = NextSeq();
+  if (known_) live.SetRemovedSeq(index, seq_);
 }
 
 void PendingRelease::Restore() {

@@ -351,7 +351,7 @@ TEST_F(FrameEncoderTest, DropsAndEnd) {
 }
 
 TEST_F(FrameEncoderTest, SnapshotWithEveryLiveClass) {
-  SnapshotEncoder s(w_, 500, 600, SnapshotReason::kResync, true);
+  SnapshotEncoder s(w_, 600, SnapshotReason::kResync, true);
   LiveEntry a{};
   a.cls = LiveClass::kAllocation;
   a.api = Api::k_cudaMallocManaged;
@@ -397,7 +397,7 @@ TEST_F(FrameEncoderTest, SnapshotWithEveryLiveClass) {
   b.flags = kLivePendingFree;
   b.handle = 11;
   s.Add(b);
-  ASSERT_TRUE(s.Finish());
+  ASSERT_TRUE(s.Finish(500));
   v1::Frame f = Single();
   ASSERT_TRUE(f.has_snapshot());
   const v1::Snapshot& snap = f.snapshot();

@@ -77,9 +77,39 @@ TEST(LiveTableTest, ForEachSkipsEntriesNewerThanTheSnapshotSeq) {
   ASSERT_TRUE(t.Init(64));
   for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(t.Insert(Alloc(i * 0x100, i, i)));
   uint64_t total = 0;
-  size_t n = t.ForEach(6, [&](const LiveEntry& e) { total += e.size; });
+  std::atomic<uint64_t> seq{6};
+  uint64_t at = 0;
+  size_t n = t.ForEachAt(seq, &at, [&](const LiveEntry& e) { total += e.size; });
+  EXPECT_EQ(at, 6u);
   EXPECT_EQ(n, 6u);
   EXPECT_EQ(total, 21u);  // 1+..+6
+}
+
+// An entry removed by the event at seq R is still live in a snapshot at any S < R.
+TEST(LiveTableTest, RemovalCountsFromItsOwnSeq) {
+  LiveTable t;
+  ASSERT_TRUE(t.Init(64));
+  ASSERT_TRUE(t.Insert(Alloc(0x100, 1, 2)));
+  ASSERT_TRUE(t.Insert(Alloc(0x200, 2, 3)));
+  size_t index = 0;
+  LiveEntry removed;
+  ASSERT_TRUE(t.Erase(LiveClass::kAllocation, 0x100, &removed, &index));
+  t.SetRemovedSeq(index, 5);
+  ASSERT_TRUE(t.Erase(LiveClass::kAllocation, 0x200, nullptr));  // no seq: gone for good
+  EXPECT_EQ(t.live(), 0u);
+  uint64_t at = 0;
+  std::atomic<uint64_t> before{4};
+  std::vector<uint64_t> seen;
+  t.ForEachAt(before, &at, [&](const LiveEntry& e) { seen.push_back(e.address); });
+  EXPECT_EQ(seen, std::vector<uint64_t>{0x100});
+  std::atomic<uint64_t> after{5};
+  seen.clear();
+  t.ForEachAt(after, &at, [&](const LiveEntry& e) { seen.push_back(e.address); });
+  EXPECT_TRUE(seen.empty());
+  std::atomic<uint64_t> too_early{1};
+  seen.clear();
+  t.ForEachAt(too_early, &at, [&](const LiveEntry& e) { seen.push_back(e.address); });
+  EXPECT_TRUE(seen.empty());
 }
 
 TEST(LiveTableTest, SetSeqStampsAPendingEntry) {
@@ -89,7 +119,9 @@ TEST(LiveTableTest, SetSeqStampsAPendingEntry) {
   size_t index = 0;
   ASSERT_TRUE(t.Insert(e, &index));
   t.SetSeq(index, 3);
-  size_t n = t.ForEach(3, [](const LiveEntry& x) { EXPECT_EQ(x.seq, 3u); });
+  std::atomic<uint64_t> seq{3};
+  uint64_t at = 0;
+  size_t n = t.ForEachAt(seq, &at, [](const LiveEntry& x) { EXPECT_EQ(x.seq, 3u); });
   EXPECT_EQ(n, 1u);
 }
 
@@ -102,7 +134,9 @@ TEST(LiveTableTest, ClearEmptiesAndFullTableIsCounted) {
   EXPECT_EQ(t.overflows(), 36u);
   t.Clear();
   EXPECT_EQ(t.live(), 0u);
-  EXPECT_EQ(t.ForEach(~uint64_t{0}, [](const LiveEntry&) {}), 0u);
+  std::atomic<uint64_t> seq{1000};
+  uint64_t at = 0;
+  EXPECT_EQ(t.ForEachAt(seq, &at, [](const LiveEntry&) {}), 0u);
   EXPECT_TRUE(t.Insert(Alloc(0x40, 1, 1)));
 }
 
@@ -115,9 +149,11 @@ TEST(LiveTableTest, ConcurrentWritersAndScanner) {
   constexpr uint64_t kKeys = 500;
   std::atomic<bool> done{false};
   std::atomic<uint64_t> torn{0};
+  std::atomic<uint64_t> seq{~uint64_t{0} - 1};
   std::thread scanner([&] {
+    uint64_t at = 0;
     while (!done.load()) {
-      t.ForEach(~uint64_t{0} - 1, [&](const LiveEntry& e) {
+      t.ForEachAt(seq, &at, [&](const LiveEntry& e) {
         // Each writer stores size == address / 16 and seq == address.
         if (e.size != e.address / 16 || e.seq != e.address) torn.fetch_add(1);
       });
@@ -144,7 +180,8 @@ TEST(LiveTableTest, ConcurrentWritersAndScanner) {
   EXPECT_EQ(torn.load(), 0u);
   // The last round (odd) erased every other key: kKeys / 2 remain per writer.
   EXPECT_EQ(t.live(), kWriters * kKeys / 2);
-  EXPECT_EQ(t.ForEach(~uint64_t{0} - 1, [](const LiveEntry&) {}), kWriters * kKeys / 2);
+  uint64_t at = 0;
+  EXPECT_EQ(t.ForEachAt(seq, &at, [](const LiveEntry&) {}), kWriters * kKeys / 2);
 }
 
 }  // namespace

@@ -1,0 +1,306 @@
+// What must hold whatever the program does: same results with and without the agent, no
+// deadlock or crash with 16 threads, fork, exec, CUDA calls from static constructors and atexit,
+// an unwritable output or a vanished collector; causal sequence numbers; nothing lost silently.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <map>
+#include <set>
+#include <thread>
+
+#include "fragscope/trace/frame_reader.h"
+#include "traced_process.h"
+
+namespace fragscope::agent_test {
+namespace {
+
+RunOptions Traced(const std::string& path, std::map<std::string, std::string> env = {}) {
+  env["FRAGSCOPE_OUTPUT"] = path;
+  return RunOptions{true, env};
+}
+
+// Replays alloc/free events in seq order; fails if an address is allocated while live or
+// freed while not live (what a reused address with a badly ordered seq would look like).
+void ExpectCausalOrder(const Trace& trace) {
+  std::map<uint64_t, const v1::Frame*> by_seq;
+  for (const v1::Frame* f : trace.Events()) {
+    ASSERT_TRUE(by_seq.emplace(SeqOf(*f), f).second) << "duplicate seq " << SeqOf(*f);
+  }
+  std::set<uint64_t> live;
+  for (const auto& [seq, f] : by_seq) {
+    if (f->has_alloc()) {
+      ASSERT_TRUE(live.insert(f->alloc().address()).second) << "allocated while live, seq " << seq;
+    } else if (f->has_free() && f->free().result() == 0) {
+      ASSERT_EQ(live.erase(f->free().address()), 1u) << "freed while not live, seq " << seq;
+    }
+  }
+}
+
+TEST(InvariantsTest, SixteenThreads) {
+  TempDir dir;
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"threads"}, Traced(dir.File("t.fst")));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("failures 0"), std::string::npos);
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  ASSERT_NE(trace.end(), nullptr);
+  const uint64_t expected = 16 * 200 * 2;
+  EXPECT_EQ(trace.end()->events_recorded(), expected);
+  EXPECT_EQ(trace.Events().size() + trace.end()->total_dropped(), expected);
+  std::set<uint32_t> tids;
+  size_t allocs = 0;
+  for (const v1::Frame* f : trace.Events()) {
+    if (f->has_alloc()) {
+      ++allocs;
+      tids.insert(f->alloc().tid());
+      EXPECT_EQ(f->alloc().api(), v1::API_cudaMalloc);
+    } else {
+      ASSERT_TRUE(f->has_free()) << Describe(*f);
+      EXPECT_EQ(f->free().api(), v1::API_cudaFree);
+      EXPECT_EQ(f->free().result(), 0);
+    }
+  }
+  if (trace.end()->total_dropped() == 0) {
+    EXPECT_EQ(allocs, expected / 2);
+    EXPECT_EQ(tids.size(), 16u);
+    ExpectCausalOrder(trace);
+  }
+}
+
+TEST(InvariantsTest, ErrnoAndCudaErrorStateAreThoseOfTheProgram) {
+  TempDir dir;
+  RunResult traced =
+      RunProgram(AppPath("agent_runtime_app"), {"error_state"}, Traced(dir.File("t.fst")));
+  RunResult plain =
+      RunProgram(AppPath("agent_runtime_app"), {"error_state"}, RunOptions{false, {}});
+  ASSERT_EQ(traced.exit_code, 0) << traced.err;
+  EXPECT_EQ(traced.out, plain.out);
+  EXPECT_NE(traced.out.find("errno 4321 last 2 again 0"), std::string::npos) << traced.out;
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  std::vector<std::string> events = DescribeEvents(trace);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0], "failed cudaMalloc size=1125899906842624 result=2 dev=0");
+  EXPECT_TRUE(trace.Events()[0]->failed().has_mem_info());
+}
+
+TEST(InvariantsTest, ForkedChildStaysSilentByDefault) {
+  TempDir dir;
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"fork"}, Traced(dir.File("t.fst")));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("child_status 0"), std::string::npos);
+  EXPECT_EQ(dir.List(), std::vector<std::string>{"t.fst"});
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  EXPECT_EQ(DescribeEvents(trace), (std::vector<std::string>{
+                                       "alloc cudaMalloc size=1048576 kind=DEVICE dev=0",
+                                       "free cudaFree size=1048576 dev=0",
+                                   }));
+  ASSERT_NE(trace.end(), nullptr);
+  EXPECT_EQ(trace.hello()->pid(), trace.hello()->pid());
+}
+
+TEST(InvariantsTest, ForkedChildStartsItsOwnStreamWhenFollowed) {
+  TempDir dir;
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"fork"},
+                             Traced(dir.File("t.fst"), {{"FRAGSCOPE_FOLLOW_FORK", "1"}}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::string child_pid;
+  for (const auto& line : Lines(run.out)) {
+    if (line[0] == "child") child_pid = line[1];
+  }
+  ASSERT_FALSE(child_pid.empty());
+  EXPECT_EQ(dir.List(), (std::vector<std::string>{"t.fst", "t.fst." + child_pid}));
+  Trace parent = ReadTrace(dir.File("t.fst"));
+  Trace child = ReadTrace(dir.File("t.fst." + child_pid));
+  ASSERT_NE(parent.hello(), nullptr);
+  ASSERT_NE(child.hello(), nullptr);
+  EXPECT_EQ(parent.hello()->stream_index(), 0u);
+  EXPECT_EQ(child.hello()->stream_index(), 1u);
+  EXPECT_EQ(std::to_string(child.hello()->pid()), child_pid);
+  EXPECT_EQ(child.hello()->ppid(), parent.hello()->pid());
+  // The parent's live 1 MiB buffer is not the child's: only the child's own events.
+  EXPECT_EQ(DescribeEvents(child), (std::vector<std::string>{
+                                       "alloc cudaMalloc size=2097152 kind=DEVICE dev=0",
+                                       "free cudaFree size=2097152 dev=0",
+                                   }));
+  EXPECT_EQ(DescribeEvents(parent).size(), 2u);
+  ASSERT_NE(child.end(), nullptr);
+  EXPECT_EQ(child.end()->events_recorded(), 2u);
+}
+
+TEST(InvariantsTest, ExecdProgramIsTracedByItsOwnPreload) {
+  TempDir dir;
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"exec"}, Traced(dir.File("t.%p.fst")));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::string child_pid;
+  for (const auto& line : Lines(run.out)) {
+    if (line[0] == "exec_child") {
+      child_pid = line[1];
+      EXPECT_EQ(line[3], "0");
+    }
+  }
+  ASSERT_FALSE(child_pid.empty());
+  std::vector<std::string> files = dir.List();
+  ASSERT_EQ(files.size(), 2u);
+  Trace child = ReadTrace(dir.File("t." + child_pid + ".fst"));
+  ASSERT_TRUE(child.clean) << child.error;
+  EXPECT_EQ(DescribeEvents(child).size(), 4u);  // the "malloc" scenario
+  EXPECT_EQ(child.hello()->argv_size(), 2);
+  EXPECT_EQ(child.hello()->argv(1), "malloc");
+  for (const std::string& f : files) {
+    if (f == "t." + child_pid + ".fst") continue;
+    Trace parent = ReadTrace(dir.File(f));
+    EXPECT_EQ(DescribeEvents(parent), (std::vector<std::string>{
+                                          "alloc cudaMalloc size=1048576 kind=DEVICE dev=0",
+                                          "free cudaFree size=1048576 dev=0",
+                                      }));
+  }
+}
+
+TEST(InvariantsTest, CudaCallsFromStaticConstructorsAndAtexitAreRecorded) {
+  TempDir dir;
+  RunOptions traced = Traced(dir.File("t.fst"), {{"RUNTIME_APP_STATIC_CTOR", "1"}});
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"static_ctor_atexit"}, traced);
+  RunResult plain = RunProgram(AppPath("agent_runtime_app"), {"static_ctor_atexit"},
+                               RunOptions{false, {{"RUNTIME_APP_STATIC_CTOR", "1"}}});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // Results are the program's own (addresses may differ between runs).
+  auto results = [](const std::string& out) {
+    std::string kept;
+    for (const auto& line : Lines(out)) {
+      if (line[0] == "atexit") kept += line[2] + " " + line[4];
+    }
+    return kept;
+  };
+  EXPECT_EQ(results(run.out), results(plain.out));
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  ASSERT_NE(trace.end(), nullptr);
+  std::vector<std::string> events = DescribeEvents(trace);
+  ASSERT_GE(events.size(), 5u);
+  EXPECT_EQ(events[0], "alloc cudaMalloc size=11111 kind=DEVICE dev=0");  // static constructor
+  EXPECT_EQ(events[1], "alloc cudaMalloc size=33333 kind=DEVICE dev=0");  // main
+  EXPECT_EQ(events[2], "free cudaFree size=33333 dev=0");
+  // The atexit handler's calls come after main's, whatever the runtime answered them.
+  EXPECT_EQ(events[3].rfind("free cudaFree size=11111", 0), 0u) << events[3];
+  EXPECT_NE(events[4].find("cudaMalloc size=22222"), std::string::npos) << events[4];
+}
+
+TEST(InvariantsTest, UnwritableOutputWarnsOnceAndTheProgramRunsOn) {
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"malloc"},
+                             Traced("/nonexistent-fragscope-dir/sub/t.fst"));
+  RunResult plain = RunProgram(AppPath("agent_runtime_app"), {"malloc"}, RunOptions{false, {}});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::vector<std::string> a, b;
+  for (const auto& l : Lines(run.out)) a.push_back(l[0] + " " + l[3]);
+  for (const auto& l : Lines(plain.out)) b.push_back(l[0] + " " + l[3]);
+  EXPECT_EQ(a, b);
+  size_t first = run.err.find("fragscope: cannot write trace file");
+  ASSERT_NE(first, std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("fragscope:", first + 1), std::string::npos) << run.err;
+}
+
+// A collector listening on a Unix socket receives exactly the stream a file would hold.
+TEST(InvariantsTest, SocketOutputCarriesTheSameStream) {
+  TempDir dir;
+  std::string path = dir.File("collector.sock");
+  int listener = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  std::vector<std::string> received;
+  bool ended = false;
+  std::thread collector([&] {
+    int fd = accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    absl::StatusOr<FrameReader> reader = FrameReader::FromFd(fd, "socket");
+    if (!reader.ok()) return;
+    v1::Frame frame;
+    while (reader->Next(&frame) == FrameReader::Result::kFrame) {
+      if (frame.has_end()) ended = true;
+      if (frame.has_alloc() || frame.has_free()) received.push_back(Describe(frame));
+    }
+  });
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"malloc"},
+                             RunOptions{true, {{"FRAGSCOPE_SOCKET", path}}});
+  collector.join();
+  close(listener);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(received, (std::vector<std::string>{
+                          "alloc cudaMalloc size=1048576 kind=DEVICE dev=0",
+                          "alloc cudaMalloc size=300 kind=DEVICE dev=0",
+                          "free cudaFree size=300 dev=0",
+                          "free cudaFree size=1048576 dev=0",
+                      }));
+}
+
+TEST(InvariantsTest, NoCollectorListeningTheProgramRunsOn) {
+  TempDir dir;
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"threads"},
+                             RunOptions{true, {{"FRAGSCOPE_SOCKET", dir.File("nobody.sock")}}});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("failures 0"), std::string::npos);
+  EXPECT_NE(run.err.find("fragscope: cannot connect to"), std::string::npos) << run.err;
+}
+
+// Whether or not the ring overflows, every event is either in the trace or counted as dropped,
+// and drops are followed by a re-synchronizing snapshot.
+TEST(InvariantsTest, EventsAreShippedOrCountedAsDropped) {
+  TempDir dir;
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"burst"},
+                             Traced(dir.File("t.fst"), {{"FRAGSCOPE_RING_MB", "1"}}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  ASSERT_NE(trace.end(), nullptr);
+  EXPECT_EQ(trace.end()->events_recorded(), 100000u);
+  uint64_t dropped_in_frames = 0;
+  bool resync_after_drops = true;
+  for (size_t i = 0; i < trace.frames.size(); ++i) {
+    if (!trace.frames[i].has_drops()) continue;
+    dropped_in_frames += trace.frames[i].drops().dropped_events();
+    EXPECT_EQ(trace.frames[i].drops().reason(), v1::Drops::REASON_RING_FULL);
+    resync_after_drops = resync_after_drops && i + 1 < trace.frames.size() &&
+                         trace.frames[i + 1].has_snapshot() &&
+                         trace.frames[i + 1].snapshot().reason() == v1::Snapshot::REASON_RESYNC;
+  }
+  EXPECT_TRUE(resync_after_drops);
+  EXPECT_EQ(dropped_in_frames, trace.end()->total_dropped());
+  EXPECT_EQ(trace.Events().size() + trace.end()->total_dropped(), 100000u);
+}
+
+// Every snapshot is exact at its seq: the allocations it lists are those the events up to that
+// seq leave live.
+TEST(InvariantsTest, PeriodicSnapshotsAreConsistentWithTheEvents) {
+  TempDir dir;
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"threads"},
+                             Traced(dir.File("t.fst"), {{"FRAGSCOPE_SNAPSHOT_EVERY", "500"}}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_NE(trace.end(), nullptr);
+  ASSERT_EQ(trace.end()->total_dropped(), 0u) << "ring too small for this test";
+  std::map<uint64_t, const v1::Frame*> by_seq;
+  for (const v1::Frame* f : trace.Events()) by_seq[SeqOf(*f)] = f;
+  std::vector<const v1::Snapshot*> snapshots = trace.Snapshots();
+  ASSERT_GE(snapshots.size(), 6u);
+  for (const v1::Snapshot* s : snapshots) {
+    EXPECT_EQ(s->reason(), v1::Snapshot::REASON_PERIODIC);
+    std::map<uint64_t, uint64_t> replayed;
+    for (const auto& [seq, f] : by_seq) {
+      if (seq > s->seq()) break;
+      if (f->has_alloc()) replayed[f->alloc().address()] = f->alloc().size();
+      if (f->has_free()) replayed.erase(f->free().address());
+    }
+    std::map<uint64_t, uint64_t> listed;
+    for (const v1::LiveAllocation& a : s->allocations()) listed[a.address()] = a.size();
+    EXPECT_EQ(listed, replayed) << "snapshot at seq " << s->seq();
+  }
+}
+
+}  // namespace
+}  // namespace fragscope::agent_test

@@ -1,0 +1,196 @@
+// The agent preloaded into programs using the CUDA runtime: linked shared (runtime symbols
+// interposed, the runtime's own driver calls folded into one event), linked statically (driver
+// events only), and driver entry points obtained through cudaGetDriverEntryPoint(ByVersion).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "traced_process.h"
+
+namespace fragscope::agent_test {
+namespace {
+
+class RuntimeRoutesTest : public ::testing::Test {
+ protected:
+  Trace RunApp(const std::string& app, std::vector<std::string> args,
+               std::map<std::string, std::string> env = {}) {
+    env["FRAGSCOPE_OUTPUT"] = dir_.File("trace.fst");
+    run_ = RunProgram(AppPath(app), args, RunOptions{true, env});
+    EXPECT_EQ(run_.exit_code, 0) << run_.err;
+    Trace trace = ReadTrace(dir_.File("trace.fst"));
+    EXPECT_TRUE(trace.opened) << trace.error;
+    EXPECT_TRUE(trace.clean) << trace.error;
+    EXPECT_NE(trace.end(), nullptr);
+    return trace;
+  }
+  // Addresses printed as "<what> <address> <size> <result>" for lines whose <what> is in `whats`
+  // (all such lines if empty), skipping null pointers.
+  std::vector<uint64_t> Printed() const {
+    std::vector<uint64_t> addresses;
+    for (const auto& line : Lines(run_.out)) {
+      if (line.size() == 4 && line[1] != "(nil)" && line[1].rfind("0x", 0) == 0) {
+        addresses.push_back(ParseAddress(line[1]));
+      }
+    }
+    return addresses;
+  }
+  uint64_t Value(const std::string& key) const {
+    for (const auto& line : Lines(run_.out)) {
+      if (line.size() >= 2 && line[0] == key) return ParseAddress(line[1]);
+    }
+    return ~0ull;
+  }
+
+  TempDir dir_;
+  RunResult run_;
+};
+
+// One event per runtime call, named after it, with no event for the driver call it makes.
+TEST_F(RuntimeRoutesTest, SharedRuntimeOneEventPerCall) {
+  Trace trace = RunApp("agent_runtime_app", {"malloc"});
+  EXPECT_EQ(DescribeEvents(trace), (std::vector<std::string>{
+                                       "alloc cudaMalloc size=1048576 kind=DEVICE dev=0",
+                                       "alloc cudaMalloc size=300 kind=DEVICE dev=0",
+                                       "free cudaFree size=300 dev=0",
+                                       "free cudaFree size=1048576 dev=0",
+                                   }));
+  std::vector<const v1::Frame*> events = trace.Events();
+  std::vector<uint64_t> printed = Printed();
+  ASSERT_EQ(printed.size(), events.size());
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(AddressOf(*events[i]), printed[i]);
+  EXPECT_EQ(trace.end()->events_recorded(), 4u);
+}
+
+TEST_F(RuntimeRoutesTest, EveryRuntimeAllocationFamily) {
+  Trace trace = RunApp("agent_runtime_app", {"families"});
+  const uint64_t pitch = Value("pitch");
+  const uint64_t pitch3d = Value("pitch3d");
+  const uint64_t stream = Value("stream");
+  const uint64_t pool = Value("pool");
+  auto s = [](uint64_t v) { return std::to_string(v); };
+  EXPECT_EQ(
+      DescribeEvents(trace),
+      (std::vector<std::string>{
+          "alloc cudaMallocAsync size=5000 kind=POOL dev=0",
+          "free cudaFreeAsync size=5000 dev=0",
+          "alloc cudaMallocPitch size=" + s(pitch * 10) + " kind=PITCHED dev=0 pitch=" + s(pitch),
+          "alloc cudaMalloc3D size=" + s(pitch3d * 20) + " kind=PITCHED dev=0 pitch=" + s(pitch3d),
+          "alloc cudaMallocManaged size=4321 kind=MANAGED dev=0",
+          "alloc cudaMallocFromPoolAsync size=999 kind=POOL dev=0",
+          "free cudaFreeAsync size=999 dev=0",
+          "free cudaFree size=" + s(pitch * 10) + " dev=0",
+          "free cudaFree size=" + s(pitch3d * 20) + " dev=0",
+          "free cudaFree size=4321 dev=0",
+      }));
+  std::vector<const v1::Frame*> e = trace.Events();
+  ASSERT_EQ(e.size(), 10u);
+  EXPECT_EQ(e[0]->alloc().stream(), stream);
+  EXPECT_NE(e[0]->alloc().pool(), 0u);
+  EXPECT_EQ(e[1]->free().stream(), stream);
+  EXPECT_EQ(e[5]->alloc().pool(), pool);
+  EXPECT_EQ(e[5]->alloc().stream(), stream);
+  EXPECT_EQ(e[6]->free().pool(), pool);
+}
+
+TEST_F(RuntimeRoutesTest, DriverEntryPointsFromTheRuntime) {
+  Trace trace = RunApp("agent_runtime_app", {"entrypoint"});
+  const uint64_t page = 2 << 20;
+  auto s = [](uint64_t v) { return std::to_string(v); };
+  EXPECT_EQ(DescribeEvents(trace),
+            (std::vector<std::string>{
+                "map cuMemAddressReserve OP_RESERVE size=" + s(4 * page) + " dev=-1",
+                "handle cuMemCreate OP_CREATE size=" + s(2 * page) + " dev=0",
+                "map cuMemMap OP_MAP size=" + s(2 * page) + " dev=0",
+                "map cuMemUnmap OP_UNMAP size=" + s(2 * page) + " dev=0",
+                "handle cuMemRelease OP_RELEASE size=" + s(2 * page) + " dev=0",
+                "map cuMemAddressFree OP_FREE_RANGE size=" + s(4 * page) + " dev=-1",
+                // @2000 is the legacy 32-bit ABI, never blindly the newest.
+                "alloc cuMemAlloc size=512 kind=DEVICE dev=0",
+                "free cuMemFree size=512 dev=0",
+                // cudaGetDriverEntryPoint: the runtime's CUDA version picks _v2.
+                "alloc cuMemAlloc_v2 size=" + s(3 * page) + " kind=DEVICE dev=0",
+                "free cuMemFree_v2 size=" + s(3 * page) + " dev=0",
+            }));
+}
+
+// A statically linked runtime cannot be interposed; its driver calls are, through the
+// dlsym + cuGetProcAddress route it takes like the shared one.
+TEST_F(RuntimeRoutesTest, StaticRuntimeIsSeenAtTheDriver) {
+  Trace trace = RunApp("agent_static_app", {});
+  EXPECT_EQ(DescribeEvents(trace), (std::vector<std::string>{
+                                       "alloc cuMemAlloc_v2 size=1048576 kind=DEVICE dev=0",
+                                       "alloc cuMemAlloc_v2 size=4096 kind=DEVICE dev=0",
+                                       "free cuMemFree_v2 size=4096 dev=0",
+                                       "free cuMemFree_v2 size=1048576 dev=0",
+                                   }));
+  std::vector<uint64_t> printed;
+  for (const auto& line : Lines(run_.out)) printed.push_back(ParseAddress(line[1]));
+  std::vector<const v1::Frame*> events = trace.Events();
+  ASSERT_EQ(printed.size(), events.size());
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(AddressOf(*events[i]), printed[i]);
+}
+
+TEST_F(RuntimeRoutesTest, InjectedFailureIsAFailedAllocWithTheDriversResult) {
+  Trace trace = RunApp("agent_runtime_app", {"malloc"}, {{"FAKECUDA_FAIL_AT", "2"}});
+  std::vector<std::string> described = DescribeEvents(trace);
+  ASSERT_EQ(described.size(), 3u) << run_.out;
+  EXPECT_EQ(described[0], "alloc cudaMalloc size=1048576 kind=DEVICE dev=0");
+  EXPECT_EQ(described[1], "failed cudaMalloc size=300 result=2 dev=0");
+  EXPECT_EQ(described[2], "free cudaFree size=1048576 dev=0");
+  const v1::FailedAlloc& f = trace.Events()[1]->failed();
+  EXPECT_TRUE(f.has_mem_info());
+  EXPECT_GT(f.device_total_bytes(), 0u);
+  EXPECT_LE(f.device_free_bytes(), f.device_total_bytes());
+}
+
+TEST_F(RuntimeRoutesTest, AnnotationsBecomeBlockFailedAndMarkFrames) {
+  Trace trace = RunApp("agent_runtime_app", {"annotate"});
+  EXPECT_EQ(DescribeEvents(trace),
+            (std::vector<std::string>{
+                "alloc cudaMalloc size=1048576 kind=DEVICE dev=0",
+                "mark step 1",
+                "block OP_ALLOC size=4096 dev=0 pool=7",
+                "block OP_ALLOC size=8192 dev=0 pool=7",
+                "block OP_FREE_PENDING size=4096 dev=0 pool=7",
+                "block OP_FREE size=4096 dev=0 pool=7",
+                "failed fragscope_alloc_failed size=1073741824 result=2 dev=0 sub_allocator",
+                "mark step 2",
+                "free cudaFree size=1048576 dev=0",
+            }));
+  const uint64_t segment = Value("segment");
+  std::vector<const v1::Frame*> e = trace.Events();
+  EXPECT_EQ(e[2]->block().address(), segment);
+  EXPECT_EQ(e[3]->block().address(), segment + 4096);
+  EXPECT_EQ(e[2]->block().api(), v1::API_fragscope_block_alloc);
+  EXPECT_EQ(e[5]->block().api(), v1::API_fragscope_block_free);
+  EXPECT_NE(run_.out.find("active 1"), std::string::npos);
+}
+
+TEST_F(RuntimeRoutesTest, AnnotationsAreHarmlessWithoutTheAgent) {
+  RunResult plain = RunProgram(AppPath("agent_runtime_app"), {"annotate"}, RunOptions{false, {}});
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("active 0"), std::string::npos);
+}
+
+// What the trace says is live at exit is what the fake driver really holds.
+TEST_F(RuntimeRoutesTest, LiveSetAtExitMatchesTheDriversGroundTruth) {
+  Trace trace = RunApp("agent_runtime_app", {"leak"}, {{"FAKECUDA_LIVE_DUMP", dir_.File("live")}});
+  std::map<uint64_t, uint64_t> live;  // address -> size, replayed from the trace
+  for (const v1::Frame* f : trace.Events()) {
+    if (f->has_alloc()) live[f->alloc().address()] = f->alloc().size();
+    if (f->has_free()) live.erase(f->free().address());
+  }
+  std::map<uint64_t, uint64_t> truth;
+  for (const auto& line : Lines(ReadFile(dir_.File("live")))) {
+    // "<kind> <address> <size> <device> ..." as written by the fake.
+    if (line.size() >= 3 && line[1].rfind("0x", 0) == 0) {
+      truth[ParseAddress(line[1])] = std::stoull(line[2]);
+    }
+  }
+  EXPECT_EQ(live.size(), 5u);
+  EXPECT_EQ(live, truth);
+}
+
+}  // namespace
+}  // namespace fragscope::agent_test

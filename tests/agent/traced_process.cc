@@ -1,0 +1,288 @@
+#include "traced_process.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "fragscope/trace/frame_reader.h"
+
+extern char** environ;
+
+namespace fragscope::agent_test {
+
+std::string AgentLibrary() { return FRAGSCOPE_TEST_AGENT_LIB; }
+std::string AppPath(const std::string& name) {
+  return std::string(FRAGSCOPE_TEST_APP_DIR) + "/" + name;
+}
+std::string FakeCudaLibDir() { return FRAGSCOPE_TEST_FAKECUDA_LIB_DIR; }
+
+TempDir::TempDir() {
+  const char* base = getenv("TMPDIR");
+  std::string pattern = std::string(base != nullptr && *base ? base : "/tmp") + "/fsagent.XXXXXX";
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) != nullptr) path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  if (path_.empty()) return;
+  nftw(
+      path_.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return remove(p); },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
+std::vector<std::string> TempDir::List() const {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(path_.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+namespace {
+
+bool Inherited(const char* entry) {
+  return strncmp(entry, "FRAGSCOPE_", 10) != 0 && strncmp(entry, "FAKECUDA_", 9) != 0 &&
+         strncmp(entry, "LD_PRELOAD=", 11) != 0 && strncmp(entry, "LD_LIBRARY_PATH=", 16) != 0 &&
+         strncmp(entry, "CUDA_VISIBLE_DEVICES=", 21) != 0;
+}
+
+}  // namespace
+
+RunResult RunProgram(const std::string& program, const std::vector<std::string>& args,
+                     const RunOptions& options) {
+  RunResult result;
+  TempDir io;
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (Inherited(*e)) env.push_back(*e);
+  }
+  env.push_back("LD_LIBRARY_PATH=" + FakeCudaLibDir());
+  if (options.preload) env.push_back("LD_PRELOAD=" + AgentLibrary());
+  for (const auto& [name, value] : options.env) env.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_storage{program};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string out_path = io.File("stdout");
+  const std::string err_path = io.File("stderr");
+  pid_t pid = fork();
+  if (pid == 0) {
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(err, 2);
+    execve(program.c_str(), argv.data(), envp.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+  }
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  result.out = ReadFile(out_path);
+  result.err = ReadFile(err_path);
+  return result;
+}
+
+const v1::Hello* Trace::hello() const {
+  for (const v1::Frame& f : frames) {
+    if (f.has_hello()) return &f.hello();
+  }
+  return nullptr;
+}
+
+const v1::End* Trace::end() const {
+  for (const v1::Frame& f : frames) {
+    if (f.has_end()) return &f.end();
+  }
+  return nullptr;
+}
+
+std::vector<const v1::Frame*> Trace::Events() const {
+  std::vector<const v1::Frame*> events;
+  for (const v1::Frame& f : frames) {
+    if (f.has_alloc() || f.has_free() || f.has_map() || f.has_handle() || f.has_failed() ||
+        f.has_block() || f.has_mark()) {
+      events.push_back(&f);
+    }
+  }
+  return events;
+}
+
+std::vector<const v1::Snapshot*> Trace::Snapshots() const {
+  std::vector<const v1::Snapshot*> snapshots;
+  for (const v1::Frame& f : frames) {
+    if (f.has_snapshot()) snapshots.push_back(&f.snapshot());
+  }
+  return snapshots;
+}
+
+std::map<uint64_t, std::vector<uint64_t>> Trace::Stacks() const {
+  std::map<uint64_t, std::vector<uint64_t>> stacks;
+  for (const v1::Frame& f : frames) {
+    if (!f.has_stacks()) continue;
+    for (const v1::Stack& s : f.stacks().stacks()) {
+      stacks[s.id()] = std::vector<uint64_t>(s.pcs().begin(), s.pcs().end());
+    }
+  }
+  return stacks;
+}
+
+Trace ReadTrace(const std::string& path) {
+  Trace trace;
+  absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(path);
+  if (!reader.ok()) {
+    trace.error = std::string(reader.status().message());
+    return trace;
+  }
+  trace.opened = true;
+  for (;;) {
+    v1::Frame frame;
+    FrameReader::Result r = reader->Next(&frame);
+    if (r == FrameReader::Result::kFrame) {
+      trace.frames.push_back(std::move(frame));
+      continue;
+    }
+    trace.clean = r == FrameReader::Result::kEnd;
+    if (!trace.clean) trace.error = reader->error();
+    break;
+  }
+  return trace;
+}
+
+namespace {
+
+std::string ApiName(int api) {
+  std::string name = v1::Api_Name(static_cast<v1::Api>(api));
+  return name.rfind("API_", 0) == 0 ? name.substr(4) : name;
+}
+
+std::string KindName(int kind) {
+  std::string name = v1::MemoryKind_Name(static_cast<v1::MemoryKind>(kind));
+  return name.rfind("MEMORY_KIND_", 0) == 0 ? name.substr(12) : name;
+}
+
+}  // namespace
+
+std::string Describe(const v1::Frame& f) {
+  std::ostringstream s;
+  if (f.has_alloc()) {
+    const v1::AllocEvent& e = f.alloc();
+    s << "alloc " << ApiName(e.api()) << " size=" << e.size() << " kind=" << KindName(e.kind())
+      << " dev=" << e.device();
+    if (e.pitch() != 0) s << " pitch=" << e.pitch();
+    if (e.result() != 0) s << " result=" << e.result();
+  } else if (f.has_free()) {
+    const v1::FreeEvent& e = f.free();
+    s << "free " << ApiName(e.api()) << " size=" << e.size() << " dev=" << e.device();
+    if (e.result() != 0) s << " result=" << e.result();
+  } else if (f.has_map()) {
+    const v1::MapEvent& e = f.map();
+    s << "map " << ApiName(e.api()) << " " << v1::MapEvent::Op_Name(e.op()) << " size=" << e.size()
+      << " dev=" << e.device();
+    if (e.offset() != 0) s << " offset=" << e.offset();
+    if (e.result() != 0) s << " result=" << e.result();
+  } else if (f.has_handle()) {
+    const v1::HandleEvent& e = f.handle();
+    s << "handle " << ApiName(e.api()) << " " << v1::HandleEvent::Op_Name(e.op())
+      << " size=" << e.size() << " dev=" << e.device();
+    if (e.result() != 0) s << " result=" << e.result();
+  } else if (f.has_failed()) {
+    const v1::FailedAlloc& e = f.failed();
+    s << "failed " << ApiName(e.api()) << " size=" << e.size() << " result=" << e.result()
+      << " dev=" << e.device();
+    if (e.from_sub_allocator()) s << " sub_allocator";
+  } else if (f.has_block()) {
+    const v1::BlockEvent& e = f.block();
+    s << "block " << v1::BlockEvent::Op_Name(e.op()) << " size=" << e.size()
+      << " dev=" << e.device() << " pool=" << e.pool();
+  } else if (f.has_mark()) {
+    s << "mark " << f.mark().label();
+  } else {
+    s << "other";
+  }
+  return s.str();
+}
+
+std::vector<std::string> DescribeEvents(const Trace& trace) {
+  std::vector<std::string> lines;
+  for (const v1::Frame* f : trace.Events()) lines.push_back(Describe(*f));
+  return lines;
+}
+
+uint64_t SeqOf(const v1::Frame& f) {
+  if (f.has_alloc()) return f.alloc().seq();
+  if (f.has_free()) return f.free().seq();
+  if (f.has_map()) return f.map().seq();
+  if (f.has_handle()) return f.handle().seq();
+  if (f.has_failed()) return f.failed().seq();
+  if (f.has_block()) return f.block().seq();
+  if (f.has_mark()) return f.mark().seq();
+  return 0;
+}
+
+uint64_t StackOf(const v1::Frame& f) {
+  if (f.has_alloc()) return f.alloc().stack_id();
+  if (f.has_free()) return f.free().stack_id();
+  if (f.has_map()) return f.map().stack_id();
+  if (f.has_handle()) return f.handle().stack_id();
+  if (f.has_failed()) return f.failed().stack_id();
+  if (f.has_block()) return f.block().stack_id();
+  return 0;
+}
+
+uint64_t AddressOf(const v1::Frame& f) {
+  if (f.has_alloc()) return f.alloc().address();
+  if (f.has_free()) return f.free().address();
+  if (f.has_map()) return f.map().address();
+  if (f.has_handle()) return f.handle().handle();
+  if (f.has_block()) return f.block().address();
+  return 0;
+}
+
+std::vector<std::vector<std::string>> Lines(const std::string& out) {
+  std::vector<std::vector<std::string>> lines;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    std::string word;
+    while (words >> word) w.push_back(word);
+    if (!w.empty()) lines.push_back(w);
+  }
+  return lines;
+}
+
+uint64_t ParseAddress(const std::string& text) {
+  if (text == "(nil)") return 0;
+  return std::stoull(text, nullptr, 0);  // "0x..." hex, else decimal
+}
+
+}  // namespace fragscope::agent_test

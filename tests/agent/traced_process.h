@@ -1,0 +1,89 @@
+// Integration-test helpers: run a test program with (or without) libfragscope.so preloaded on the
+// fake CUDA device, and read back and summarize the trace it wrote.
+#ifndef FRAGSCOPE_TESTS_AGENT_TRACED_PROCESS_H_
+#define FRAGSCOPE_TESTS_AGENT_TRACED_PROCESS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fragscope.pb.h"
+
+namespace fragscope::agent_test {
+
+// Paths baked in by CMake.
+std::string AgentLibrary();  // libfragscope.so
+std::string AppPath(const std::string& name);
+std::string FakeCudaLibDir();
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+  std::vector<std::string> List() const;  // file names, sorted
+
+ private:
+  std::string path_;
+};
+
+struct RunOptions {
+  bool preload = true;                     // LD_PRELOAD the agent
+  std::map<std::string, std::string> env;  // extra environment (FRAGSCOPE_*, FAKECUDA_*, ...)
+};
+
+struct RunResult {
+  int exit_code = -1;  // -1: killed by a signal
+  int signal = 0;
+  std::string out;
+  std::string err;
+};
+
+// Runs `program args...` to completion with a clean environment (no inherited FRAGSCOPE_*,
+// FAKECUDA_* or LD_PRELOAD), the fake CUDA libraries on LD_LIBRARY_PATH, and `options`.
+RunResult RunProgram(const std::string& program, const std::vector<std::string>& args,
+                     const RunOptions& options);
+
+struct Trace {
+  bool opened = false;
+  std::string error;   // why it could not be read, if it could not
+  bool clean = false;  // the file ended on a frame boundary
+  std::vector<v1::Frame> frames;
+
+  const v1::Hello* hello() const;
+  const v1::End* end() const;  // the End frame, or nullptr
+  // Frames that are events (alloc, free, map, handle, failed, block, mark), in stream order.
+  std::vector<const v1::Frame*> Events() const;
+  std::vector<const v1::Snapshot*> Snapshots() const;
+  // Stack ids defined by StackTable frames.
+  std::map<uint64_t, std::vector<uint64_t>> Stacks() const;
+};
+
+Trace ReadTrace(const std::string& path);
+
+// One line per event, without the fields that vary from run to run (addresses, seq, time,
+// tid, stack, stream and pool handles): e.g. "alloc cudaMalloc size=1048576 kind=DEVICE dev=0".
+std::string Describe(const v1::Frame& frame);
+std::vector<std::string> DescribeEvents(const Trace& trace);
+
+// Common fields of any event frame.
+uint64_t SeqOf(const v1::Frame& frame);
+uint64_t StackOf(const v1::Frame& frame);
+uint64_t AddressOf(const v1::Frame& frame);  // address (handle for HandleEvent), 0 if none
+
+// The whole content of a file ("" if unreadable).
+std::string ReadFile(const std::string& path);
+
+// Lines of the program's stdout split into words.
+std::vector<std::vector<std::string>> Lines(const std::string& out);
+// Parses "0x7f..." (hex), "1024" (decimal) or "(nil)" as printed by the test programs.
+uint64_t ParseAddress(const std::string& text);
+
+}  // namespace fragscope::agent_test
+
+#endif  // FRAGSCOPE_TESTS_AGENT_TRACED_PROCESS_H_
