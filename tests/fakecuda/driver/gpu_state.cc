@@ -1,5 +1,6 @@
 #include "gpu_state.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -52,7 +53,14 @@ void MapDeviceWindowsLocked(State& s, Device& d) {
 }  // namespace
 
 State& GetState() {
-  static State* state = new State();  // leaked: used from atexit handlers and destructors
+  // Leaked: used from atexit handlers and destructors. The lock is held across fork() so a
+  // child never inherits it locked by a thread that does not exist there.
+  static State* state = [] {
+    State* fresh = new State();
+    pthread_atfork([] { GetState().mu.lock(); }, [] { GetState().mu.unlock(); },
+                   [] { GetState().mu.unlock(); });
+    return fresh;
+  }();
   return *state;
 }
 
@@ -200,9 +208,13 @@ void ReleaseAllocationLocked(State& s, std::map<uint64_t, Allocation>::iterator 
   Allocation& a = it->second;
   Device& d = s.devices[a.device];
   if (a.pool) {
+    MemPool* pool = a.pool;
     a.chunk->ranges.Free(a.address, a.va_bytes);
     --a.chunk->blocks;
-    a.pool->used -= a.va_bytes;
+    pool->used -= a.va_bytes;
+    s.allocations.erase(it);
+    if (!pool->alive) ReleaseIdleChunksLocked(s, pool, 0);  // destroyed pool: nothing to keep
+    return;
   } else if (a.small_page) {
     auto page = d.small_pages.find(a.small_page);
     page->second.ranges.Free(a.address, a.va_bytes);
@@ -270,9 +282,12 @@ CUresult ActivateContextLocked(State& s, Context* ctx) {
   if (!ChargePagesLocked(s.devices[ctx->device], pages)) return CUDA_ERROR_OUT_OF_MEMORY;
   ctx->overhead_pages = pages;
   ctx->alive = true;
-  ctx->legacy_stream = new Stream();
+  // The default streams live as long as their context object (reused on reactivation).
+  if (!ctx->legacy_stream) ctx->legacy_stream = new Stream();
+  if (!ctx->per_thread_stream) ctx->per_thread_stream = new Stream();
+  *ctx->legacy_stream = Stream();
   ctx->legacy_stream->ctx = ctx;
-  ctx->per_thread_stream = new Stream();
+  *ctx->per_thread_stream = Stream();
   ctx->per_thread_stream->ctx = ctx;
   ctx->per_thread_stream->flags = CU_STREAM_NON_BLOCKING;
   return CUDA_SUCCESS;

@@ -30,6 +30,16 @@ std::string Key(const char* name, int version, unsigned flags) {
 DriverApi* Load() {
   // RTLD_NOW | RTLD_LOCAL like the real runtime; RUNPATH $ORIGIN finds the fake driver.
   void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    // A dlopen interceptor (sanitizers) makes itself the caller, so our RUNPATH is not
+    // searched: try the driver next to this library explicitly.
+    Dl_info self;
+    if (dladdr(reinterpret_cast<void*>(&LoadDriver), &self) && self.dli_fname) {
+      std::string path = self.dli_fname;
+      path = path.substr(0, path.rfind('/') + 1) + "libcuda.so.1";
+      handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    }
+  }
   if (!handle) return nullptr;
   auto entry = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(handle, "cuGetProcAddress_v2"));
   if (!entry) return nullptr;

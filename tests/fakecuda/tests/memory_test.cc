@@ -1,5 +1,6 @@
 // Plain device memory on the fake driver: page accounting, errors, copies, failure injection.
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "driver_fixture.h"
@@ -211,6 +212,29 @@ TEST_F(MemoryTest, LiveListReportsKindsAddressesAndSizes) {
   EXPECT_EQ(entries[2].kind, FAKECUDA_KIND_MANAGED);
   EXPECT_STREQ(fakecuda_kind_name(entries[2].kind), "managed");
   EXPECT_STREQ(fakecuda_kind_name(99), "unknown");
+}
+
+TEST_F(MemoryTest, ConcurrentThreadsKeepTheBooksStraight) {
+  const uint64_t used = fakecuda_used_bytes(0);
+  std::vector<std::thread> threads;
+  std::vector<int> failures(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([this, t, &failures] {
+      cuCtxSetCurrent(primary_);
+      for (int i = 0; i < 200; ++i) {
+        CUdeviceptr p = 0;
+        size_t size = (i % 3 == 0) ? 3 * kMiB : 512 * (i + 1);
+        if (cuMemAlloc(&p, size) != CUDA_SUCCESS || cuMemsetD8(p, 1, size) != CUDA_SUCCESS ||
+            cuMemFree(p) != CUDA_SUCCESS) {
+          ++failures[t];
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures, std::vector<int>(4, 0));
+  EXPECT_EQ(fakecuda_live_count(0), 0u);
+  EXPECT_EQ(fakecuda_used_bytes(0), used);
 }
 
 }  // namespace
