@@ -123,6 +123,8 @@ class ProcessModel::Impl {
   void OnHello(const v1::Hello& hello);
   void OnDevice(const v1::DeviceInfo& info);
   void OnAlloc(const v1::AllocEvent& e, bool from_snapshot);
+  // Snapshot segments a sub-allocator declared it carves: annotated even without blocks.
+  void MarkSubAllocated(uint64_t segment_base);
   void PlaceAllocation(uint64_t address, uint64_t size, int device, uint64_t stack_id,
                        uint64_t pool, MemoryKind kind);
   void OnFree(const v1::FreeEvent& e);
@@ -166,6 +168,7 @@ class ProcessModel::Impl {
   std::string host_;
   std::string exe_;
   bool attached_ = false;
+  bool imported_ = false;
   bool history_complete_ = true;
   uint64_t frames_ = 0;
   uint64_t events_ = 0;
@@ -420,6 +423,7 @@ void ProcessModel::Impl::OnHello(const v1::Hello& hello) {
   host_ = hello.host();
   exe_ = hello.exe();
   attached_ = hello.attached() || hello.backend() == v1::Hello::BACKEND_INJECTED;
+  imported_ = hello.backend() == v1::Hello::BACKEND_IMPORTED;
   if (attached_) history_complete_ = false;
 }
 
@@ -687,6 +691,12 @@ void ProcessModel::Impl::OnHandle(const v1::HandleEvent& e) {
       {e.seq(), e.time_ns(), kind, e.api(), e.address(), e.size(), e.result(), e.stack_id(), {}});
 }
 
+void ProcessModel::Impl::MarkSubAllocated(uint64_t segment_base) {
+  auto it = segments_.find(segment_base);
+  if (it == segments_.end()) return;  // not a segment (e.g. a pool allocation): nothing to carve
+  Change(it->second, [](Segment& seg) { seg.BecomeAnnotated(); });
+}
+
 void ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block, int device,
                                     uint64_t seq) {
   Segment* s = SegmentContaining(address);
@@ -902,6 +912,7 @@ void ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
   }
   for (const v1::LiveReservation& r : snap.reservations()) {
     Reserve(r.address(), r.size(), r.device(), r.stack_id());
+    if (r.sub_allocated()) MarkSubAllocated(r.address());
   }
   for (const v1::LiveHandle& lh : snap.handles()) {
     PhysicalHandle h;
@@ -930,6 +941,7 @@ void ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
   for (const v1::LiveAllocation& a : snap.allocations()) {
     PlaceAllocation(a.address(), a.size(), a.device(), a.stack_id(), a.pool(),
                     ResolveKind(a.kind(), a.api(), false));
+    if (a.sub_allocated()) MarkSubAllocated(a.address());
   }
   for (const v1::LiveBlock& b : snap.blocks()) {
     SubBlock block{b.size(), b.stack_id(), b.stream(), b.pool(), b.allocator(), b.pending_free()};
@@ -950,6 +962,7 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.host = host_;
   out.exe = exe_;
   out.attached = attached_;
+  out.imported = imported_;
   out.history_complete = history_complete_;
   out.frames = frames_;
   out.events = events_;

@@ -274,6 +274,7 @@ void JsonReport::Render() {
   w_.Field("host", s_.host);
   w_.Field("exe", s_.exe);
   w_.Field("attached", s_.attached);
+  w_.Field("imported", s_.imported);
   w_.Field("history_complete", s_.history_complete);
   w_.Field("stream_ended", s_.stream_ended);
   w_.Key("exit_status");

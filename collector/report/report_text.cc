@@ -213,7 +213,11 @@ void TextReport::Oom(const OomPostMortem& o) {
 }
 
 void TextReport::Render() {
-  out_ << absl::StrFormat("fragscope report — pid %d", s_.pid);
+  if (s_.imported) {
+    out_ << "fragscope report — imported allocator snapshot";
+  } else {
+    out_ << absl::StrFormat("fragscope report — pid %d", s_.pid);
+  }
   if (!s_.exe.empty()) out_ << " (" << s_.exe << ")";
   if (!s_.host.empty()) out_ << " on " << s_.host;
   out_ << "\n";
@@ -225,7 +229,10 @@ void TextReport::Render() {
     out_ << "stream cut before its end (figures are as of the last frame)";
   }
   out_ << "\n";
-  if (!s_.history_complete) {
+  if (s_.imported) {
+    out_ << "Note: the state at the moment of the snapshot; what happened before it is not "
+            "known.\n";
+  } else if (!s_.history_complete) {
     out_ << "Note: the agent started after the program; memory allocated before is untracked.\n";
   }
   for (const ApproximateInterval& a : s_.approximate_intervals) {

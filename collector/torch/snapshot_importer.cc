@@ -206,6 +206,7 @@ class Converter {
       r->set_size(*total);
       r->set_device(*device);
       r->set_stack_id(*seg_stack);
+      r->set_sub_allocated(true);  // PyTorch lists every block; inactive ones are free space
       v1::LiveHandle* h = snapshot_.add_handles();
       h->set_handle(handle);
       h->set_size(*total);
@@ -226,6 +227,7 @@ class Converter {
       a->set_stack_id(*seg_stack);
       a->set_api(v1::API_torch_snapshot);
       a->set_kind(v1::MEMORY_KIND_DEVICE);
+      a->set_sub_allocated(true);  // PyTorch lists every block; inactive ones are free space
     }
 
     const PickleValue* blocks = seg.Find("blocks");
@@ -415,6 +417,10 @@ class Converter {
       f.set_seq(seq++);
       *frames.emplace_back().mutable_failed() = std::move(f);
     }
+    // The snapshot is complete as converted: say so, so readers do not report a cut stream.
+    v1::End* end = frames.emplace_back().mutable_end();
+    end->set_seq(seq);
+    end->set_exit_status(-1);
     return std::move(result_);
   }
 

@@ -357,8 +357,10 @@ TEST(TorchSnapshotImport, SyntheticSummaryFollowsTheLayout) {
 
 TEST(TorchSnapshotImport, SyntheticFramesDescribeSegmentsBlocksAndOom) {
   ImportResult r = MustImport(SyntheticSnapshot());
-  // Order: Hello, DeviceInfo x3, stacks, Snapshot, FailedAlloc.
-  ASSERT_GE(r.frames.size(), 6u);
+  // Order: Hello, DeviceInfo x3, stacks, Snapshot, FailedAlloc, End.
+  ASSERT_GE(r.frames.size(), 7u);
+  ASSERT_TRUE(r.frames.back().has_end()) << "a complete conversion is not a cut stream";
+  r.frames.pop_back();
   EXPECT_TRUE(r.frames[0].has_hello());
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(r.frames[1 + i].has_device());
@@ -376,6 +378,7 @@ TEST(TorchSnapshotImport, SyntheticFramesDescribeSegmentsBlocksAndOom) {
   EXPECT_EQ(s.allocations(0).size(), 6 * kMiB);
   EXPECT_EQ(s.allocations(0).device(), 1);
   EXPECT_EQ(s.allocations(0).stream(), 7u);
+  EXPECT_TRUE(s.allocations(0).sub_allocated()) << "PyTorch lists every block of its segments";
   const v1::SymbolizedStack* seg_stack = FindStack(r, s.allocations(0).stack_id());
   ASSERT_NE(seg_stack, nullptr);
   EXPECT_EQ(seg_stack->frames(0).function(), "seg_alloc");

@@ -250,6 +250,7 @@ struct ModelSummary {
   std::string host;
   std::string exe;
   bool attached = false;
+  bool imported = false;  // converted from another tool's snapshot (Hello BACKEND_IMPORTED)
   // False when the agent started after the program (Hello.attached, or a Snapshot without
   // complete_history): memory from before is in `untracked`, reported unknown without a sample.
   bool history_complete = true;

@@ -108,10 +108,14 @@ class Segment {
 
   SegmentContribution Contribution() const;
 
+  // A sub-allocator declared that it carves this segment (an imported allocator snapshot):
+  // annotated from now on, and every backed byte without a block is free. The first block does
+  // the same implicitly.
+  void BecomeAnnotated();
+
  private:
   // Marks the backed parts of [begin, end) free.
   void FreeBacked(uint64_t begin, uint64_t end);
-  void BecomeAnnotated();
 
   SegmentKind kind_;
   uint64_t begin_;
