@@ -318,7 +318,8 @@ void TryDrainInline() {
 void PushRecord(const EventRecord& record) {
   AgentState& a = Agent();
   if (!a.ring.TryPush(record)) {
-    a.ring_drops.fetch_add(1, std::memory_order_relaxed);
+    // Drops counts events (what End.events_recorded counts); a lost MemInfo sample is not one.
+    if (record.type != RecordType::kMemInfo) a.ring_drops.fetch_add(1, std::memory_order_relaxed);
     Wake();
     return;
   }

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include <cstring>
 #include <new>
@@ -39,7 +40,15 @@ void LiveTable::CopyEntry(LiveEntry* dst, const LiveEntry* src) {
   }
 }
 
-void LiveTable::YieldBriefly() { sched_yield(); }
+void LiveTable::Backoff(int attempt) {
+  if (attempt < 64) return;  // a writer holds a slot for a few instructions
+  if (attempt < 1024) {
+    sched_yield();
+    return;
+  }
+  timespec ts{0, 50'000};  // it was preempted: let it run
+  nanosleep(&ts, nullptr);
+}
 
 LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* claimed_state) const {
   if (slots_mem_ == nullptr) return nullptr;
@@ -53,7 +62,7 @@ LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* cla
       if (kind == kEmpty) return nullptr;  // end of the probe chain
       if (kind == kTombstone) break;
       if (kind == kBusy) {  // being written; look again once it settles
-        if (spin > 50) YieldBriefly();
+        Backoff(spin);
         continue;
       }
       if (slot.entry.cls != cls || slot.entry.address != key) break;
@@ -124,8 +133,9 @@ bool LiveTable::Reusable(const Slot& slot) const {
 }
 
 bool LiveTable::LiveAt(const Slot& slot, uint64_t at, LiveEntry* out) const {
-  for (int attempt = 0; attempt < 100000; ++attempt) {
-    if (attempt > 50) YieldBriefly();
+  // Bounded at about two seconds (Backoff sleeps 50 us per attempt after the first 1024).
+  for (int attempt = 0; attempt < 41024; ++attempt) {
+    Backoff(attempt);
     uint64_t before = slot.state.load(std::memory_order_acquire);
     uint64_t kind = before & 3;
     if (kind == kEmpty) return false;

@@ -119,7 +119,9 @@ class LiveTable {
   // Word-by-word relaxed atomic copy: the scanner may read an entry a writer is changing; the
   // state word check discards such a torn copy.
   static void CopyEntry(LiveEntry* dst, const LiveEntry* src);
-  static void YieldBriefly();
+  // Waits a little before attempt `attempt` at a slot another thread is changing: spins, then
+  // yields, then sleeps (that thread may have been preempted).
+  static void Backoff(int attempt);
   // Claims the live slot holding (cls, key): state becomes busy. Returns it or nullptr.
   Slot* ClaimLive(LiveClass cls, uint64_t key, uint64_t* claimed_state) const;
   // Whether an insert may take over tombstone `slot` now.

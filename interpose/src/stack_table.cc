@@ -71,9 +71,10 @@ int StackTable::Frames(uint32_t slot, uint64_t id, uint64_t* pcs) const {
   const Slot* s = SlotAt(slot);
   if (s->id.load(std::memory_order_acquire) != id) return -1;
   // The inserting thread writes a few hundred bytes between claiming the slot and setting
-  // `ready`; wait for it, but never forever (it may have been frozen by a debugger or killed).
+  // `ready`; wait for it, but never forever (it may have been frozen by a debugger or killed);
+  // it may also have been preempted on a loaded machine: up to about two seconds.
   for (int spin = 0; s->ready.load(std::memory_order_acquire) == 0; ++spin) {
-    if (spin > 1000) return -1;
+    if (spin > 20100) return -1;
     if (spin < 100) {
       sched_yield();
     } else {
