@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "google/protobuf/stubs/logging.h"
+
 // A violated property is a finding: abort so the fuzzer saves the input and the replay test
 // fails, with the reason on stderr.
 #define FUZZ_CHECK(cond, ...)                                                            \
@@ -26,6 +28,10 @@
   } while (0)
 
 namespace fragscope::fuzz {
+
+// Protobuf logs every string field with invalid UTF-8 it refuses to parse; under a fuzzer that is
+// most inputs, and the noise buries the findings. The refusal itself is what the readers handle.
+inline const bool kProtobufQuiet = (google::protobuf::SetLogHandler(nullptr), true);
 
 // An anonymous in-memory file holding `bytes`, positioned at 0: what FrameReader::OpenFile would
 // read, without touching the file system (fast, and nothing to clean up after a crash).
