@@ -99,6 +99,9 @@ constexpr char kScript[] = R"js(
     for (const p of points) maxBytes = Math.max(maxBytes, p[2], p[3], p[4]);
     const y = b => T + (1 - b / maxBytes) * (H - T - B);
     const yf = f => T + (1 - f) * (H - T - B);
+    // Memory changes at events and stays put in between: draw steps, not slopes.
+    const steps = (ps, yOf) => ps.map((p, i) => (i ? 'H' + x(p[0]).toFixed(1) + ' V' : 'M' +
+        x(p[0]).toFixed(1) + ' ') + yOf(p).toFixed(1)).join(' ');
     el('rect', {x: L, y: T, width: W - L - R, height: H - T - B, fill: '#fafbfc', stroke: '#d5dae2'}, svg);
     for (let i = 0; i <= 4; i++) {
       const v = maxBytes * i / 4;
@@ -108,7 +111,7 @@ constexpr char kScript[] = R"js(
     el('text', {x: L, y: H - 6}, svg).textContent = 'seq ' + seq0;
     el('text', {x: W - R, y: H - 6, 'text-anchor': 'end'}, svg).textContent = 'seq ' + seq1;
     for (const s of series) {
-      const d = points.map((p, i) => (i ? 'L' : 'M') + x(p[0]).toFixed(1) + ' ' + y(p[s.index]).toFixed(1)).join(' ');
+      const d = steps(points, p => y(p[s.index]));
       const path = el('path', {d: d, fill: 'none', stroke: s.color, 'stroke-width': 1.6,
                                class: 'timeline-line series-' + s.key}, svg);
       el('title', {}, path).textContent = s.label;
@@ -121,7 +124,7 @@ constexpr char kScript[] = R"js(
     }
     if (run.length) runs.push(run);
     for (const r of runs) {
-      const d = r.map((p, i) => (i ? 'L' : 'M') + x(p[0]).toFixed(1) + ' ' + yf(p[5]).toFixed(1)).join(' ');
+      const d = steps(r, p => yf(p[5]));
       const path = el('path', {d: d, fill: 'none', stroke: '#8e44ad', 'stroke-width': 1.6,
                                'stroke-dasharray': '4 2', class: 'timeline-line series-fragmentation'}, svg);
       el('title', {}, path).textContent = 'fragmentation (right axis)';

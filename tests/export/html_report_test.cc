@@ -1,0 +1,184 @@
+// The HTML report: what the page holds as written, and what a real browser renders after the
+// page's script ran (headless Chromium; skipped, with the reason, when none is installed). A
+// screenshot of the rendered page is kept next to the test binary as an artifact.
+#include "fragscope/export/html_report.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include <gtest/gtest.h>
+
+#include "export_test_trace.h"
+
+namespace fragscope::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Render(const exporter::ExportInput& in) {
+  ModuleOffsetSymbolizer symbolizer(in.summary.modules);
+  std::ostringstream out;
+  exporter::RenderHtml(in, symbolizer, out);
+  return out.str();
+}
+
+int Count(std::string_view haystack, std::string_view needle) {
+  int n = 0;
+  for (std::size_t at = haystack.find(needle); at != std::string_view::npos;
+       at = haystack.find(needle, at + needle.size())) {
+    ++n;
+  }
+  return n;
+}
+
+std::string HtmlEscaped(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '&') {
+      out += "&amp;";
+    } else if (c == '<') {
+      out += "&lt;";
+    } else if (c == '>') {
+      out += "&gt;";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+TEST(HtmlReportTest, PageHoldsEveryPartAndNothingFromTheNetwork) {
+  exporter::ExportInput in = Capture(ExportTrace().frames());
+  const std::string page = Render(in);
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(Count(page, "<section class=\"device\""), 2);
+  EXPECT_EQ(Count(page, "<g class=\"segment "), 4);  // A, B, C on device 0; D on device 1
+  EXPECT_EQ(Count(page, "<g class=\"segment coverage-annotated\""), 2);
+  // 2 + 1 + 2 blocks, plus 4 free ranges, plus B's and D's whole-allocation bars.
+  EXPECT_EQ(Count(page, "<rect class=\"block "), 5);
+  EXPECT_EQ(Count(page, "<rect class=\"free\""), 4);
+  EXPECT_EQ(Count(page, "<rect class=\"exact\""), 2);
+  ASSERT_EQ(in.summary.ooms.size(), 1u);
+  EXPECT_NE(page.find(HtmlEscaped(in.summary.ooms[0].headline)), std::string::npos);
+  // Hover text names the block's size and allocation site.
+  EXPECT_NE(page.find("block 0x10800000, 32.00 MiB, stream 0x7\nsite: attention (model.py:77)"),
+            std::string::npos);
+  // Markup from the trace is text, never markup.
+  EXPECT_EQ(page.find("<script>window.pwned"), std::string::npos);
+  EXPECT_NE(page.find("&lt;script&gt;window.pwned=1&lt;/script&gt;"), std::string::npos);
+  // Self-contained: no external resources. The only URL is the SVG namespace the script uses.
+  EXPECT_EQ(page.find(" src="), std::string::npos);
+  EXPECT_EQ(page.find("<link"), std::string::npos);
+  EXPECT_EQ(page.find("@import"), std::string::npos);
+  EXPECT_EQ(Count(page, "http"), Count(page, "http://www.w3.org/2000/svg"));
+}
+
+TEST(HtmlReportTest, SaysWhenSegmentLayoutsWereNotCaptured) {
+  exporter::ExportInput in;
+  in.summary = Capture(ExportTrace().frames()).summary;
+  const std::string page = Render(in);
+  EXPECT_EQ(Count(page, "<g class=\"segment "), 0);
+  EXPECT_NE(page.find("Segment layouts were not captured"), std::string::npos);
+}
+
+// --- In a real browser -----------------------------------------------------------------------
+
+std::optional<std::string> FindChromium() {
+  if (const char* env = std::getenv("FRAGSCOPE_CHROMIUM"); env != nullptr && *env != '\0') {
+    return std::string(env);
+  }
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return std::nullopt;
+  std::stringstream dirs(path);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    for (const char* name :
+         {"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}) {
+      const fs::path candidate = fs::path(dir) / name;
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    }
+  }
+  return std::nullopt;
+}
+
+struct BrowserRun {
+  int exit_code = -1;
+  std::string stdout_text;
+};
+
+// Runs headless Chromium with `args` (paths in them must not hold a single quote), bounded by
+// `timeout` so a hung browser fails the test instead of hanging it.
+BrowserRun RunChromium(const std::string& chromium, const std::string& args) {
+  const fs::path profile = fs::path(::testing::TempDir()) / "fragscope-chromium-profile";
+  fs::create_directories(profile);
+  const std::string command = "timeout 120 '" + chromium +
+                              "' --headless --no-sandbox --disable-gpu --no-first-run "
+                              "--disable-extensions --user-data-dir='" +
+                              profile.string() + "' " + args + " 2>/dev/null";
+  BrowserRun run;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return run;
+  std::array<char, 65536> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) run.stdout_text.append(buf.data(), n);
+  const int status = pclose(p);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+TEST(HtmlReportBrowserTest, ChromiumRendersSegmentMapTimelineAndOom) {
+  std::optional<std::string> chromium = FindChromium();
+  if (!chromium) {
+    GTEST_SKIP() << "no Chromium found (chromium, chromium-browser, google-chrome on PATH, or "
+                    "FRAGSCOPE_CHROMIUM): the page was not checked in a browser. Install the "
+                    "Debian package `chromium` (scripts/setup does).";
+  }
+  exporter::ExportInput in = Capture(ExportTrace().frames());
+  const fs::path artifacts = FRAGSCOPE_EXPORT_ARTIFACT_DIR;
+  const fs::path page = artifacts / "export_report.html";
+  const fs::path shot = artifacts / "export_report.png";
+  std::ofstream(page) << Render(in);
+  fs::remove(shot);
+
+  BrowserRun dom = RunChromium(*chromium, "--dump-dom 'file://" + page.string() + "'");
+  ASSERT_EQ(dom.exit_code, 0) << "chromium failed";
+  const std::string& html = dom.stdout_text;
+  // The page's script ran to its end without an error.
+  EXPECT_NE(html.find("id=\"fragscope-status\">rendered<"), std::string::npos)
+      << html.substr(0, 2000);
+  EXPECT_EQ(Count(html, "<section class=\"device\""), 2);
+  EXPECT_EQ(Count(html, "<g class=\"segment "), 4);
+  EXPECT_NE(html.find(HtmlEscaped(in.summary.ooms[0].headline)), std::string::npos);
+  // The script drew a chart per device: reserved, allocated and cached lines each.
+  EXPECT_EQ(Count(html, "series-reserved"), 2);
+  EXPECT_EQ(Count(html, "series-allocated"), 2);
+  EXPECT_EQ(Count(html, "series-cached"), 2);
+  EXPECT_GE(Count(html, "series-fragmentation"), 1);  // device 0 is over the floor
+  // The hostile program name stayed text: no extra script element came out of it.
+  EXPECT_EQ(html.find("<script>window.pwned"), std::string::npos);
+
+  BrowserRun screenshot =
+      RunChromium(*chromium, "--hide-scrollbars --window-size=1280,2400 --screenshot='" +
+                                 shot.string() + "' 'file://" + page.string() + "'");
+  ASSERT_EQ(screenshot.exit_code, 0);
+  std::ifstream png(shot, std::ios::binary);
+  ASSERT_TRUE(png) << "no screenshot at " << shot;
+  std::string magic(8, '\0');
+  png.read(magic.data(), 8);
+  EXPECT_EQ(magic, "\x89PNG\r\n\x1a\n");
+  EXPECT_GT(fs::file_size(shot), 10000u) << "a blank page compresses smaller than this";
+  std::printf("screenshot kept at %s\n", shot.c_str());
+}
+
+}  // namespace
+}  // namespace fragscope::testing
