@@ -13,6 +13,8 @@
 #include "recorder.h"
 #include "stack_capture.h"
 
+extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso_handle);
+
 namespace fragscope::agent {
 namespace {
 
@@ -90,9 +92,10 @@ void ChildAfterFork() {
   }
 }
 
-void AtExit() {
+// The last of our exit steps for a preloaded agent (see Initialize): the End frame.
+void AtExit(void*) {
   if (g_init.load() != 2 || !Agent().recording.load()) return;
-  DrainAtExit();
+  DrainWriteEnd();
 }
 
 void Initialize() {
@@ -107,18 +110,24 @@ void Initialize() {
     a.config.stack_depth = 0;
   }
   pthread_atfork(nullptr, nullptr, ChildAfterFork);
-  // Registered at load, so it runs after the handlers the program registers later; CUDA
-  // calls made by handlers that run after it are still recorded (written inline).
-  atexit(AtExit);
+  // Exit order for a preloaded agent: the program's atexit handlers and static destructors,
+  // then _dl_fini (every library's destructor, ours included, in an order we do not control:
+  // libraries may still free CUDA memory after ours ran), then this handler, registered before
+  // __libc_start_main registered _dl_fini. So our destructor stops the drain thread (hooks then
+  // write inline) and this handler writes End, last. Registered with no DSO handle: atexit()
+  // in a library would tie it to the library and run it inside our own destructor.
+  __cxa_atexit(AtExit, nullptr, nullptr);
   a.recording.store(true, std::memory_order_release);
 }
 
 // Runs before main (and before most other libraries' constructors, as a preload).
 __attribute__((constructor)) void AgentLoad() { AgentRecording(); }
 
-// Runs in _dl_fini, after all atexit handlers: the stream's last frame.
+// Runs in _dl_fini, after the program's atexit handlers; other libraries' destructors may run
+// after it. Stops the drain thread; AtExit writes End (or, if it already ran because the agent
+// was loaded late, this only ships what came since).
 __attribute__((destructor)) void AgentUnload() {
-  if (g_init.load() == 2 && Agent().recording.load()) DrainWriteEnd();
+  if (g_init.load() == 2 && Agent().recording.load()) DrainAtExit();
 }
 
 }  // namespace
@@ -143,11 +152,6 @@ bool AgentRecording() {
     while (g_init.load(std::memory_order_acquire) != 2) sched_yield();
   }
   return g_storage.state.recording.load(std::memory_order_relaxed);
-}
-
-void AgentShutdownForTesting() {
-  AtExit();
-  AgentUnload();
 }
 
 }  // namespace fragscope::agent

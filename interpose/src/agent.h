@@ -56,9 +56,6 @@ AgentState& Agent();
 // hooks should record. Cheap after the first call.
 bool AgentRecording();
 
-// Called by the exit sequence and tests: stops the drain thread, ships everything, writes End.
-void AgentShutdownForTesting();
-
 }  // namespace fragscope::agent
 
 #endif  // FRAGSCOPE_INTERPOSE_AGENT_H_

@@ -354,11 +354,12 @@ void FlushSoon() {
 
 void DrainAtExit() {
   AgentState& a = Agent();
-  a.late.store(true, std::memory_order_release);
+  a.late.store(true, std::memory_order_release);  // from now on hooks drain inline
   if (ThreadRunning()) {
     g_drain.stop.store(true, std::memory_order_release);
     g_drain.wake_pending.store(false);
     Wake();
+    // Bounded: a collector that stopped reading makes a send time out after a few seconds.
     timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += 3;
@@ -372,6 +373,7 @@ void DrainAtExit() {
 void DrainWriteEnd() {
   AgentState& a = Agent();
   if (g_drain.thread_state.load() == 0 && !g_drain.stream_started) return;  // never used
+  DrainAtExit();
   pthread_mutex_lock(&g_drain.lock);
   DrainLocked();
   if (!g_drain.ended && g_drain.output.is_open()) {

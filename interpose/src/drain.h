@@ -19,9 +19,10 @@ void PushRecord(const EventRecord& record);
 // Asks the drain thread to write everything pushed so far and waits for it up to ~50 ms.
 void FlushSoon();
 
-// Life cycle (agent.cc).
+// Life cycle (agent.cc). Either of the first two may run first at exit; both are safe to
+// repeat.
 void DrainAtExit();     // stop the thread, write everything; later events are written inline
-void DrainWriteEnd();   // final flush + End frame (ELF destructor)
+void DrainWriteEnd();   // DrainAtExit, then the End frame
 void DrainAfterFork();  // child: forget the parent's thread, lock and stream
 
 }  // namespace fragscope::agent

@@ -187,6 +187,25 @@ TEST(InvariantsTest, CudaCallsFromStaticConstructorsAndAtexitAreRecorded) {
   EXPECT_NE(events[4].find("cudaMalloc size=22222"), std::string::npos) << events[4];
 }
 
+// CUDA calls from a library destructor that runs after the agent's own are recorded, and the
+// stream still ends after them.
+TEST(InvariantsTest, CallsFromLibraryDestructorsComeBeforeEnd) {
+  TempDir dir;
+  RunResult run = RunProgram(AppPath("agent_late_app"), {}, Traced(dir.File("t.fst")));
+  RunResult plain = RunProgram(AppPath("agent_late_app"), {}, RunOptions{false, {}});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, plain.out);
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  std::vector<std::string> events = DescribeEvents(trace);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0], "alloc cudaMalloc size=7777 kind=DEVICE dev=0");
+  EXPECT_EQ(events[1].rfind("free cudaFree size=7777", 0), 0u) << events[1];
+  EXPECT_NE(events[2].find("cudaMalloc size=4444"), std::string::npos) << events[2];
+  ASSERT_TRUE(trace.frames.back().has_end());
+  EXPECT_EQ(trace.end()->events_recorded(), events.size());
+}
+
 TEST(InvariantsTest, UnwritableOutputWarnsOnceAndTheProgramRunsOn) {
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"malloc"},
                              Traced("/nonexistent-fragscope-dir/sub/t.fst"));
