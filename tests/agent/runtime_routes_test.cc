@@ -192,5 +192,30 @@ TEST_F(RuntimeRoutesTest, LiveSetAtExitMatchesTheDriversGroundTruth) {
   EXPECT_EQ(live, truth);
 }
 
+// An ordinary program compiled by nvcc with -cudart shared (skipped where nvcc is absent).
+TEST_F(RuntimeRoutesTest, NvccCompiledProgram) {
+#ifndef FRAGSCOPE_TEST_HAVE_NVCC_APP
+  GTEST_SKIP() << "nvcc not found at configure time";
+#else
+  Trace trace = RunApp("agent_nvcc_app", {});
+  EXPECT_NE(run_.out.find("launch 0"), std::string::npos) << run_.out;
+  EXPECT_EQ(DescribeEvents(trace), (std::vector<std::string>{
+                                       "alloc cudaMalloc size=1024 kind=DEVICE dev=0",
+                                       "alloc cudaMallocAsync size=1048576 kind=POOL dev=0",
+                                       "free cudaFreeAsync size=1048576 dev=0",
+                                       "free cudaFree size=1024 dev=0",
+                                   }));
+  std::vector<uint64_t> printed;  // "<call> <address> <result>"
+  for (const auto& line : Lines(run_.out)) {
+    if (line.size() == 3 && line[1].rfind("0x", 0) == 0) printed.push_back(ParseAddress(line[1]));
+  }
+  std::vector<const v1::Frame*> events = trace.Events();
+  ASSERT_EQ(printed.size(), events.size());
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(AddressOf(*events[i]), printed[i]) << i;
+  // The kernel launch went through the failure-only hook and, succeeding, left no event.
+  EXPECT_EQ(trace.end()->events_recorded(), 4u);
+#endif
+}
+
 }  // namespace
 }  // namespace fragscope::agent_test
