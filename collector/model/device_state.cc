@@ -125,7 +125,7 @@ DeviceMetrics DeviceState::Metrics(bool with_reasons) const {
   DeviceMetrics m;
   // Graph memory is device memory this process holds (the graph's pool), so it is reserved and
   // allocated; managed and imported memory are not this process's device segments.
-  m.reserved = driver_segment_bytes + handle_bytes + pool_reserved_ + graph_bytes;
+  m.reserved = ReservedNow();
   m.allocated = seg_allocated_ + pool_used_ + graph_bytes;
   m.opaque = seg_opaque_;
   m.cached = seg_cached_;
@@ -159,7 +159,7 @@ DeviceMetrics DeviceState::Metrics(bool with_reasons) const {
     const uint64_t sample_total = last_sample->total > 0 ? last_sample->total : total().value_or(0);
     const uint64_t used = sample_total - std::min(sample_total, last_sample->free);
     // Samples and events are not taken at the same instant: clamp rather than go negative.
-    m.untracked = Measured<uint64_t>::Known(used - std::min(used, m.reserved));
+    m.untracked = Measured<uint64_t>::Known(used - std::min(used, last_sample->reserved_at_sample));
   }
   return m;
 }

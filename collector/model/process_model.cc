@@ -832,7 +832,8 @@ void ProcessModel::Impl::OnFailed(const v1::FailedAlloc& e) {
   DeviceState& d = Device(e.device());
   // The failure's own sample is the best one there is; it is also the device's latest.
   if (e.has_mem_info()) {
-    d.last_sample = DeviceState::MemSample{e.device_free_bytes(), e.device_total_bytes(), e.seq()};
+    d.last_sample = DeviceState::MemSample{e.device_free_bytes(), e.device_total_bytes(), e.seq(),
+                                           d.ReservedNow()};
   }
   RecentEvent event{
       e.seq(),      e.time_ns(), EventKind::kFailedAlloc, e.api(), 0, e.size(), e.result(),
@@ -853,7 +854,8 @@ void ProcessModel::Impl::OnFailed(const v1::FailedAlloc& e) {
 void ProcessModel::Impl::OnMemInfo(const v1::MemInfo& e) {
   DeviceState& d = Device(e.device());
   if (e.total_bytes() > 0 || e.free_bytes() > 0) {
-    d.last_sample = DeviceState::MemSample{e.free_bytes(), e.total_bytes(), e.seq()};
+    d.last_sample = DeviceState::MemSample{e.free_bytes(), e.total_bytes(), e.seq(),
+                                           d.ReservedNow()};
   }
   if (e.pool() != 0) {
     // A pool sample comes after the agent synchronized enough to read the pool: frees pending

@@ -308,6 +308,13 @@ TEST(ModelMetricsTest, UntrackedFromMemInfoAndUnknownAfterAttach) {
     const DeviceSummary d = DeviceOf(model, 0);
     ASSERT_TRUE(d.untracked_bytes.known());
     EXPECT_EQ(*d.untracked_bytes.value, kGiB);
+    // Freeing after the sample must not turn the freed GiB into "untracked": the sample is
+    // compared with what was reserved when it was taken (1 GiB), so it stays 1 GiB.
+    feed.Free(kBase);
+    const DeviceSummary after = DeviceOf(model, 0);
+    EXPECT_EQ(after.reserved_bytes, 0u);
+    ASSERT_TRUE(after.untracked_bytes.known());
+    EXPECT_EQ(*after.untracked_bytes.value, kGiB);
   }
   {
     ProcessModel model;

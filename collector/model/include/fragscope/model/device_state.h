@@ -65,8 +65,16 @@ class DeviceState {
     uint64_t free = 0;
     uint64_t total = 0;
     uint64_t seq = 0;
+    // This process's reserved bytes when the sample was taken: untracked compares the sample
+    // with these, not with later figures (a stale sample against a later, smaller reserved
+    // would call the process's own freed memory "untracked").
+    uint64_t reserved_at_sample = 0;
   };
   std::optional<MemSample> last_sample;
+  // Reserved bytes now (all kinds), for stamping samples.
+  uint64_t ReservedNow() const {
+    return driver_segment_bytes + handle_bytes + pool_reserved_ + graph_bytes;
+  }
   std::optional<uint64_t> total() const;
 
   // Segment contributions: every change to a segment is Retract(before) + Deposit(after), or
