@@ -7,6 +7,7 @@
         .p2align 4
 dlsym:
         .cfi_startproc
+        hint    #34                         // bti c (a no-op where BTI is off)
         stp     x29, x30, [sp, #-32]!
         .cfi_def_cfa_offset 32
         .cfi_offset 29, -32
