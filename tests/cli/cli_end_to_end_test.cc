@@ -1,0 +1,162 @@
+// The `fragscope` command as a user runs it: the bundled demo under `run`, the same numbers
+// from the saved trace, the gate's exit codes, PyTorch snapshot import, and bad usage.
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace {
+
+using nlohmann::json;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Result Run(const std::string& command) {
+  Result r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class CliEndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/fragscope-cli-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    // The demo on a 4 GiB fake GPU, traced once for the whole suite.
+    demo_run_ = Run("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() +
+                    " run -o " + Trace() + " --format json --report " + dir_ + "/live.json -- " +
+                    FRAGSCOPE_DEMO_BIN);
+  }
+  static void TearDownTestSuite() { std::system(("rm -rf " + dir_).c_str()); }
+  static std::string Fragscope() { return FRAGSCOPE_CLI_BIN; }
+  static std::string Trace() { return dir_ + "/demo.fst"; }
+
+  static std::string dir_;
+  static Result demo_run_;
+};
+std::string CliEndToEnd::dir_;
+Result CliEndToEnd::demo_run_;
+
+TEST_F(CliEndToEnd, RunPassesTheExitStatusThroughAndExplainsBothOoms) {
+  // The demo dies of its second OOM with status 1; `run` must pass that through.
+  EXPECT_EQ(demo_run_.exit_code, 1) << demo_run_.output;
+  json j = json::parse(Slurp(dir_ + "/live.json"), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << Slurp(dir_ + "/live.json");
+  ASSERT_EQ(j["ooms"].size(), 2u) << j.dump(2);
+  const json& frag = j["ooms"][0];
+  const json& cap = j["ooms"][1];
+  EXPECT_EQ(frag["class"], "fragmentation");
+  EXPECT_EQ(cap["class"], "capacity");
+  // By the demo's construction (4 GiB device, 300 MiB context, 1 GiB weights): 25 segments of
+  // 100 MiB each keep a 60 MiB block, so the cache is 25 holes of 40 MiB.
+  const uint64_t n = (4096 - 300 - 1024 - 256) / 100;
+  EXPECT_EQ(frag["largest_free_range_bytes"].get<uint64_t>(), 40 * kMiB);
+  EXPECT_EQ(frag["cached_bytes"].get<uint64_t>(), n * 40 * kMiB);
+  const uint64_t requested = frag["requested_bytes"].get<uint64_t>();
+  const uint64_t device_free = frag["device_free_bytes"].get<uint64_t>();
+  EXPECT_GT(requested, device_free);
+  EXPECT_LE(requested, device_free + n * 40 * kMiB);
+  // Every failure is listed: two driver failures (try, retry after emptying the cache) and the
+  // allocator's own OOM, twice.
+  EXPECT_EQ(j["failed_allocations"].size(), 6u);
+  for (const json& f : j["failed_allocations"]) EXPECT_FALSE(f["recovered"].get<bool>());
+  // The post-mortem names the demo's code.
+  EXPECT_NE(frag["stack"].dump().find("Logits"), std::string::npos) << frag["stack"].dump();
+}
+
+TEST_F(CliEndToEnd, ReportOfTheSavedTraceEqualsTheLiveReport) {
+  Result r = Run(Fragscope() + " report " + Trace() + " --format json -o " + dir_ + "/file.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(Slurp(dir_ + "/file.json"), Slurp(dir_ + "/live.json"));
+  Result text = Run(Fragscope() + " report " + Trace());
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.output.find("class: fragmentation"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("class: capacity"), std::string::npos);
+  EXPECT_NE(text.output.find("expandable_segments:True"), std::string::npos);
+}
+
+TEST_F(CliEndToEnd, GateFailsOnFragmentationAtTheOomAndPassesWithinLimits) {
+  Result fail = Run(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.5 --at oom --junit " +
+                    dir_ + "/gate.xml");
+  EXPECT_EQ(fail.exit_code, 1) << fail.output;
+  EXPECT_NE(fail.output.find("device 0 fragmentation 0.960 > limit 0.500 at OOM"),
+            std::string::npos)
+      << fail.output;
+  EXPECT_NE(Slurp(dir_ + "/gate.xml").find("<failure"), std::string::npos);
+  Result pass = Run(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.99 --at oom");
+  EXPECT_EQ(pass.exit_code, 0) << pass.output;
+  // The live JSON report is a valid baseline; compared with itself nothing rose.
+  Result base = Run(Fragscope() + " gate " + Trace() + " --baseline " + dir_ +
+                    "/live.json --max-increase 0");
+  EXPECT_EQ(base.exit_code, 0) << base.output;
+}
+
+TEST_F(CliEndToEnd, ImportedPyTorchSnapshotReportsTheIndependentFigures) {
+  const std::string pickle = std::string(FRAGSCOPE_TORCH_DATA) + "/current-format.pickle";
+  Result imp = Run(Fragscope() + " import " + pickle + " -o " + dir_ + "/torch.fst");
+  ASSERT_EQ(imp.exit_code, 0) << imp.output;
+  for (const std::string& input : {dir_ + "/torch.fst", pickle}) {
+    Result r = Run(Fragscope() + " report " + input + " --format json -o " + dir_ + "/t.json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    json j = json::parse(Slurp(dir_ + "/t.json"));
+    EXPECT_EQ(j["devices"][0]["reserved_bytes"].get<uint64_t>(), 5475663872u) << input;
+    EXPECT_EQ(j["devices"][0]["cached_bytes"].get<uint64_t>(), 1627558912u) << input;
+  }
+}
+
+TEST_F(CliEndToEnd, UsageErrorsExit2AndBadInputExits3) {
+  EXPECT_EQ(Run(Fragscope()).exit_code, 2);
+  EXPECT_EQ(Run(Fragscope() + " frobnicate").exit_code, 2);
+  EXPECT_EQ(Run(Fragscope() + " run /bin/true").exit_code, 2) << "the command goes after --";
+  EXPECT_EQ(Run(Fragscope() + " report").exit_code, 2);
+  EXPECT_EQ(Run(Fragscope() + " report " + Trace() + " --format xml").exit_code, 2);
+  EXPECT_EQ(Run(Fragscope() + " gate " + Trace()).exit_code, 2) << "no limit given";
+  EXPECT_EQ(Run(Fragscope() + " gate " + Trace() + " --max-fragmentation 1.5").exit_code, 2);
+  Result missing = Run(Fragscope() + " report /nonexistent.fst");
+  EXPECT_EQ(missing.exit_code, 3);
+  EXPECT_NE(missing.output.find("/nonexistent.fst"), std::string::npos) << missing.output;
+  std::ofstream(dir_ + "/garbage.fst") << "definitely not a trace";
+  EXPECT_EQ(Run(Fragscope() + " report " + dir_ + "/garbage.fst").exit_code, 3);
+  EXPECT_EQ(Run(Fragscope() + " gate " + dir_ + "/garbage.fst --max-reserved 1G").exit_code, 3);
+}
+
+TEST_F(CliEndToEnd, TruncatedTraceIsReportedUpToTheDamageWithExit3) {
+  std::string bytes = Slurp(Trace());
+  ASSERT_GT(bytes.size(), 1000u);
+  std::ofstream(dir_ + "/cut.fst", std::ios::binary).write(bytes.data(), bytes.size() * 2 / 3);
+  Result r = Run(Fragscope() + " report " + dir_ + "/cut.fst");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Device 0"), std::string::npos) << "the readable part is reported";
+}
+
+TEST_F(CliEndToEnd, ProgramWithoutCudaStillRunsAndExitStatusPassesThrough) {
+  Result r = Run(Fragscope() + " run --quiet -- /bin/sh -c 'exit 7'");
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+}
+
+}  // namespace
