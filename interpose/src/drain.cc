@@ -28,6 +28,7 @@ namespace {
 
 constexpr size_t kWriteBufferBytes = size_t{1} << 20;
 constexpr uint64_t kIdleWaitNs = 10'000'000;   // drain thread wakes at least this often
+constexpr uint64_t kBusyWaitNs = 2'000'000;    // between batches while events flow
 constexpr uint64_t kFlushWaitNs = 50'000'000;  // a failing hook waits at most this long
 constexpr int kMaxArgs = 256;
 
@@ -280,9 +281,9 @@ void* DrainThreadMain(void*) {
     uint32_t seen = g_drain.wake_word.load(std::memory_order_acquire);
     g_drain.wake_pending.store(false, std::memory_order_release);
     size_t popped = DrainNow();
-    if (popped >= 1024) continue;  // busy: keep going
-    // A trickle is batched for a millisecond; an idle ring sleeps until woken or kIdleWaitNs.
-    FutexWait(&g_drain.wake_word, seen, popped > 0 ? 1'000'000 : kIdleWaitNs);
+    // Batches: popping right behind the producers would bounce every slot's cache line between
+    // them and us. Hooks wake us early when the ring is half full or a failure needs shipping.
+    FutexWait(&g_drain.wake_word, seen, popped > 0 ? kBusyWaitNs : kIdleWaitNs);
   }
   return nullptr;
 }

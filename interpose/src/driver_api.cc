@@ -121,7 +121,8 @@ const DriverCalls& Driver() {
   if (g_driver_state.load(std::memory_order_acquire) == 2) return g_driver;
   // A few attempts only: without libcuda loaded there is nothing to find, and trying costs a
   // dlopen each time.
-  if (g_driver_attempts.fetch_add(1, std::memory_order_relaxed) > 16) return kNoDriver;
+  if (g_driver_attempts.load(std::memory_order_relaxed) > 16) return kNoDriver;
+  g_driver_attempts.fetch_add(1, std::memory_order_relaxed);
   int expected = 0;
   if (!g_driver_state.compare_exchange_strong(expected, 1)) return kNoDriver;
   void* lib = LibcudaHandle();

@@ -19,6 +19,8 @@ bool LiveTable::Init(size_t slots) {
   void* mem = mmap(nullptr, n * sizeof(Slot), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mem == MAP_FAILED) return false;
+  // Entries land at random slots: huge pages spare a TLB miss per event where THP is allowed.
+  madvise(mem, n * sizeof(Slot), MADV_HUGEPAGE);
   slots_mem_ = static_cast<Slot*>(mem);  // zero pages: every state is kEmpty
   slots_ = n;
   return true;
@@ -76,27 +78,33 @@ LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* cla
 }
 
 bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
-  uint64_t state;
-  if (Slot* existing = ClaimLive(entry.cls, entry.address, &state)) {
-    CopyEntry(&existing->entry, &entry);
-    if (index != nullptr) *index = static_cast<size_t>(existing - slots_mem_);
-    existing->state.store(Next(state, kLive), std::memory_order_release);
-    return true;
-  }
   if (slots_mem_ == nullptr) return false;
   const size_t mask = slots_ - 1;
   const uint64_t h = Hash(entry.cls, entry.address);
+  // One pass: the first free slot (empty, or a tombstone nobody needs) takes the entry, unless
+  // the same key is met live on the way (an allocation whose release we never saw): then that
+  // entry is replaced. Not looking further keeps inserts short however many tombstones pile up.
   for (int probe = 0; probe < kMaxProbe; ++probe) {
     Slot& slot = slots_mem_[(h + static_cast<uint64_t>(probe)) & mask];
-    uint64_t s = slot.state.load(std::memory_order_acquire);
-    while ((s & 3) == kEmpty || ((s & 3) == kTombstone && Reusable(slot))) {
-      if (slot.state.compare_exchange_weak(s, Next(s, kBusy), std::memory_order_acquire)) {
-        CopyEntry(&slot.entry, &entry);
-        if (index != nullptr) *index = static_cast<size_t>(&slot - slots_mem_);
-        slot.state.store(Next(Next(s, kBusy), kLive), std::memory_order_release);
-        live_.fetch_add(1, std::memory_order_relaxed);
-        return true;
+    for (int spin = 0;; ++spin) {
+      uint64_t s = slot.state.load(std::memory_order_acquire);
+      uint64_t kind = s & 3;
+      if (kind == kBusy) {
+        Backoff(spin);
+        continue;
       }
+      bool replace =
+          kind == kLive && slot.entry.cls == entry.cls && slot.entry.address == entry.address;
+      bool take = kind == kEmpty || (kind == kTombstone && Reusable(slot));
+      if (!replace && !take) break;  // occupied: next slot
+      if (!slot.state.compare_exchange_weak(s, Next(s, kBusy), std::memory_order_acquire)) {
+        continue;  // changed under us: look again
+      }
+      CopyEntry(&slot.entry, &entry);
+      if (index != nullptr) *index = static_cast<size_t>(&slot - slots_mem_);
+      slot.state.store(Next(Next(s, kBusy), kLive), std::memory_order_release);
+      if (take) live_.fetch_add(1, std::memory_order_relaxed);
+      return true;
     }
   }
   overflows_.fetch_add(1, std::memory_order_relaxed);

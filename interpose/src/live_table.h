@@ -76,8 +76,8 @@ class LiveTable {
 
   bool Init(size_t slots);  // rounded up to a power of two
 
-  // Inserts or replaces (cls, entry.address). False when the table is full. `*index`
-  // (optional) names the slot for SetSeq.
+  // Inserts (cls, entry.address), replacing a live entry of the same key met before the first
+  // free slot. False when the table is full. `*index` (optional) names the slot for SetSeq.
   bool Insert(const LiveEntry& entry, size_t* index = nullptr);
   // Stamps the seq of the entry Insert put at `index` (its key cannot have been erased since:
   // the program does not have the address yet).

@@ -50,10 +50,15 @@ void EnsureDeviceInfo(int32_t device) {
   slot.state.store(2, std::memory_order_release);
 }
 
-bool ReadMemInfo(uint64_t* free_bytes, uint64_t* total_bytes) {
+// Free/total of `device`: cuMemGetInfo answers for the current context's device, so only when
+// that is `device` (a free on another device's memory must not be sampled as this one).
+bool ReadMemInfo(int32_t device, uint64_t* free_bytes, uint64_t* total_bytes) {
   const DriverCalls& d = Driver();
   size_t f = 0, t = 0;
-  if (d.mem_get_info == nullptr || d.mem_get_info(&f, &t) != CUDA_SUCCESS) return false;
+  if (d.mem_get_info == nullptr || device < 0 || CurrentDevice() != device ||
+      d.mem_get_info(&f, &t) != CUDA_SUCCESS) {
+    return false;
+  }
   *free_bytes = f;
   *total_bytes = t;
   return true;
@@ -146,7 +151,7 @@ void RecordFailure(const FailureInfo& info) {
   r.kind = info.kind;
   if (info.from_sub_allocator) r.flags |= kFlagSubAllocator;
   uint64_t free_bytes = 0, total_bytes = 0;
-  if (ReadMemInfo(&free_bytes, &total_bytes)) {
+  if (ReadMemInfo(r.device, &free_bytes, &total_bytes)) {
     r.flags |= kFlagHasMemInfo;
     r.aux0 = free_bytes;
     r.aux1 = total_bytes;
@@ -194,12 +199,11 @@ void MaybeSampleMemInfo(int32_t device) {
   uint64_t last = slot.last_sample_ns.load(std::memory_order_relaxed);
   if (last != 0 && now - last < a.config.meminfo_interval_ns) return;
   if (!slot.last_sample_ns.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
-  // cuMemGetInfo answers for the current context's device, which is the one just used.
   EventRecord r;
   memset(&r, 0, sizeof(r));
   r.type = RecordType::kMemInfo;
   r.device = device;
-  if (!ReadMemInfo(&r.aux0, &r.aux1)) return;
+  if (!ReadMemInfo(device, &r.aux0, &r.aux1)) return;
   r.seq = a.seq.load(std::memory_order_acquire);
   Submit(r);
 }
@@ -221,7 +225,7 @@ void SamplePool(int32_t device, uint64_t pool) {
   }
   r.aux2 = reserved;
   r.aux3 = used;
-  ReadMemInfo(&r.aux0, &r.aux1);
+  ReadMemInfo(device, &r.aux0, &r.aux1);
   r.seq = Agent().seq.load(std::memory_order_acquire);
   Submit(r);
 }
