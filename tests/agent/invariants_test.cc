@@ -267,6 +267,47 @@ TEST(InvariantsTest, NoCollectorListeningTheProgramRunsOn) {
   EXPECT_NE(run.err.find("fragscope: cannot connect to"), std::string::npos) << run.err;
 }
 
+// The collector goes away mid-stream: the program runs on unaffected (no SIGPIPE, same results).
+TEST(InvariantsTest, CollectorVanishingMidStreamDoesNotDisturbTheProgram) {
+  TempDir dir;
+  std::string path = dir.File("collector.sock");
+  int listener = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  std::thread collector([&] {
+    int fd = accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    char header[16];
+    ssize_t got = read(fd, header, sizeof(header));  // the stream started...
+    (void)got;
+    close(fd);  // ...and the collector is gone
+  });
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"burst"},
+                             RunOptions{true, {{"FRAGSCOPE_SOCKET", path}}});
+  collector.join();
+  close(listener);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.signal, 0);
+  EXPECT_NE(run.out.find("burst done"), std::string::npos);
+  // At most one warning line from the agent.
+  size_t first = run.err.find("fragscope:");
+  if (first != std::string::npos) {
+    EXPECT_EQ(run.err.find("fragscope:", first + 1), std::string::npos) << run.err;
+  }
+}
+
+TEST(InvariantsTest, DormantAgentRecordsNothing) {
+  TempDir dir;
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"malloc"},
+                             Traced(dir.File("t.fst"), {{"FRAGSCOPE_DORMANT", "1"}}));
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(dir.List().empty());
+}
+
 // Whether or not the ring overflows, every event is either in the trace or counted as dropped,
 // and drops are followed by a re-synchronizing snapshot.
 TEST(InvariantsTest, EventsAreShippedOrCountedAsDropped) {
