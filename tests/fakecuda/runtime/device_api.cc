@@ -5,6 +5,12 @@
 
 using namespace fakecuda_rt;
 
+// What cudaRuntimeGetVersion reports and cudaGetDriverEntryPoint asks the driver for: the
+// headers' CUDART_VERSION, or the replayed runtime's (12090 for the libcudart.so.12 build).
+#ifndef FAKECUDA_CUDART_VERSION
+#define FAKECUDA_CUDART_VERSION CUDART_VERSION
+#endif
+
 namespace {
 
 struct ErrorText {
@@ -220,7 +226,7 @@ const char* cudaGetErrorString(cudaError_t error) {
 
 cudaError_t cudaRuntimeGetVersion(int* runtimeVersion) {
   if (!runtimeVersion) return Record(cudaErrorInvalidValue);
-  *runtimeVersion = CUDART_VERSION;
+  *runtimeVersion = FAKECUDA_CUDART_VERSION;
   return cudaSuccess;
 }
 
@@ -234,14 +240,14 @@ cudaError_t cudaDriverGetVersion(int* driverVersion) {
 
 cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
                                     cudaDriverEntryPointQueryResult* driverStatus) {
-  return EntryPoint(symbol, funcPtr, CUDART_VERSION, flags, driverStatus);
+  return EntryPoint(symbol, funcPtr, FAKECUDA_CUDART_VERSION, flags, driverStatus);
 }
 
 cudaError_t cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr,
                                          unsigned long long flags,
                                          cudaDriverEntryPointQueryResult* driverStatus) {
   if (flags == cudaEnableDefault) flags = cudaEnablePerThreadDefaultStream;
-  return EntryPoint(symbol, funcPtr, CUDART_VERSION, flags, driverStatus);
+  return EntryPoint(symbol, funcPtr, FAKECUDA_CUDART_VERSION, flags, driverStatus);
 }
 
 cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
