@@ -11,6 +11,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -412,9 +414,11 @@ class Generator {
       }
       default:
         // A report in the middle of the stream (the live view does this).
+        if (dump_) std::fprintf(stderr, "-- summarize\n");
         fragscope::fuzz::SummarizeAndRender(model_);
         return;
     }
+    if (dump_) std::fprintf(stderr, "%s\n", f.ShortDebugString().c_str());
     model_.Apply(f);
   }
 
@@ -471,6 +475,9 @@ class Generator {
 
   Input& in_;
   fragscope::ProcessModel& model_;
+  // FRAGSCOPE_FUZZ_DUMP=1: print each frame before applying it, to turn a reproducer into the
+  // frame sequence a bug report (or a unit test) needs.
+  const bool dump_ = std::getenv("FRAGSCOPE_FUZZ_DUMP") != nullptr;
   Recent<16> addresses_;
   Recent<8> sizes_;
   Recent<8> handles_;
