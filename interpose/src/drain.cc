@@ -318,7 +318,8 @@ void TryDrainInline() {
 
 void PushRecord(const EventRecord& record) {
   AgentState& a = Agent();
-  if (!a.ring.TryPush(record)) {
+  uint64_t position = 0;
+  if (!a.ring.TryPush(record, &position)) {
     // Drops counts events (what End.events_recorded counts); a lost MemInfo sample is not one.
     if (record.type != RecordType::kMemInfo) a.ring_drops.fetch_add(1, std::memory_order_relaxed);
     Wake();
@@ -331,7 +332,8 @@ void PushRecord(const EventRecord& record) {
   if (g_drain.thread_state.load(std::memory_order_acquire) == 0) StartThread();
   if (!ThreadRunning()) {
     TryDrainInline();
-  } else if (a.ring.size_approx() > a.ring.capacity() / 2) {
+  } else if ((position & 255) == 0 && a.ring.size_approx() > a.ring.capacity() / 2) {
+    // Checked every 256 records only: the fill level reads the consumer's cache line.
     Wake();
   }
 }

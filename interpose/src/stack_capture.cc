@@ -56,23 +56,28 @@ __attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames) {
   const uintptr_t skip_end = g_skip_end.load(std::memory_order_relaxed);
   const uintptr_t high = t_stack_high;
   uintptr_t fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  int count = 0;
-  bool skipping = true;
   // A frame record is {saved fp, return address} on x86-64 and aarch64 alike. Each step must
-  // move up the stack and stay below its top; anything else means a frame without a frame
-  // pointer, and the walk ends.
-  for (int steps = 0; steps < 256 && count < max_frames; ++steps) {
-    if ((fp & (sizeof(uintptr_t) - 1)) != 0 || fp + 2 * sizeof(uintptr_t) > high) break;
+  // move up the stack, stay aligned and below its top; anything else means a frame without a
+  // frame pointer, and the walk ends.
+  auto valid = [high](uintptr_t p) {
+    return (p & (sizeof(uintptr_t) - 1)) == 0 && p + 2 * sizeof(uintptr_t) <= high;
+  };
+  // The agent's own frames (a handful) first.
+  for (int steps = 0; steps < 16; ++steps) {
+    if (!valid(fp)) return 0;
     const uintptr_t* record = reinterpret_cast<const uintptr_t*>(fp);
-    uintptr_t next = record[0];
-    uintptr_t pc = record[1];
+    if (record[1] < skip_begin || record[1] >= skip_end) break;
+    if (record[0] <= fp) return 0;
+    fp = record[0];
+  }
+  // Then the caller's, as tight as it gets: about ten instructions a frame.
+  int count = 0;
+  while (count < max_frames && valid(fp)) {
+    const uintptr_t* record = reinterpret_cast<const uintptr_t*>(fp);
+    const uintptr_t next = record[0];
+    const uintptr_t pc = record[1];
     if (pc == 0) break;
-    if (skipping && pc >= skip_begin && pc < skip_end) {
-      // still inside the agent
-    } else {
-      skipping = false;
-      pcs[count++] = pc;
-    }
+    pcs[count++] = pc;
     if (next <= fp) break;
     fp = next;
   }

@@ -104,6 +104,10 @@ class WireWriter {
 
   void Tag(uint32_t field, uint32_t wire_type) { RawVarint((uint64_t{field} << 3) | wire_type); }
   void RawVarint(uint64_t value) {
+    if (!overflow_ && cap_ - pos_ >= 10) {  // common case: room for the longest varint
+      pos_ += WriteVarintAt(pos_, value);
+      return;
+    }
     if (!Reserve(VarintSize(value))) return;
     pos_ -= VarintSize(value);
     pos_ += WriteVarintAt(pos_, value);
