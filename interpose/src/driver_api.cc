@@ -164,12 +164,4 @@ uint64_t DeviceCurrentPool(int device) {
   return reinterpret_cast<uint64_t>(pool);
 }
 
-void ForgetLibcudaForTesting() {
-  g_libcuda_handle.store(nullptr);
-  g_libcuda_end.store(0);
-  g_driver_state.store(0);
-  g_driver_attempts.store(0);
-  g_driver = DriverCalls{};
-}
-
 }  // namespace fragscope::agent

@@ -46,9 +46,6 @@ bool StreamCapturing(CUstream stream);
 // unknown.
 uint64_t DeviceCurrentPool(int device);
 
-// Resets cached libcuda state (tests, and the child after fork keeps it: same mappings).
-void ForgetLibcudaForTesting();
-
 }  // namespace fragscope::agent
 
 #endif  // FRAGSCOPE_INTERPOSE_DRIVER_API_H_

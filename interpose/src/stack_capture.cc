@@ -47,8 +47,6 @@ void SetSkippedRange(uintptr_t begin, uintptr_t end) {
   g_skip_end.store(end, std::memory_order_relaxed);
 }
 
-void ResetThreadStackBounds() { t_bounds_state = 0; }
-
 // noinline: its own frame is the first one walked, and always skipped.
 __attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames) {
   if (max_frames <= 0 || !LoadBounds()) return 0;

@@ -23,10 +23,6 @@ void SetSkippedRange(uintptr_t begin, uintptr_t end);
 // (pthread_getattr_np, which allocates once); later calls make no system or library calls.
 int CaptureStack(uint64_t* pcs, int max_frames);
 
-// Forgets the cached bounds of the calling thread (the child after fork keeps the parent's
-// stack mapping, so this is only needed if a stack is replaced).
-void ResetThreadStackBounds();
-
 }  // namespace fragscope::agent
 
 #endif  // FRAGSCOPE_INTERPOSE_STACK_CAPTURE_H_

@@ -9,8 +9,6 @@
 
 #include <cstddef>
 
-#include "api.h"
-
 namespace fragscope::agent {
 
 class Output {
@@ -30,10 +28,6 @@ class Output {
   bool is_open() const { return fd_ >= 0 && !failed_; }
   bool failed() const { return failed_; }
   bool is_file() const { return !is_socket_; }
-  // Why writes stopped (kDisconnected for a socket, kWriteFailed for a file).
-  DropReason failure_reason() const {
-    return is_socket_ ? DropReason::kDisconnected : DropReason::kWriteFailed;
-  }
 
  private:
   void Fail(const char* what, const char* path, int error);
