@@ -61,7 +61,12 @@ void Remember(void* handle) {
   void* expected = nullptr;
   if (g_libcuda_handle.compare_exchange_strong(expected, handle)) {
     link_map* map = nullptr;
-    if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr) LearnLibcudaRange(map);
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr) {
+      LearnLibcudaRange(map);
+      // One reference of our own keeps libcuda mapped: the agent caches pointers into it, and a
+      // program's dlclose must not leave them dangling.
+      dlopen(map->l_name, RTLD_NOLOAD | RTLD_LAZY);
+    }
   }
 }
 
@@ -95,7 +100,7 @@ void* LibcudaHandle() {
   if (handle != nullptr) return handle;
   // RTLD_NOLOAD: only if the program already loaded it; the agent never loads CUDA itself.
   handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
-  if (handle != nullptr) Remember(handle);
+  if (handle != nullptr) Remember(handle);  // keeps the reference (see Remember)
   return g_libcuda_handle.load(std::memory_order_acquire);
 }
 
