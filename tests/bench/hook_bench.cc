@@ -1,0 +1,224 @@
+// Hook overhead: the same CUDA call, direct and through the agent, side by side in one process.
+//
+// Run it with libfragscope.so in LD_PRELOAD (scripts/bench does, once per agent mode: dormant,
+// no stacks, 8/32/64-frame stacks) on the fake device in null mode (FAKECUDA_NULL=1).
+//
+// "intercepted" calls the functions the program binds to: with the agent preloaded, its
+// wrappers. "direct" cannot use the real libcudart of this process: the runtime reaches the
+// driver only through pointers it looked up with dlsym/cuGetProcAddress, which the agent answers
+// with its wrappers, so a "direct" cudaMalloc would still run the agent's driver hook. Instead
+// the direct side is a second copy of the fake runtime and driver loaded with
+// dlmopen(LM_ID_NEWLM): a new link namespace gets no LD_PRELOAD, its own libc and its own dlsym,
+// so nothing in it is wrapped. Same code, same process, same machine state. Without the agent
+// (mode "none") both sides are unwrapped: that A/A run shows what the method itself reads.
+//
+// Each call runs `depth` frames deep (call_depth.h) so stack modes walk a known depth; both
+// sides pay the same descent, so the difference is the hook.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <benchmark/benchmark.h>
+
+#include "call_depth.h"
+
+namespace fragscope::bench {
+namespace {
+
+constexpr size_t kVmmBytes = size_t{2} << 20;  // the fake's VMM granularity
+
+// The calls a benchmark makes, through one route.
+struct CudaCalls {
+  const char* route = "";
+  cudaError_t (*malloc)(void**, size_t) = nullptr;
+  cudaError_t (*free)(void*) = nullptr;
+  cudaError_t (*malloc_async)(void**, size_t, cudaStream_t) = nullptr;
+  cudaError_t (*free_async)(void*, cudaStream_t) = nullptr;
+  CUresult (*address_reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr,
+                              unsigned long long) = nullptr;
+  CUresult (*mem_create)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                         unsigned long long) = nullptr;
+  CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                      unsigned long long) = nullptr;
+  CUresult (*mem_unmap)(CUdeviceptr, size_t) = nullptr;
+  // One reserved range and one physical handle, mapped and unmapped by the VMM benchmark.
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle handle = 0;
+};
+
+CudaCalls g_direct;
+CudaCalls g_intercepted;
+
+[[noreturn]] void Die(const char* what, const char* detail) {
+  std::fprintf(stderr, "hook_bench: %s: %s\n", what, detail != nullptr ? detail : "");
+  std::exit(2);
+}
+
+// libc's own dlsym. The agent interposes `dlsym` (and answers lookups of wrapped driver names
+// on libcuda handles with its wrappers); dlvsym on libc's handle reaches glibc's definition.
+using DlsymFn = void* (*)(void*, const char*);
+DlsymFn RealDlsym() {
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  if (libc == nullptr) Die("dlopen libc.so.6", dlerror());
+  void* p = dlvsym(libc, "dlsym", "GLIBC_2.34");
+  if (p == nullptr) p = dlvsym(libc, "dlsym", "GLIBC_2.2.5");
+  if (p == nullptr) Die("dlvsym dlsym", dlerror());
+  return reinterpret_cast<DlsymFn>(p);
+}
+
+// The file that defines `fn`: shows in the JSON context which library each route really calls.
+std::string DefiningObject(const void* fn) {
+  Dl_info info;
+  if (dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return "?";
+  return info.dli_fname;
+}
+
+template <typename Fn>
+void Lookup(DlsymFn real_dlsym, void* lib, const char* name, Fn* out) {
+  void* p = real_dlsym(lib, name);
+  if (p == nullptr) Die("dlsym", name);
+  *out = reinterpret_cast<Fn>(p);
+}
+
+// Primary context current, one reserved range and one handle for the VMM benchmark.
+void PrepareVmm(CudaCalls& calls) {
+  if (calls.free(nullptr) != cudaSuccess) Die(calls.route, "cudaFree(NULL) failed");
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  if (calls.address_reserve(&calls.va, kVmmBytes, 0, 0, 0) != CUDA_SUCCESS) {
+    Die(calls.route, "cuMemAddressReserve failed");
+  }
+  if (calls.mem_create(&calls.handle, kVmmBytes, &prop, 0) != CUDA_SUCCESS) {
+    Die(calls.route, "cuMemCreate failed");
+  }
+}
+
+void SetUpIntercepted() {
+  CudaCalls& c = g_intercepted;
+  c.route = "intercepted";
+  // Whatever this executable binds to: the agent's exports when it is preloaded.
+  c.malloc = &cudaMalloc;
+  c.free = &cudaFree;
+  c.malloc_async = &cudaMallocAsync;
+  c.free_async = &cudaFreeAsync;
+  c.address_reserve = &cuMemAddressReserve;
+  c.mem_create = &cuMemCreate;
+  c.mem_map = &cuMemMap;
+  c.mem_unmap = &cuMemUnmap;
+  PrepareVmm(c);
+}
+
+void SetUpDirect() {
+  CudaCalls& c = g_direct;
+  c.route = "direct";
+  DlsymFn real_dlsym = RealDlsym();
+  // The path of this process's runtime, so that the namespace loads the same file.
+  std::string runtime = DefiningObject(
+      real_dlsym(dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD), "cudaGetDeviceCount"));
+  void* cudart = dlmopen(LM_ID_NEWLM, runtime.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (cudart == nullptr) Die("dlmopen runtime", dlerror());
+  Lookup(real_dlsym, cudart, "cudaMalloc", &c.malloc);
+  Lookup(real_dlsym, cudart, "cudaFree", &c.free);
+  Lookup(real_dlsym, cudart, "cudaMallocAsync", &c.malloc_async);
+  Lookup(real_dlsym, cudart, "cudaFreeAsync", &c.free_async);
+  // The runtime opens its driver on first use; then the namespace holds it.
+  if (c.free(nullptr) != cudaSuccess) Die("direct", "cudaFree(NULL) failed");
+  Lmid_t lmid = 0;
+  if (dlinfo(cudart, RTLD_DI_LMID, &lmid) != 0) Die("dlinfo", dlerror());
+  void* cuda = dlmopen(lmid, "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (cuda == nullptr) Die("dlmopen libcuda.so.1 (namespace)", dlerror());
+  Lookup(real_dlsym, cuda, "cuMemAddressReserve", &c.address_reserve);
+  Lookup(real_dlsym, cuda, "cuMemCreate", &c.mem_create);
+  Lookup(real_dlsym, cuda, "cuMemMap", &c.mem_map);
+  Lookup(real_dlsym, cuda, "cuMemUnmap", &c.mem_unmap);
+  PrepareVmm(c);
+  for (const void* fn :
+       {reinterpret_cast<const void*>(c.malloc), reinterpret_cast<const void*>(c.mem_map)}) {
+    if (DefiningObject(fn).find("libfragscope") != std::string::npos) {
+      Die("direct", "a direct pointer is the agent's wrapper");
+    }
+  }
+}
+
+const CudaCalls& Calls(bool direct) { return direct ? g_direct : g_intercepted; }
+
+// cudaMalloc + cudaFree, `depth` frames deep. Time per pair (two events through the agent).
+void BM_MallocFree(benchmark::State& state, bool direct) {
+  const CudaCalls& c = Calls(direct);
+  const int depth = static_cast<int>(state.range(0));
+  bool ok = true;
+  auto body = [&] {
+    void* p = nullptr;
+    ok &= c.malloc(&p, 4096) == cudaSuccess;
+    ok &= c.free(p) == cudaSuccess;
+  };
+  for (auto _ : state) AtDepth(depth, body);
+  if (!ok) state.SkipWithError("cudaMalloc/cudaFree failed");
+  state.SetItemsProcessed(state.iterations() * 2);
+}
+
+void BM_MallocFreeAsync(benchmark::State& state, bool direct) {
+  const CudaCalls& c = Calls(direct);
+  const int depth = static_cast<int>(state.range(0));
+  bool ok = true;
+  auto body = [&] {
+    void* p = nullptr;
+    ok &= c.malloc_async(&p, 4096, nullptr) == cudaSuccess;
+    ok &= c.free_async(p, nullptr) == cudaSuccess;
+  };
+  for (auto _ : state) AtDepth(depth, body);
+  if (!ok) state.SkipWithError("cudaMallocAsync/cudaFreeAsync failed");
+  state.SetItemsProcessed(state.iterations() * 2);
+}
+
+void BM_MemMapUnmap(benchmark::State& state, bool direct) {
+  const CudaCalls& c = Calls(direct);
+  const int depth = static_cast<int>(state.range(0));
+  bool ok = true;
+  auto body = [&] {
+    ok &= c.mem_map(c.va, kVmmBytes, 0, c.handle, 0) == CUDA_SUCCESS;
+    ok &= c.mem_unmap(c.va, kVmmBytes) == CUDA_SUCCESS;
+  };
+  for (auto _ : state) AtDepth(depth, body);
+  if (!ok) state.SkipWithError("cuMemMap/cuMemUnmap failed");
+  state.SetItemsProcessed(state.iterations() * 2);
+}
+
+// Depth 30 is the workload DESIGN.md compares with heaptrack; 64 fills a 64-frame stack.
+BENCHMARK_CAPTURE(BM_MallocFree, direct, true)->Arg(30)->Arg(64);
+BENCHMARK_CAPTURE(BM_MallocFree, intercepted, false)->Arg(30)->Arg(64);
+BENCHMARK_CAPTURE(BM_MallocFreeAsync, direct, true)->Arg(30);
+BENCHMARK_CAPTURE(BM_MallocFreeAsync, intercepted, false)->Arg(30);
+BENCHMARK_CAPTURE(BM_MemMapUnmap, direct, true)->Arg(30);
+BENCHMARK_CAPTURE(BM_MemMapUnmap, intercepted, false)->Arg(30);
+
+}  // namespace
+}  // namespace fragscope::bench
+
+int main(int argc, char** argv) {
+  using namespace fragscope::bench;
+  SetUpDirect();
+  SetUpIntercepted();
+  benchmark::AddCustomContext("intercepted_cudaMalloc",
+                              DefiningObject(reinterpret_cast<void*>(g_intercepted.malloc)));
+  benchmark::AddCustomContext("direct_cudaMalloc",
+                              DefiningObject(reinterpret_cast<void*>(g_direct.malloc)));
+  for (const char* var : {"LD_PRELOAD", "FRAGSCOPE_DORMANT", "FRAGSCOPE_STACK_DEPTH",
+                          "FRAGSCOPE_OUTPUT", "FAKECUDA_NULL"}) {
+    const char* value = std::getenv(var);
+    benchmark::AddCustomContext(var, value != nullptr ? value : "");
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
