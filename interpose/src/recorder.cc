@@ -138,7 +138,7 @@ void RecordAlloc(const AllocInfo& info) {
   e.stack_id = r.stack_id;
   r.seq = InsertLive(e);
   Submit(r);
-  MaybeSampleMemInfo(r.device);
+  MaybeSampleMemInfo(r.device, r.time_ns);
 }
 
 void RecordFailure(const FailureInfo& info) {
@@ -188,14 +188,14 @@ void PendingRelease::EndFree(Api api, int32_t result, uint64_t stream) {
   r.stream = stream;
   r.pool = entry_.pool;
   Submit(r);
-  if (result == 0) MaybeSampleMemInfo(r.device);
+  if (result == 0) MaybeSampleMemInfo(r.device, r.time_ns);
 }
 
-void MaybeSampleMemInfo(int32_t device) {
+void MaybeSampleMemInfo(int32_t device, uint64_t now_ns) {
   if (device < 0 || device >= kMaxDevices) return;
   AgentState& a = Agent();
   DeviceSlot& slot = a.devices[device];
-  uint64_t now = NowNs();
+  uint64_t now = now_ns != 0 ? now_ns : NowNs();
   uint64_t last = slot.last_sample_ns.load(std::memory_order_relaxed);
   if (last != 0 && now - last < a.config.meminfo_interval_ns) return;
   if (!slot.last_sample_ns.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;

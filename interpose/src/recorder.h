@@ -148,7 +148,8 @@ void Submit(EventRecord& record);
 EventRecord NewRecord(RecordType type, Api api);
 
 // After a successful tracked call: a rate-limited MemInfo sample of `device` (driver calls).
-void MaybeSampleMemInfo(int32_t device);
+// `now_ns`: the event's time, if the caller has it (0: read the clock).
+void MaybeSampleMemInfo(int32_t device, uint64_t now_ns = 0);
 // MemInfo for `pool` (reserved/used), not rate-limited (trims are rare).
 void SamplePool(int32_t device, uint64_t pool);
 
