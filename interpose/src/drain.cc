@@ -169,7 +169,8 @@ void StartStream() {
     if (!ExpandPath(a.config.output_path, pid, d.path, Config::kPathCapacity)) {
       strcpy(d.path, "/dev/null/fragscope-path-too-long");  // fails to open: warned once
     }
-    if (a.stream_index > 0) {
+    if (a.stream_index > 0 && strstr(a.config.output_path, "%p") == nullptr) {
+      // A followed child must not write over its parent's file ("%p" already separates them).
       size_t len = strlen(d.path);
       snprintf(d.path + len, sizeof(d.path) - len, ".%d", static_cast<int>(pid));
     }

@@ -129,6 +129,23 @@ TEST(InvariantsTest, ForkedChildStartsItsOwnStreamWhenFollowed) {
   EXPECT_EQ(child.end()->events_recorded(), 2u);
 }
 
+TEST(InvariantsTest, FollowedChildWithPidPatternGetsItsOwnFile) {
+  TempDir dir;
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"fork"},
+                             Traced(dir.File("t.%p.fst"), {{"FRAGSCOPE_FOLLOW_FORK", "1"}}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::string child_pid;
+  for (const auto& line : Lines(run.out)) {
+    if (line[0] == "child") child_pid = line[1];
+  }
+  ASSERT_FALSE(child_pid.empty());
+  Trace child = ReadTrace(dir.File("t." + child_pid + ".fst"));
+  ASSERT_TRUE(child.clean) << child.error;
+  ASSERT_NE(child.hello(), nullptr);
+  EXPECT_EQ(child.hello()->stream_index(), 1u);
+  EXPECT_EQ(dir.List().size(), 2u);
+}
+
 TEST(InvariantsTest, ExecdProgramIsTracedByItsOwnPreload) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"exec"}, Traced(dir.File("t.%p.fst")));
