@@ -1,0 +1,258 @@
+"""fragscope's PyTorch adapter, loaded by Python at start-up as `sitecustomize`.
+
+`fragscope run` puts this directory first on PYTHONPATH. Python then imports this module at
+start-up instead of any other `sitecustomize`; that one (the next on sys.path) is run right away,
+so a site's own customisation keeps working.
+
+What it does, and only in a process the fragscope agent (libfragscope.so) is preloaded into:
+once the program imports torch and torch initialises CUDA, it makes PyTorch's caching-allocator
+blocks visible to the agent, so the collector sees blocks and free ranges inside PyTorch's
+segments instead of opaque segments:
+
+- primary: a small C++ extension (fragscope_torch_adapter.cpp), built with
+  torch.utils.cpp_extension.load against the installed torch and cached per torch version, that
+  attaches c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker and forwards block
+  alloc/free and OOM events to the agent's annotate API. It runs in C++ under the allocator's
+  lock and never takes the GIL.
+- fallback (no compiler or CUDA headers, a torch without the tracker, the cudaMallocAsync
+  backend): PyTorch's OOM observer reports each OOM to the agent (fragscope_alloc_failed, through
+  ctypes), and torch's memory history is recorded and dumped as a snapshot at exit and at each
+  OOM, for `fragscope import`.
+
+It never imports torch itself, never initialises CUDA, and does nothing when torch is absent,
+when torch has no CUDA, or when the agent is not loaded. Any error inside the adapter is reported
+on stderr in one line and swallowed: the program runs as it would without it.
+
+Environment:
+  FRAGSCOPE_TORCH_ADAPTER   auto (default) | fallback (skip the extension) | off
+  FRAGSCOPE_CACHE_DIR       where built extensions are kept (default ~/.cache/fragscope)
+  FRAGSCOPE_INCLUDE_DIR     folder holding fragscope/annotate.h (default: this checkout's)
+  FRAGSCOPE_TORCH_SNAPSHOT  fallback snapshot path (default: FRAGSCOPE_OUTPUT + .torch.pickle;
+                            %p is the pid)
+"""
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+# What the adapter did, for tests and for `python -c "import sitecustomize as s; print(s.STATE)"`.
+STATE = "waiting for torch"
+CHAINED = None  # the sitecustomize module this one ran, if any
+
+
+def _warn(message):
+    sys.stderr.write("fragscope: %s\n" % message)
+
+
+def _chain_next_sitecustomize():
+    """Runs the `sitecustomize` this module hides: the first one on sys.path outside this folder."""
+    import importlib.machinery
+    import importlib.util
+
+    def outside(entry):
+        return os.path.abspath(entry or os.getcwd()) != _HERE
+
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", [p for p in sys.path if outside(p)])
+    if spec is None or spec.loader is None or spec.origin == __file__:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # as site.py does for its own sitecustomize
+        _warn("error in the chained sitecustomize %s: %r" % (spec.origin, error))
+    return module
+
+
+def _agent():
+    """The process's global symbols (ctypes), or None when libfragscope.so is not loaded."""
+    import ctypes
+
+    process = ctypes.CDLL(None)
+    try:
+        process.fragscope_mark
+    except AttributeError:
+        return None
+    return process
+
+
+def mark(label):
+    """A label in the fragscope timeline (e.g. "step 12"); a no-op without the agent."""
+    agent = _agent()
+    if agent is not None:
+        agent.fragscope_mark(str(label).encode("utf-8", "replace"))
+
+
+def _set_state(state):
+    global STATE
+    STATE = state
+
+
+def _include_dir():
+    configured = os.environ.get("FRAGSCOPE_INCLUDE_DIR")
+    candidates = [configured] if configured else [os.path.join(_HERE, "..", "..", "interpose", "include")]
+    for path in candidates:
+        if os.path.isfile(os.path.join(path, "fragscope", "annotate.h")):
+            return os.path.abspath(path)
+    return None
+
+
+def _build_extension(torch):
+    """Builds (or loads from the cache) the C++ extension for this torch version."""
+    import re
+
+    from torch.utils import cpp_extension
+
+    include = _include_dir()
+    if include is None:
+        raise RuntimeError("fragscope/annotate.h not found (set FRAGSCOPE_INCLUDE_DIR)")
+    version = re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
+    cache_root = os.environ.get("FRAGSCOPE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fragscope")
+    build_dir = os.path.join(cache_root, "torch-" + version)
+    os.makedirs(build_dir, exist_ok=True)
+    return cpp_extension.load(
+        name="fragscope_torch_adapter_" + version,
+        sources=[os.path.join(_HERE, "fragscope_torch_adapter.cpp")],
+        extra_include_paths=[include],
+        build_directory=build_dir,
+        with_cuda=True,
+        verbose=False,
+    )
+
+
+def _snapshot_path():
+    path = os.environ.get("FRAGSCOPE_TORCH_SNAPSHOT")
+    if not path:
+        output = os.environ.get("FRAGSCOPE_OUTPUT")
+        if not output:
+            return None
+        path = output + ".torch.pickle"
+    return path.replace("%p", str(os.getpid()))
+
+
+def _install_fallback(torch, agent, why):
+    import atexit
+    import ctypes
+
+    failed = agent.fragscope_alloc_failed
+    failed.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    failed.restype = None
+    snapshot = _snapshot_path()
+
+    def dump():
+        if snapshot:
+            try:
+                torch.cuda.memory._dump_snapshot(snapshot)
+            except Exception as error:
+                _warn("could not write the PyTorch snapshot %s: %r" % (snapshot, error))
+
+    def on_oom(device, alloc_size, device_total, device_free):
+        failed(alloc_size, device, None)
+        dump()
+
+    parts = []
+    try:
+        torch._C._cuda_attach_out_of_memory_observer(on_oom)
+        parts.append("OOM observer")
+    except Exception as error:
+        _warn("no OOM observer: %r" % (error,))
+    try:
+        try:
+            torch.cuda.memory._record_memory_history(max_entries=100000)
+        except TypeError:  # torch < 2.1: (enabled, record_context, trace_alloc_max_entries, ...)
+            torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=100000)
+        if snapshot:
+            atexit.register(dump)
+        parts.append("memory history")
+    except Exception as error:
+        _warn("no memory history: %r" % (error,))
+    _set_state("fallback (%s): %s" % (why, ", ".join(parts) or "nothing"))
+
+
+def _on_cuda_init(torch):
+    """Runs inside torch.cuda's lazy initialisation, once CUDA and the allocator exist."""
+    agent = _agent()
+    if agent is None:
+        _set_state("inactive: libfragscope.so is not loaded")
+        return
+    mode = os.environ.get("FRAGSCOPE_TORCH_ADAPTER", "auto")
+    why = "FRAGSCOPE_TORCH_ADAPTER=fallback"
+    if mode != "fallback":
+        try:
+            extension = _build_extension(torch)
+            if extension.install():
+                _set_state("tracker")
+                return
+            why = "the allocator refused a trace tracker"
+        except Exception as error:
+            why = "extension unavailable: %s" % (str(error).splitlines() or [repr(error)])[0]
+            _warn("PyTorch adapter extension not used (%s); falling back" % why)
+    _install_fallback(torch, agent, why)
+
+
+def _on_torch_imported(torch):
+    try:
+        if _agent() is None:
+            _set_state("inactive: libfragscope.so is not loaded")
+            return
+        cuda = getattr(torch, "cuda", None)
+        if cuda is None or not hasattr(torch._C, "_cuda_getDeviceCount"):
+            _set_state("inactive: torch without CUDA")
+            return
+        lazy_call = getattr(cuda, "_lazy_call", None)
+        if lazy_call is None:
+            _set_state("inactive: torch.cuda has no _lazy_call")
+            return
+
+        def at_cuda_init():
+            try:
+                _on_cuda_init(torch)
+            except Exception as error:
+                _set_state("failed: %r" % (error,))
+                _warn("PyTorch adapter failed: %r" % (error,))
+
+        # Runs now if CUDA is already initialised, else inside torch.cuda's lazy init.
+        lazy_call(at_cuda_init)
+        _set_state("waiting for CUDA")
+    except Exception as error:
+        _set_state("failed: %r" % (error,))
+        _warn("PyTorch adapter failed: %r" % (error,))
+
+
+class _TorchWatcher:
+    """A meta-path finder that sees `import torch` and runs the adapter after torch loaded."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)  # once; and the lookup below must not find us again
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_adapt(module):
+            exec_module(module)
+            _on_torch_imported(module)
+
+        spec.loader.exec_module = exec_then_adapt
+        return spec
+
+
+def _main():
+    global CHAINED
+    CHAINED = _chain_next_sitecustomize()
+    if os.environ.get("FRAGSCOPE_TORCH_ADAPTER", "auto") == "off":
+        _set_state("off: FRAGSCOPE_TORCH_ADAPTER=off")
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _on_torch_imported(torch)
+    else:
+        sys.meta_path.insert(0, _TorchWatcher())
+
+
+_main()

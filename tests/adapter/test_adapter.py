@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Tests of scripts/adapter/sitecustomize.py that need no real torch and no GPU.
+
+Each case starts a fresh python3 with the adapter first on PYTHONPATH (as `fragscope run` does),
+sometimes with a stand-in `torch` package (tests only the adapter's hooks, not PyTorch) and
+sometimes with the real libfragscope.so preloaded (its annotate symbols are what the adapter
+looks for).
+
+usage: test_adapter.py ADAPTER_DIR [AGENT_LIB]   (AGENT_LIB: libfragscope.so, optional)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+ADAPTER_DIR = None
+AGENT_LIB = None
+
+# A stand-in torch with CUDA: records what the adapter registers, runs nothing of its own.
+FAKE_TORCH = textwrap.dedent('''
+    class _C:
+        observers = []
+        @staticmethod
+        def _cuda_getDeviceCount():
+            return 1
+        @staticmethod
+        def _cuda_attach_out_of_memory_observer(fn):
+            _C.observers.append(fn)
+
+    class _Memory:
+        history = []
+        @staticmethod
+        def _record_memory_history(**kwargs):
+            _Memory.history.append(kwargs)
+        @staticmethod
+        def _dump_snapshot(path):
+            with open(path, "wb") as f:
+                f.write(b"snapshot")
+
+    class cuda:
+        lazy = []
+        memory = _Memory
+        @staticmethod
+        def _lazy_call(fn):
+            cuda.lazy.append(fn)
+
+    __version__ = "0.0+fake"
+''')
+
+FAKE_TORCH_CPU = '__version__ = "0.0+cpu"\nclass _C:\n    pass\n'
+
+
+class AdapterTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, relative, text):
+        path = os.path.join(self.dir, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        return os.path.dirname(path)
+
+    def run_python(self, code, path=(), env=None, preload=False):
+        environment = {k: v for k, v in os.environ.items()
+                       if not k.startswith("FRAGSCOPE_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
+        environment["PYTHONPATH"] = os.pathsep.join([ADAPTER_DIR] + list(path))
+        environment["PYTHONNOUSERSITE"] = "1"
+        if preload:
+            environment["LD_PRELOAD"] = AGENT_LIB
+        environment.update(env or {})
+        result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=environment,
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        return result
+
+    def test_inert_without_torch(self):
+        r = self.run_python('''
+            import sys, sitecustomize
+            print(sitecustomize.STATE)
+            print("torch" in sys.modules)
+            try:
+                import torch
+            except ModuleNotFoundError:
+                print("absent")
+            print(sitecustomize.STATE)
+        ''')
+        self.assertEqual(r.stdout.split("\n")[:4], ["waiting for torch", "False", "absent",
+                                                    "waiting for torch"])
+        self.assertEqual(r.stderr, "")
+
+    def test_it_is_the_sitecustomize_python_loads(self):
+        r = self.run_python('import sitecustomize; print(sitecustomize.__file__)')
+        self.assertEqual(os.path.dirname(os.path.abspath(r.stdout.strip())),
+                         os.path.abspath(ADAPTER_DIR))
+
+    def test_chains_the_next_sitecustomize_once(self):
+        other = self.write("site/sitecustomize.py",
+                           "import builtins\n"
+                           "builtins.CHAIN_RUNS = getattr(builtins, 'CHAIN_RUNS', 0) + 1\n"
+                           "print('chained', __name__)\n")
+        r = self.run_python('''
+            import builtins, sitecustomize
+            print(builtins.CHAIN_RUNS, sitecustomize.CHAINED.__file__)
+        ''', path=[other])
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], "chained sitecustomize")
+        runs, chained_file = lines[1].split()
+        self.assertEqual(runs, "1")
+        self.assertEqual(os.path.abspath(chained_file), os.path.join(other, "sitecustomize.py"))
+
+    def test_a_failing_chained_sitecustomize_does_not_stop_the_program(self):
+        other = self.write("site/sitecustomize.py", "raise RuntimeError('site broke')\n")
+        r = self.run_python('import sitecustomize; print(sitecustomize.STATE)', path=[other])
+        self.assertEqual(r.stdout.strip(), "waiting for torch")
+        self.assertIn("site broke", r.stderr)
+
+    def test_no_other_sitecustomize(self):
+        r = self.run_python('import sitecustomize; print(sitecustomize.CHAINED)')
+        self.assertEqual(r.stdout.strip(), "None")
+
+    def test_torch_without_agent_registers_nothing(self):
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH)
+        r = self.run_python('''
+            import torch, sitecustomize
+            print(sitecustomize.STATE)
+            print(len(torch.cuda.lazy))
+        ''', path=[os.path.dirname(torch_dir)])
+        self.assertEqual(r.stdout.splitlines(),
+                         ["inactive: libfragscope.so is not loaded", "0"])
+
+    def test_off_switch(self):
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH)
+        r = self.run_python('''
+            import sys, torch, sitecustomize
+            print(sitecustomize.STATE)
+            print(any(type(f).__name__ == "_TorchWatcher" for f in sys.meta_path))
+        ''', path=[os.path.dirname(torch_dir)], env={"FRAGSCOPE_TORCH_ADAPTER": "off"},
+            preload=AGENT_LIB is not None)
+        self.assertEqual(r.stdout.splitlines(), ["off: FRAGSCOPE_TORCH_ADAPTER=off", "False"])
+
+    def need_agent(self):
+        if not AGENT_LIB or not os.path.exists(AGENT_LIB):
+            self.skipTest("libfragscope.so not given")
+
+    def test_cpu_only_torch_with_agent(self):
+        self.need_agent()
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH_CPU)
+        r = self.run_python('import torch, sitecustomize; print(sitecustomize.STATE)',
+                            path=[os.path.dirname(torch_dir)], preload=True)
+        self.assertEqual(r.stdout.strip(), "inactive: torch without CUDA")
+
+    def test_with_agent_waits_for_cuda_then_falls_back(self):
+        self.need_agent()
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH)
+        snapshot = os.path.join(self.dir, "snap.%p.pickle")
+        r = self.run_python('''
+            import os, torch, sitecustomize
+            print(sitecustomize.STATE)
+            assert len(torch.cuda.lazy) == 1
+            torch.cuda.lazy[0]()              # what torch.cuda._lazy_init does
+            print(sitecustomize.STATE)
+            print(len(torch._C.observers), torch.cuda.memory.history)
+            torch._C.observers[0](0, 1 << 30, 16 << 30, 1 << 20)   # an OOM reported by torch
+            print(os.path.exists(sitecustomize._snapshot_path()))
+            sitecustomize.mark("step 1")
+        ''', path=[os.path.dirname(torch_dir)], preload=True,
+            env={"FRAGSCOPE_TORCH_ADAPTER": "fallback", "FRAGSCOPE_TORCH_SNAPSHOT": snapshot})
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], "waiting for CUDA")
+        self.assertEqual(lines[1], "fallback (FRAGSCOPE_TORCH_ADAPTER=fallback): "
+                                   "OOM observer, memory history")
+        self.assertEqual(lines[2], "1 [{'max_entries': 100000}]")
+        self.assertEqual(lines[3], "True")
+
+    def test_extension_that_cannot_build_falls_back(self):
+        self.need_agent()
+        # The stand-in torch has no torch.utils.cpp_extension: the build fails at once.
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH)
+        r = self.run_python('''
+            import torch, sitecustomize
+            torch.cuda.lazy[0]()
+            print(sitecustomize.STATE)
+        ''', path=[os.path.dirname(torch_dir)], preload=True)
+        self.assertTrue(r.stdout.startswith("fallback (extension unavailable: "), r.stdout)
+        self.assertIn("falling back", r.stderr)
+
+    def test_oom_observer_reaches_the_agent_trace(self):
+        self.need_agent()
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH)
+        trace = os.path.join(self.dir, "trace.fst")
+        self.run_python('''
+            import torch, sitecustomize
+            torch.cuda.lazy[0]()
+            torch._C.observers[0](0, 123456789, 16 << 30, 1 << 20)
+        ''', path=[os.path.dirname(torch_dir)], preload=True,
+            env={"FRAGSCOPE_TORCH_ADAPTER": "fallback", "FRAGSCOPE_OUTPUT": trace})
+        with open(trace, "rb") as f:
+            data = f.read()
+        self.assertTrue(data.startswith(b"FRAGSCP\x01"), data[:16])
+        # FailedAlloc.size = 123456789 as a varint field 7 somewhere in the frames.
+        size = 123456789
+        varint = bytearray()
+        while True:
+            byte = size & 0x7F
+            size >>= 7
+            varint.append(byte | (0x80 if size else 0))
+            if not size:
+                break
+        self.assertIn(bytes([7 << 3]) + bytes(varint), data)
+
+
+class ScriptSyntaxTest(unittest.TestCase):
+    """scripts/gpu-check only runs on a GPU machine; here it must at least parse."""
+
+    def test_gpu_check_parses(self):
+        script = os.path.join(ADAPTER_DIR, "..", "gpu-check")
+        r = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.access(script, os.X_OK), "gpu-check is not executable")
+        # The Python programs it writes out (heredocs ending in a PY line) must compile.
+        import re
+        text = open(script).read()
+        blocks = re.findall(r"cat > \"\$WORK/(\w+\.py)\" <<'PY'\n(.*?)\nPY\n", text, re.S)
+        self.assertEqual(sorted(name for name, _ in blocks),
+                         ["compare.py", "compare_native.py", "workload.py"])
+        for name, body in blocks:
+            compile(body, name, "exec")
+
+    def test_adapter_compiles(self):
+        with open(os.path.join(ADAPTER_DIR, "sitecustomize.py")) as f:
+            compile(f.read(), "sitecustomize.py", "exec")
+
+
+if __name__ == "__main__":
+    ADAPTER_DIR = os.path.abspath(sys.argv[1])
+    if len(sys.argv) > 2:
+        AGENT_LIB = os.path.abspath(sys.argv[2])
+    unittest.main(argv=[sys.argv[0]] + sys.argv[3:], verbosity=2)
