@@ -62,6 +62,52 @@ TEST_F(RuntimeRoutesTest, SharedRuntimeOneEventPerCall) {
   EXPECT_EQ(trace.end()->events_recorded(), 4u);
 }
 
+// Stacks start in the program (not in the agent) and the module map covers their frames.
+TEST_F(RuntimeRoutesTest, StacksStartAtTheCallerAndResolveToModules) {
+  Trace trace = RunApp("agent_runtime_app", {"malloc"});
+  struct Range {
+    std::string path;
+    uint64_t begin, end;
+  };
+  std::vector<Range> modules;
+  for (const v1::Frame& f : trace.frames) {
+    if (!f.has_module_map()) continue;
+    for (const v1::Module& m : f.module_map().modules()) {
+      modules.push_back({m.path(), m.load_address(), m.load_address() + m.size()});
+    }
+  }
+  auto module_of = [&](uint64_t pc) -> std::string {
+    for (const Range& r : modules) {
+      if (pc >= r.begin && pc < r.end) return r.path;
+    }
+    return "";
+  };
+  std::map<uint64_t, std::vector<uint64_t>> stacks = trace.Stacks();
+  const v1::Frame* first = trace.Events().at(0);
+  ASSERT_TRUE(first->has_alloc());
+  const std::vector<uint64_t>& pcs = stacks[first->alloc().stack_id()];
+  ASSERT_GE(pcs.size(), 2u);
+  // The innermost frame is the program's call site of cudaMalloc, then main's caller chain.
+  EXPECT_NE(module_of(pcs[0]).find("agent_runtime_app"), std::string::npos) << module_of(pcs[0]);
+  for (uint64_t pc : pcs) {
+    std::string module = module_of(pc);
+    EXPECT_FALSE(module.empty()) << std::hex << pc;
+    EXPECT_EQ(module.find("libfragscope"), std::string::npos) << module;
+  }
+  // The main program is listed under its real path, with a build-id.
+  bool program_listed = false;
+  for (const v1::Frame& f : trace.frames) {
+    if (!f.has_module_map()) continue;
+    for (const v1::Module& m : f.module_map().modules()) {
+      if (m.path() == trace.hello()->exe()) {
+        program_listed = true;
+        EXPECT_FALSE(m.build_id().empty());
+      }
+    }
+  }
+  EXPECT_TRUE(program_listed);
+}
+
 TEST_F(RuntimeRoutesTest, EveryRuntimeAllocationFamily) {
   Trace trace = RunApp("agent_runtime_app", {"families"});
   const uint64_t pitch = Value("pitch");
