@@ -22,7 +22,7 @@ struct Result {
   std::string output;  // stdout and stderr together
 };
 
-Result Run(const std::string& command) {
+Result Shell(const std::string& command) {
   Result r;
   FILE* p = popen((command + " 2>&1").c_str(), "r");
   if (p == nullptr) return r;
@@ -47,7 +47,7 @@ class CliEndToEnd : public ::testing::Test {
     char tmpl[] = "/tmp/fragscope-cli-test-XXXXXX";
     dir_ = mkdtemp(tmpl);
     // The demo on a 4 GiB fake GPU, traced once for the whole suite.
-    demo_run_ = Run("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() +
+    demo_run_ = Shell("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() +
                     " run -o " + Trace() + " --format json --report " + dir_ + "/live.json -- " +
                     FRAGSCOPE_DEMO_BIN);
   }
@@ -89,10 +89,10 @@ TEST_F(CliEndToEnd, RunPassesTheExitStatusThroughAndExplainsBothOoms) {
 }
 
 TEST_F(CliEndToEnd, ReportOfTheSavedTraceEqualsTheLiveReport) {
-  Result r = Run(Fragscope() + " report " + Trace() + " --format json -o " + dir_ + "/file.json");
+  Result r = Shell(Fragscope() + " report " + Trace() + " --format json -o " + dir_ + "/file.json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Slurp(dir_ + "/file.json"), Slurp(dir_ + "/live.json"));
-  Result text = Run(Fragscope() + " report " + Trace());
+  Result text = Shell(Fragscope() + " report " + Trace());
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_NE(text.output.find("class: fragmentation"), std::string::npos) << text.output;
   EXPECT_NE(text.output.find("class: capacity"), std::string::npos);
@@ -100,27 +100,27 @@ TEST_F(CliEndToEnd, ReportOfTheSavedTraceEqualsTheLiveReport) {
 }
 
 TEST_F(CliEndToEnd, GateFailsOnFragmentationAtTheOomAndPassesWithinLimits) {
-  Result fail = Run(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.5 --at oom --junit " +
+  Result fail = Shell(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.5 --at oom --junit " +
                     dir_ + "/gate.xml");
   EXPECT_EQ(fail.exit_code, 1) << fail.output;
   EXPECT_NE(fail.output.find("device 0 fragmentation 0.960 > limit 0.500 at OOM"),
             std::string::npos)
       << fail.output;
   EXPECT_NE(Slurp(dir_ + "/gate.xml").find("<failure"), std::string::npos);
-  Result pass = Run(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.99 --at oom");
+  Result pass = Shell(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.99 --at oom");
   EXPECT_EQ(pass.exit_code, 0) << pass.output;
   // The live JSON report is a valid baseline; compared with itself nothing rose.
-  Result base = Run(Fragscope() + " gate " + Trace() + " --baseline " + dir_ +
+  Result base = Shell(Fragscope() + " gate " + Trace() + " --baseline " + dir_ +
                     "/live.json --max-increase 0");
   EXPECT_EQ(base.exit_code, 0) << base.output;
 }
 
 TEST_F(CliEndToEnd, ImportedPyTorchSnapshotReportsTheIndependentFigures) {
   const std::string pickle = std::string(FRAGSCOPE_TORCH_DATA) + "/current-format.pickle";
-  Result imp = Run(Fragscope() + " import " + pickle + " -o " + dir_ + "/torch.fst");
+  Result imp = Shell(Fragscope() + " import " + pickle + " -o " + dir_ + "/torch.fst");
   ASSERT_EQ(imp.exit_code, 0) << imp.output;
   for (const std::string& input : {dir_ + "/torch.fst", pickle}) {
-    Result r = Run(Fragscope() + " report " + input + " --format json -o " + dir_ + "/t.json");
+    Result r = Shell(Fragscope() + " report " + input + " --format json -o " + dir_ + "/t.json");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     json j = json::parse(Slurp(dir_ + "/t.json"));
     EXPECT_EQ(j["devices"][0]["reserved_bytes"].get<uint64_t>(), 5475663872u) << input;
@@ -129,33 +129,33 @@ TEST_F(CliEndToEnd, ImportedPyTorchSnapshotReportsTheIndependentFigures) {
 }
 
 TEST_F(CliEndToEnd, UsageErrorsExit2AndBadInputExits3) {
-  EXPECT_EQ(Run(Fragscope()).exit_code, 2);
-  EXPECT_EQ(Run(Fragscope() + " frobnicate").exit_code, 2);
-  EXPECT_EQ(Run(Fragscope() + " run /bin/true").exit_code, 2) << "the command goes after --";
-  EXPECT_EQ(Run(Fragscope() + " report").exit_code, 2);
-  EXPECT_EQ(Run(Fragscope() + " report " + Trace() + " --format xml").exit_code, 2);
-  EXPECT_EQ(Run(Fragscope() + " gate " + Trace()).exit_code, 2) << "no limit given";
-  EXPECT_EQ(Run(Fragscope() + " gate " + Trace() + " --max-fragmentation 1.5").exit_code, 2);
-  Result missing = Run(Fragscope() + " report /nonexistent.fst");
+  EXPECT_EQ(Shell(Fragscope()).exit_code, 2);
+  EXPECT_EQ(Shell(Fragscope() + " frobnicate").exit_code, 2);
+  EXPECT_EQ(Shell(Fragscope() + " run /bin/true").exit_code, 2) << "the command goes after --";
+  EXPECT_EQ(Shell(Fragscope() + " report").exit_code, 2);
+  EXPECT_EQ(Shell(Fragscope() + " report " + Trace() + " --format xml").exit_code, 2);
+  EXPECT_EQ(Shell(Fragscope() + " gate " + Trace()).exit_code, 2) << "no limit given";
+  EXPECT_EQ(Shell(Fragscope() + " gate " + Trace() + " --max-fragmentation 1.5").exit_code, 2);
+  Result missing = Shell(Fragscope() + " report /nonexistent.fst");
   EXPECT_EQ(missing.exit_code, 3);
   EXPECT_NE(missing.output.find("/nonexistent.fst"), std::string::npos) << missing.output;
   std::ofstream(dir_ + "/garbage.fst") << "definitely not a trace";
-  EXPECT_EQ(Run(Fragscope() + " report " + dir_ + "/garbage.fst").exit_code, 3);
-  EXPECT_EQ(Run(Fragscope() + " gate " + dir_ + "/garbage.fst --max-reserved 1G").exit_code, 3);
+  EXPECT_EQ(Shell(Fragscope() + " report " + dir_ + "/garbage.fst").exit_code, 3);
+  EXPECT_EQ(Shell(Fragscope() + " gate " + dir_ + "/garbage.fst --max-reserved 1G").exit_code, 3);
 }
 
 TEST_F(CliEndToEnd, TruncatedTraceIsReportedUpToTheDamageWithExit3) {
   std::string bytes = Slurp(Trace());
   ASSERT_GT(bytes.size(), 1000u);
   std::ofstream(dir_ + "/cut.fst", std::ios::binary).write(bytes.data(), bytes.size() * 2 / 3);
-  Result r = Run(Fragscope() + " report " + dir_ + "/cut.fst");
+  Result r = Shell(Fragscope() + " report " + dir_ + "/cut.fst");
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("Device 0"), std::string::npos) << "the readable part is reported";
 }
 
 TEST_F(CliEndToEnd, ProgramWithoutCudaStillRunsAndExitStatusPassesThrough) {
-  Result r = Run(Fragscope() + " run --quiet -- /bin/sh -c 'exit 7'");
+  Result r = Shell(Fragscope() + " run --quiet -- /bin/sh -c 'exit 7'");
   EXPECT_EQ(r.exit_code, 7) << r.output;
 }
 
