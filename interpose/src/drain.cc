@@ -341,16 +341,20 @@ void PushRecord(const EventRecord& record) {
 
 void FlushSoon() {
   AgentState& a = Agent();
-  if (a.late.load(std::memory_order_acquire) || !ThreadRunning()) {
-    TryDrainInline();
-    return;
-  }
   // Everything pushed before now: positions below the current enqueue count.
   const uint64_t target = a.ring.consumed() + a.ring.size_approx();
   const uint64_t deadline = NowNs() + kFlushWaitNs;
-  g_drain.wake_pending.store(false, std::memory_order_relaxed);
-  Wake();
-  while (g_drain.written.load(std::memory_order_acquire) < target && NowNs() < deadline) {
+  // Ship it from this thread if nobody is draining (deterministic, and no thread switch);
+  // otherwise the drain thread is at it: wait for it, a bounded time.
+  for (;;) {
+    if (g_drain.written.load(std::memory_order_acquire) >= target) return;
+    if (pthread_mutex_trylock(&g_drain.lock) == 0) {
+      DrainLocked();
+      pthread_mutex_unlock(&g_drain.lock);
+      if (g_drain.written.load(std::memory_order_acquire) >= target) return;
+      // Still short: an earlier record's producer has not finished writing its slot.
+    }
+    if (NowNs() >= deadline) return;
     timespec ts{0, 200'000};
     nanosleep(&ts, nullptr);
   }

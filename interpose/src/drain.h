@@ -16,7 +16,8 @@ namespace fragscope::agent {
 // first use. After the exit sequence began, also drains inline.
 void PushRecord(const EventRecord& record);
 
-// Asks the drain thread to write everything pushed so far and waits for it up to ~50 ms.
+// Writes everything pushed so far before a failure returns to the program: from the calling
+// thread when the drain lock is free, else by waiting for the drain thread, up to ~50 ms.
 void FlushSoon();
 
 // Life cycle (agent.cc). Either of the first two may run first at exit; both are safe to

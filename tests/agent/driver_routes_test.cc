@@ -201,6 +201,20 @@ TEST_F(DriverRoutesTest, FailedAllocationCarriesMemInfoAndKeepsErrno) {
   EXPECT_NE(run_.out.find("errno 1234"), std::string::npos);
 }
 
+// A failure is in the trace before the failing call returns: the program may die right after.
+TEST_F(DriverRoutesTest, FailureIsShippedBeforeTheCallReturns) {
+  TempDir dir;
+  RunResult run = RunProgram(
+      AppPath("agent_driver_app"), {"fail_then_exit"},
+      RunOptions{true, {{"FRAGSCOPE_OUTPUT", dir.File("t.fst")}, {"FAKECUDA_CAPACITY", "1G"}}});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.opened) << trace.error;
+  EXPECT_EQ(trace.end(), nullptr);  // _exit: the stream is cut, not ended
+  EXPECT_EQ(DescribeEvents(trace),
+            (std::vector<std::string>{"failed cuMemAlloc_v2 size=1099511627776 result=2 dev=0"}));
+}
+
 // A program that itself calls dlsym(RTLD_NEXT, ...) gets the same answers with the agent: the
 // pass-through is a true tail call, so glibc still sees the program as the caller.
 TEST_F(DriverRoutesTest, ProgramsOwnRtldNextLookupsAreUnchanged) {

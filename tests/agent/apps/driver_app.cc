@@ -181,6 +181,18 @@ int Fail(void* lib) {
   return 0;
 }
 
+// A failure, then an abrupt exit (no atexit handlers, no destructors): the failure must
+// already be in the trace, shipped before the failing call returned.
+int FailThenExit(void* lib) {
+  InitPrimaryContext(lib);
+  auto alloc_v2 = Sym<PFN_cuMemAlloc_v3020>(lib, "cuMemAlloc_v2");
+  CUdeviceptr a = 0;
+  CUresult r = alloc_v2(&a, 1ull << 40);
+  std::printf("cuMemAlloc_v2 %d\n", r);
+  std::fflush(stdout);
+  _exit(0);
+}
+
 // A program that itself calls dlsym(RTLD_NEXT, ...): RTLD_NEXT must still mean "after this
 // program", whatever library is preloaded.
 int RtldNext() {
@@ -214,6 +226,7 @@ int main(int argc, char** argv) {
   if (scenario == "vmm") return Vmm(lib);
   if (scenario == "managed_pitch_pool") return ManagedPitchPool(lib);
   if (scenario == "fail") return Fail(lib);
+  if (scenario == "fail_then_exit") return FailThenExit(lib);
   std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
   return 2;
 }
