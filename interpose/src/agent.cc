@@ -27,7 +27,7 @@ union AgentStorage {
 };
 constinit AgentStorage g_storage;
 
-std::atomic<int> g_init{0};  // 0 not started, 1 running, 2 done
+constinit std::atomic<int> g_init{0};  // 0 not started, 1 running, 2 done
 thread_local constinit bool t_initializing __attribute__((tls_model("initial-exec"))) = false;
 
 uint64_t ClockNs(clockid_t clock) {

@@ -58,7 +58,8 @@ struct DrainState {
   int argc = 0;
 };
 
-DrainState g_drain;
+// constinit: hooks can run before this library's constructors.
+constinit DrainState g_drain;
 
 void FutexWake(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
@@ -80,7 +81,7 @@ void Wake() {
 
 // --- encoding helpers (under lock) ---
 
-WireWriter g_writer(nullptr, 0);  // over g_drain.buffer once EnsureBuffer succeeded
+constinit WireWriter g_writer(nullptr, 0);  // over g_drain.buffer once EnsureBuffer succeeded
 
 bool EnsureBuffer() {
   if (g_drain.buffer != nullptr) return true;

@@ -15,13 +15,13 @@ __attribute__((visibility("hidden"))) DlsymFn fragscope_real_dlsym = nullptr;
 
 namespace {
 
-std::atomic<void*> g_libcuda_handle{nullptr};
-std::atomic<uintptr_t> g_libcuda_begin{0};
-std::atomic<uintptr_t> g_libcuda_end{0};
-std::atomic<int> g_driver_state{0};  // 0 unresolved, 1 resolving, 2 resolved
-std::atomic<int> g_driver_attempts{0};
-DriverCalls g_driver;           // written once, before g_driver_state becomes 2
-const DriverCalls kNoDriver{};  // handed out until then
+constinit std::atomic<void*> g_libcuda_handle{nullptr};
+constinit std::atomic<uintptr_t> g_libcuda_begin{0};
+constinit std::atomic<uintptr_t> g_libcuda_end{0};
+constinit std::atomic<int> g_driver_state{0};  // 0 unresolved, 1 resolving, 2 resolved
+constinit std::atomic<int> g_driver_attempts{0};
+constinit DriverCalls g_driver;           // written once, before g_driver_state becomes 2
+constinit const DriverCalls kNoDriver{};  // handed out until then
 
 bool IsLibcudaName(const char* path) {
   if (path == nullptr) return false;

@@ -45,8 +45,8 @@ const RuntimeHook kRuntimeHooks[] = {
 };
 static_assert(sizeof(kRuntimeHooks) / sizeof(kRuntimeHooks[0]) == kRuntimeHookCount);
 
-std::atomic<void*> g_driver_real[kDriverHookCount];
-std::atomic<void*> g_runtime_real[kRuntimeHookCount][kRuntimeAbiCount];
+constinit std::atomic<void*> g_driver_real[kDriverHookCount];
+constinit std::atomic<void*> g_runtime_real[kRuntimeHookCount][kRuntimeAbiCount];
 
 // Driver hook ids sorted by symbol, computed at compile time, for binary search.
 constexpr const char* kDriverSymbols[] = {
@@ -87,8 +87,8 @@ bool BaseIsWrapped(const char* base) {
   return false;
 }
 
-uintptr_t g_text_begin = 0;
-uintptr_t g_text_end = 0;
+constinit uintptr_t g_text_begin = 0;
+constinit uintptr_t g_text_end = 0;
 
 }  // namespace
 

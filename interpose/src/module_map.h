@@ -35,7 +35,7 @@ class ModuleTracker {
     uint64_t name_hash;
   };
   const char* main_path_ = "";
-  Sent sent_[kMaxModules];
+  Sent sent_[kMaxModules] = {};
   size_t sent_count_ = 0;
   unsigned long long seen_adds_ = ~0ull;
   unsigned long long seen_subs_ = ~0ull;

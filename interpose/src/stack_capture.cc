@@ -11,8 +11,8 @@ extern "C" void* __libc_stack_end;  // glibc: top of the main thread's stack
 namespace fragscope::agent {
 namespace {
 
-std::atomic<uintptr_t> g_skip_begin{0};
-std::atomic<uintptr_t> g_skip_end{0};
+constinit std::atomic<uintptr_t> g_skip_begin{0};
+constinit std::atomic<uintptr_t> g_skip_end{0};
 
 // 0: unknown, 1: known (t_stack_high valid), 2: unavailable (stacks off on this thread).
 thread_local constinit int t_bounds_state __attribute__((tls_model("initial-exec"))) = 0;

@@ -29,7 +29,7 @@ class WireWriter {
   // Nested lengths are reserved as 5 bytes (enough for 2^35) and compacted when the message ends.
   static constexpr size_t kLengthReserve = 5;
 
-  WireWriter(uint8_t* buffer, size_t capacity) : buf_(buffer), cap_(capacity) {}
+  constexpr WireWriter(uint8_t* buffer, size_t capacity) : buf_(buffer), cap_(capacity) {}
 
   // Field types, as the wire format numbers them.
   static constexpr uint32_t kVarint = 0;
