@@ -38,12 +38,38 @@ constexpr char kUsage[] =
     "  --stack-depth N        frames per stack (default 32, 0 = off)\n"
     "  --ring-mb N            agent ring buffer size in MiB\n"
     "  --agent PATH           libfragscope.so to preload (default: next to this command)\n"
+    "  --backend preload|cupti|auto   capture backend (default auto = preload; CUPTI allows one\n"
+    "                         subscriber, so it would break torch.profiler or Nsight)\n"
+    "  --no-adapter           do not put the PyTorch adapter on PYTHONPATH\n"
     "  --linger-ms N          wait this long for processes that outlive CMD (default 2000)\n";
 
 volatile sig_atomic_t g_child_pid = 0;
 
 void ForwardSignal(int sig) {
   if (g_child_pid > 0) kill(static_cast<pid_t>(g_child_pid), sig);
+}
+
+std::string SelfPrefix() {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return ".";
+  self[n] = '\0';
+  std::string dir(self);
+  dir = dir.substr(0, dir.rfind('/'));
+  return dir.substr(0, dir.rfind('/'));
+}
+
+// The PyTorch adapter (sitecustomize.py): installed under share/, or the source tree's copy
+// when running from a build directory.
+std::string AdapterDir() {
+  if (const char* env = getenv("FRAGSCOPE_ADAPTER_DIR"); env != nullptr && env[0] != '\0') {
+    return env;
+  }
+  for (const std::string& candidate :
+       {SelfPrefix() + "/share/fragscope/adapter", std::string(FRAGSCOPE_SOURCE_ADAPTER_DIR)}) {
+    if (access((candidate + "/sitecustomize.py").c_str(), R_OK) == 0) return candidate;
+  }
+  return "";
 }
 
 // libfragscope.so next to the installed or built command: <prefix>/bin/fragscope ->
@@ -78,8 +104,8 @@ bool ParseInt(const std::string& s, long lo, long hi, long* out) {
 
 int RunCommand(const std::vector<std::string>& args) {
   std::string trace_path, format_name = "text", report_path, stack_depth, ring_mb, agent,
-                          linger = "2000";
-  bool quiet = false, help = false;
+                          linger = "2000", backend = "auto";
+  bool quiet = false, help = false, no_adapter = false;
   ArgReader reader("run", args);
   reader.Option("output", "o", &trace_path);
   reader.Option("format", "f", &format_name);
@@ -88,6 +114,8 @@ int RunCommand(const std::vector<std::string>& args) {
   reader.Option("ring-mb", "", &ring_mb);
   reader.Option("agent", "", &agent);
   reader.Option("linger-ms", "", &linger);
+  reader.Option("backend", "", &backend);
+  reader.Flag("no-adapter", &no_adapter);
   reader.Flag("quiet", &quiet);
   reader.Flag("help", &help);
   if (!reader.Parse()) {
@@ -121,7 +149,16 @@ int RunCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "fragscope run: --linger-ms '%s' must be 0..600000\n", linger.c_str());
     return kExitUsage;
   }
-  if (agent.empty()) agent = DefaultAgentPath();
+  if (backend != "preload" && backend != "cupti" && backend != "auto") {
+    std::fprintf(stderr, "fragscope run: --backend '%s' must be preload, cupti or auto\n%s",
+                 backend.c_str(), kUsage);
+    return kExitUsage;
+  }
+  const bool use_cupti = backend == "cupti";
+  if (agent.empty()) {
+    agent = DefaultAgentPath();
+    if (use_cupti) agent = agent.substr(0, agent.rfind('/')) + "/libfragscope_cupti.so";
+  }
   if (access(agent.c_str(), R_OK) != 0) {
     std::fprintf(stderr,
                  "fragscope run: agent library %s not found; build it (scripts/setup) or pass "
@@ -154,11 +191,25 @@ int RunCommand(const std::vector<std::string>& args) {
     return kExitBadInput;
   }
   if (child == 0) {
-    std::string preload = agent;
-    if (const char* old = getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') {
-      preload += std::string(":") + old;
+    if (use_cupti) {
+      // CUPTI's injection hook loads the library itself once the program initialises CUDA.
+      setenv("CUDA_INJECTION64_PATH", agent.c_str(), 1);
+    } else {
+      std::string preload = agent;
+      if (const char* old = getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') {
+        preload += std::string(":") + old;
+      }
+      setenv("LD_PRELOAD", preload.c_str(), 1);
     }
-    setenv("LD_PRELOAD", preload.c_str(), 1);
+    if (!no_adapter) {
+      // The adapter is inert unless the program imports torch; it chains any sitecustomize
+      // already on the path.
+      if (std::string dir = AdapterDir(); !dir.empty()) {
+        const char* old = getenv("PYTHONPATH");
+        std::string path = dir + (old != nullptr && old[0] != '\0' ? ":" + std::string(old) : "");
+        setenv("PYTHONPATH", path.c_str(), 1);
+      }
+    }
     setenv("FRAGSCOPE_SOCKET", (*collector)->socket_path().c_str(), 1);
     unsetenv("FRAGSCOPE_OUTPUT");  // the socket is this run's only output
     unsetenv("FRAGSCOPE_DORMANT");
@@ -191,10 +242,17 @@ int RunCommand(const std::vector<std::string>& args) {
 
   std::vector<CollectedStream> streams = (*collector)->Finish(static_cast<int>(linger_ms));
   if (streams.empty()) {
-    std::fprintf(stderr,
-                 "fragscope run: no agent connected, nothing was measured: '%s' did not load "
-                 "%s (a statically linked or setuid program ignores LD_PRELOAD)\n",
-                 cmd[0].c_str(), agent.c_str());
+    if (use_cupti) {
+      std::fprintf(stderr,
+                   "fragscope run: no agent connected, nothing was measured: the CUPTI backend "
+                   "needs a real CUDA driver and a program that initialises CUDA\n");
+    } else {
+      std::fprintf(stderr,
+                   "fragscope run: no agent connected, nothing was measured: '%s' did not load "
+                   "%s (a statically linked or setuid program ignores LD_PRELOAD%s)\n",
+                   cmd[0].c_str(), agent.c_str(),
+                   backend == "auto" ? "; on a real GPU try --backend cupti" : "");
+    }
     return exit_code;
   }
   // The program's own stream first, then any other process, in connection order.

@@ -47,9 +47,9 @@ class CliEndToEnd : public ::testing::Test {
     char tmpl[] = "/tmp/fragscope-cli-test-XXXXXX";
     dir_ = mkdtemp(tmpl);
     // The demo on a 4 GiB fake GPU, traced once for the whole suite.
-    demo_run_ = Shell("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() +
-                    " run -o " + Trace() + " --format json --report " + dir_ + "/live.json -- " +
-                    FRAGSCOPE_DEMO_BIN);
+    demo_run_ =
+        Shell("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() + " run -o " +
+              Trace() + " --format json --report " + dir_ + "/live.json -- " + FRAGSCOPE_DEMO_BIN);
   }
   static void TearDownTestSuite() { std::system(("rm -rf " + dir_).c_str()); }
   static std::string Fragscope() { return FRAGSCOPE_CLI_BIN; }
@@ -100,8 +100,8 @@ TEST_F(CliEndToEnd, ReportOfTheSavedTraceEqualsTheLiveReport) {
 }
 
 TEST_F(CliEndToEnd, GateFailsOnFragmentationAtTheOomAndPassesWithinLimits) {
-  Result fail = Shell(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.5 --at oom --junit " +
-                    dir_ + "/gate.xml");
+  Result fail = Shell(Fragscope() + " gate " + Trace() +
+                      " --max-fragmentation 0.5 --at oom --junit " + dir_ + "/gate.xml");
   EXPECT_EQ(fail.exit_code, 1) << fail.output;
   EXPECT_NE(fail.output.find("device 0 fragmentation 0.960 > limit 0.500 at OOM"),
             std::string::npos)
@@ -111,7 +111,7 @@ TEST_F(CliEndToEnd, GateFailsOnFragmentationAtTheOomAndPassesWithinLimits) {
   EXPECT_EQ(pass.exit_code, 0) << pass.output;
   // The live JSON report is a valid baseline; compared with itself nothing rose.
   Result base = Shell(Fragscope() + " gate " + Trace() + " --baseline " + dir_ +
-                    "/live.json --max-increase 0");
+                      "/live.json --max-increase 0");
   EXPECT_EQ(base.exit_code, 0) << base.output;
 }
 
@@ -152,6 +152,16 @@ TEST_F(CliEndToEnd, TruncatedTraceIsReportedUpToTheDamageWithExit3) {
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("Device 0"), std::string::npos) << "the readable part is reported";
+}
+
+TEST_F(CliEndToEnd, BackendOption) {
+  EXPECT_EQ(Shell(Fragscope() + " run --backend magic -- /bin/true").exit_code, 2);
+  // The fake driver never calls a CUDA injection library, so CUPTI captures nothing here: the
+  // run must say so plainly rather than print an empty "fine" report.
+  Result r = Shell("FAKECUDA_CAPACITY=4G " + Fragscope() + " run --backend cupti -- " +
+                   FRAGSCOPE_DEMO_BIN);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("nothing was measured"), std::string::npos) << r.output;
 }
 
 TEST_F(CliEndToEnd, ProgramWithoutCudaStillRunsAndExitStatusPassesThrough) {
