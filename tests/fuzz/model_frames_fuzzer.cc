@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "fragscope.pb.h"
 #include "fragscope/model/process_model.h"
@@ -418,8 +419,36 @@ class Generator {
         fragscope::fuzz::SummarizeAndRender(model_);
         return;
     }
+    if (no_wrap_) ClampRanges(&f);
     if (dump_) std::fprintf(stderr, "%s\n", f.ShortDebugString().c_str());
     model_.Apply(f);
+  }
+
+  // Shrinks every `size` so that `address + size` stays within 64 bits, in any message that has
+  // both fields (events and snapshot entries alike).
+  static void ClampRanges(google::protobuf::Message* m) {
+    const google::protobuf::Descriptor* d = m->GetDescriptor();
+    const google::protobuf::Reflection* r = m->GetReflection();
+    const google::protobuf::FieldDescriptor* address = d->FindFieldByName("address");
+    const google::protobuf::FieldDescriptor* size = d->FindFieldByName("size");
+    if (address != nullptr && size != nullptr &&
+        address->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_UINT64 &&
+        size->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_UINT64) {
+      const uint64_t a = r->GetUInt64(*m, address);
+      if (r->GetUInt64(*m, size) > kMax64 - a) r->SetUInt64(m, size, kMax64 - a);
+    }
+    std::vector<const google::protobuf::FieldDescriptor*> fields;
+    r->ListFields(*m, &fields);
+    for (const google::protobuf::FieldDescriptor* f : fields) {
+      if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+      if (f->is_repeated()) {
+        for (int i = 0; i < r->FieldSize(*m, f); ++i) {
+          ClampRanges(r->MutableRepeatedMessage(m, f, i));
+        }
+      } else {
+        ClampRanges(r->MutableMessage(m, f));
+      }
+    }
   }
 
   void Snapshot(v1::Snapshot* s) {
@@ -478,6 +507,9 @@ class Generator {
   // FRAGSCOPE_FUZZ_DUMP=1: print each frame before applying it, to turn a reproducer into the
   // frame sequence a bug report (or a unit test) needs.
   const bool dump_ = std::getenv("FRAGSCOPE_FUZZ_DUMP") != nullptr;
+  // FRAGSCOPE_FUZZ_NO_WRAP=1: no range wraps past 2^64, to look for bugs other than a known
+  // wrap-around one while it is open. Off by default: wrapping ranges are hostile input too.
+  const bool no_wrap_ = std::getenv("FRAGSCOPE_FUZZ_NO_WRAP") != nullptr;
   Recent<16> addresses_;
   Recent<8> sizes_;
   Recent<8> handles_;
