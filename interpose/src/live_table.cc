@@ -38,8 +38,17 @@ void LiveTable::CopyEntry(LiveEntry* dst, const LiveEntry* src) {
   auto* d = reinterpret_cast<uint64_t*>(dst);
   auto* s = reinterpret_cast<const uint64_t*>(src);
   for (size_t i = 0; i < sizeof(LiveEntry) / 8; ++i) {
-    __atomic_store_n(&d[i], __atomic_load_n(&s[i], __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    // acquire: the scanner's re-check of the state word must not move above these reads
+    // (free on x86; a fence would do, but sanitizers do not model fences).
+    __atomic_store_n(&d[i], __atomic_load_n(&s[i], __ATOMIC_ACQUIRE), __ATOMIC_RELAXED);
   }
+}
+
+bool LiveTable::HoldsKey(const Slot& slot, LiveClass cls, uint64_t key) {
+  // Atomic reads: a writer may be claiming the slot meanwhile; the caller's compare-and-swap
+  // on the state word then fails and it looks again, so a stale answer does no harm.
+  return __atomic_load_n(&slot.entry.address, __ATOMIC_RELAXED) == key &&
+         __atomic_load_n(&slot.entry.cls, __ATOMIC_RELAXED) == cls;
 }
 
 void LiveTable::Backoff(int attempt) {
@@ -67,7 +76,7 @@ LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* cla
         Backoff(spin);
         continue;
       }
-      if (slot.entry.cls != cls || slot.entry.address != key) break;
+      if (!HoldsKey(slot, cls, key)) break;
       if (slot.state.compare_exchange_weak(state, Next(state, kBusy), std::memory_order_acquire)) {
         *claimed_state = Next(state, kBusy);
         return &slot;
@@ -93,8 +102,7 @@ bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
         Backoff(spin);
         continue;
       }
-      bool replace =
-          kind == kLive && slot.entry.cls == entry.cls && slot.entry.address == entry.address;
+      bool replace = kind == kLive && HoldsKey(slot, entry.cls, entry.address);
       bool take = kind == kEmpty || (kind == kTombstone && Reusable(slot));
       if (!replace && !take) break;  // occupied: next slot
       if (!slot.state.compare_exchange_weak(s, Next(s, kBusy), std::memory_order_acquire)) {
@@ -151,7 +159,6 @@ bool LiveTable::LiveAt(const Slot& slot, uint64_t at, LiveEntry* out) const {
     CopyEntry(out, &slot.entry);
     uint64_t removed =
         kind == kTombstone ? __atomic_load_n(&slot.removed_seq, __ATOMIC_ACQUIRE) : kSeqPending;
-    std::atomic_thread_fence(std::memory_order_acquire);
     if (slot.state.load(std::memory_order_relaxed) != before) continue;
     if (out->seq == kSeqPending) continue;  // inserted, seq not stamped yet
     if (kind == kLive) return out->seq <= at;

@@ -122,6 +122,7 @@ class LiveTable {
   // Waits a little before attempt `attempt` at a slot another thread is changing: spins, then
   // yields, then sleeps (that thread may have been preempted).
   static void Backoff(int attempt);
+  static bool HoldsKey(const Slot& slot, LiveClass cls, uint64_t key);
   // Claims the live slot holding (cls, key): state becomes busy. Returns it or nullptr.
   Slot* ClaimLive(LiveClass cls, uint64_t key, uint64_t* claimed_state) const;
   // Whether an insert may take over tombstone `slot` now.
