@@ -12,6 +12,7 @@ int RunCommand(const std::vector<std::string>& args);
 int ReportCommand(const std::vector<std::string>& args);
 int ImportCommand(const std::vector<std::string>& args);
 int GateCommand(const std::vector<std::string>& args);
+int TopCommand(const std::vector<std::string>& args);
 int ExportCommand(const std::vector<std::string>& args);
 
 }  // namespace fragscope::cli

@@ -12,6 +12,7 @@ constexpr char kUsage[] =
     "usage: fragscope COMMAND [ARGS...]\n"
     "commands:\n"
     "  run [opts] -- CMD ARGS...   run CMD with the agent preloaded; report when it exits\n"
+    "  top [PID] [--once]         live view of processes a fragscope-collector collects from\n"
     "  report TRACE                summary, segment metrics and OOM post-mortems of a trace\n"
     "                              (--format text|json|html)\n"
     "  gate TRACE [limits]         fail (exit 1) when fragmentation/stranded/reserved exceed "
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   if (command == "report") return fragscope::cli::ReportCommand(args);
   if (command == "import") return fragscope::cli::ImportCommand(args);
   if (command == "gate") return fragscope::cli::GateCommand(args);
+  if (command == "top") return fragscope::cli::TopCommand(args);
   if (command == "export") return fragscope::cli::ExportCommand(args);
   if (command == "help" || command == "--help" || command == "-h") {
     std::fputs(kUsage, stdout);

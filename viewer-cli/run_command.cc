@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -21,8 +22,8 @@
 #include "absl/strings/str_format.h"
 #include "arg_reader.h"
 #include "commands.h"
-#include "embedded_collector.h"
 #include "exit_codes.h"
+#include "fragscope/server/session_server.h"
 #include "report_output.h"
 
 namespace fragscope::cli {
@@ -178,7 +179,30 @@ int RunCommand(const std::vector<std::string>& args) {
   if (const char* conf = getenv("PYTORCH_CUDA_ALLOC_CONF")) {
     options.expandable_segments = std::strstr(conf, "expandable_segments:True") != nullptr;
   }
-  auto collector = EmbeddedCollector::Start(options, trace_path);
+  // The program's own stream goes to TRACE, any other process's to TRACE.<pid>[.<stream>].
+  // The program is our direct child: its Hello names us as parent (no race with fork returning).
+  SessionServerOptions server_options;
+  server_options.model = options;
+  if (!trace_path.empty()) {
+    server_options.trace_path = [&trace_path, self = getpid()](const v1::Frame& first, pid_t) {
+      if (!first.has_hello()) return trace_path + ".unknown";
+      const v1::Hello& h = first.hello();
+      if (static_cast<pid_t>(h.ppid()) == self && h.stream_index() == 0) {
+        return trace_path;
+      }
+      std::string path = absl::StrFormat("%s.%d", trace_path, h.pid());
+      if (h.stream_index() > 0) path += absl::StrFormat(".%d", h.stream_index());
+      return path;
+    };
+  }
+  auto runtime_dir = PrivateRuntimeDir();
+  if (!runtime_dir.ok()) {
+    std::fprintf(stderr, "fragscope run: %s\n",
+                 std::string(runtime_dir.status().message()).c_str());
+    return kExitBadInput;
+  }
+  auto collector = SessionServer::Start(absl::StrFormat("%s/run-%d.sock", *runtime_dir, getpid()),
+                                        std::move(server_options));
   if (!collector.ok()) {
     std::fprintf(stderr, "fragscope run: %s\n", std::string(collector.status().message()).c_str());
     return kExitBadInput;
@@ -222,7 +246,6 @@ int RunCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "fragscope run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
     _exit(127);
   }
-  (*collector)->set_root_pid(child);
   g_child_pid = child;
   // Ctrl-C reaches the whole process group; we stay to print the report. TERM/HUP are passed
   // on to the program, which decides.
@@ -288,7 +311,7 @@ int RunCommand(const std::vector<std::string>& args) {
     if (streams.size() > 1 && format == ReportFormat::kText) {
       *out << absl::StrFormat("==== process %d ====\n", static_cast<int>(s.peer_pid));
     }
-    WriteReport(s.session->model().Summarize(), format, *out);
+    WriteReport(s.session->Summarize(), format, *out);
   }
   if (!trace_path.empty()) {
     for (const CollectedStream& s : streams) {

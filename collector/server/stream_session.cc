@@ -7,6 +7,21 @@ namespace fragscope {
 StreamSession::StreamSession(ModelOptions options, TracePathChooser choose_trace_path)
     : model_(std::move(options)), choose_trace_path_(std::move(choose_trace_path)) {}
 
+ModelSummary StreamSession::Summarize() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return model_.Summarize();
+}
+
+std::optional<v1::Hello> StreamSession::hello() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hello_;
+}
+
+uint64_t StreamSession::frames_applied() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return frames_;
+}
+
 void StreamSession::CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome) {
   if (!chose_) {
     chose_ = true;
@@ -33,10 +48,16 @@ StreamOutcome StreamSession::Run(FrameReader& reader) {
   FrameReader::Result r;
   while ((r = reader.Next(&frame)) == FrameReader::Result::kFrame) {
     ++outcome.frames;
-    if (frame.has_hello() && !hello_) hello_ = frame.hello();
     if (frame.has_end()) outcome.saw_end_frame = true;
     CopyToTrace(frame, outcome);
-    model_.Apply(frame);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (frame.has_hello() && !hello_) hello_ = frame.hello();
+      model_.Apply(frame);
+      ++frames_;
+    }
+    // Failures are rare, so a full summary per failure costs nothing that matters.
+    if (frame.has_failed() && on_failure_) on_failure_(Summarize());
   }
   outcome.result = r;
   if (r != FrameReader::Result::kEnd) outcome.error = reader.error();

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -25,27 +26,39 @@ struct StreamOutcome {
   std::string trace_error;  // writing the copy failed (disk full, ...); the model is still whole
 };
 
-// Not thread-safe; one thread drives a session from start to finish.
+// One thread drives a session from start to finish (Run). Summarize() and hello() may be called
+// from other threads at any time (a daemon answering queries while the stream flows); model()
+// is for the driving thread or after Run returned.
 class StreamSession {
  public:
   // Decides where the copy of this stream goes once its Hello is known; return an empty string
   // for no copy. Called at most once, with the first frame (normally Hello).
   using TracePathChooser = std::function<std::string(const v1::Frame& first)>;
+  // Called on the driving thread after a failed allocation was applied, with the summary at
+  // that point, so OOM post-mortems can be written as they happen.
+  using FailureObserver = std::function<void(const ModelSummary& summary)>;
 
   StreamSession(ModelOptions options, TracePathChooser choose_trace_path);
+  void set_failure_observer(FailureObserver observer) { on_failure_ = std::move(observer); }
 
   // Reads `reader` to its end. Every whole frame reaches the model, damaged tails included.
   StreamOutcome Run(FrameReader& reader);
 
   const ProcessModel& model() const { return model_; }
-  const std::optional<v1::Hello>& hello() const { return hello_; }
+  // The state now, safe against a concurrent Run().
+  ModelSummary Summarize() const;
+  std::optional<v1::Hello> hello() const;
+  uint64_t frames_applied() const;
   const std::string& trace_path() const { return trace_path_; }
 
  private:
   void CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome);
 
+  mutable std::mutex mu_;  // guards model_, hello_ and frames_ against query threads
   ProcessModel model_;
+  uint64_t frames_ = 0;
   TracePathChooser choose_trace_path_;
+  FailureObserver on_failure_;
   std::optional<v1::Hello> hello_;
   bool chose_ = false;
   std::string trace_path_;

@@ -1,0 +1,95 @@
+// A collector endpoint: a private Unix socket that agents connect to (one StreamSession per
+// connection, each on its own thread) and that query clients (`fragscope top`) ask for the
+// live state. `fragscope run` embeds one; `fragscope-collector` is one as a daemon.
+#ifndef FRAGSCOPE_SERVER_SESSION_SERVER_H_
+#define FRAGSCOPE_SERVER_SESSION_SERVER_H_
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fragscope/model/model_options.h"
+#include "fragscope/server/socket_listener.h"
+#include "fragscope/server/stream_session.h"
+
+namespace fragscope {
+
+// A query client opens the socket and sends these 16 bytes instead of a trace header; the server
+// answers with one JSON document (DescribeJson) and closes.
+inline constexpr char kQueryMagic[8] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 'Q'};
+inline constexpr std::size_t kQueryHeaderBytes = 16;
+
+struct CollectedStream {
+  std::shared_ptr<StreamSession> session;
+  StreamOutcome outcome;
+  pid_t peer_pid = 0;
+};
+
+struct SessionServerOptions {
+  ModelOptions model;
+  // Where the copy of a stream goes, from its first frame and the peer's pid ("" = no copy).
+  std::function<std::string(const v1::Frame& first, pid_t peer)> trace_path;
+  // After each failed allocation is applied (OOM post-mortems as they happen). Runs on the
+  // stream's thread; must be thread-safe across streams.
+  std::function<void(const StreamSession&, pid_t peer, const ModelSummary&)> on_failure;
+  // When a stream ends (clean or cut). Runs on the stream's thread.
+  std::function<void(const CollectedStream&)> on_stream_end;
+  // Keep ended streams for Finish()/DescribeJson (run), or let them go (daemon: memory stays
+  // bounded by the processes still connected).
+  bool keep_ended_streams = true;
+};
+
+// Thread-safe.
+class SessionServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<SessionServer>> Start(const std::string& socket_path,
+                                                              SessionServerOptions options);
+  ~SessionServer();  // cuts every stream still open
+
+  const std::string& socket_path() const { return listener_.path(); }
+
+  // Waits up to `linger_ms` for open streams to end, cuts the rest, stops accepting and returns
+  // every kept stream in connection order.
+  std::vector<CollectedStream> Finish(int linger_ms);
+
+  // {"schema_version":1,"streams":[{"peer_pid","pid","exe","host","connected","frames",
+  //  "report":{...fragscope report JSON...}}]}
+  std::string DescribeJson() const;
+  int refused_peers() const { return listener_.refused_peers(); }
+
+ private:
+  struct Live {
+    CollectedStream stream;
+    int fd = -1;
+    bool done = false;
+    std::thread thread;
+  };
+
+  SessionServer(SocketListener listener, SessionServerOptions options)
+      : listener_(std::move(listener)), options_(std::move(options)) {}
+  void AcceptLoop();
+  void Serve(Live* live);
+  void AnswerQuery(int fd);
+  void StopAndJoin();
+
+  SocketListener listener_;
+  SessionServerOptions options_;
+  std::thread accept_thread_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Live>> streams_;  // guarded by mu_
+  // Threads of streams not kept (queries, ended daemon streams) detach themselves so a
+  // long-running daemon does not pile up finished threads; shutdown waits for them here.
+  int detached_running_ = 0;  // guarded by mu_
+  std::condition_variable detached_done_;
+};
+
+}  // namespace fragscope
+
+#endif  // FRAGSCOPE_SERVER_SESSION_SERVER_H_

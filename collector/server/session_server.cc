@@ -1,0 +1,221 @@
+#include "fragscope/server/session_server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "fragscope/report/report_json.h"
+#include "fragscope/trace/frame_reader.h"
+
+namespace fragscope {
+
+namespace {
+
+bool ReadExactly(int fd, char* out, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n) {
+    ssize_t r = recv(fd, out + got, n - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    got += static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+void WriteAll(int fd, const std::string& s) {
+  std::size_t done = 0;
+  while (done < s.size()) {
+    ssize_t n = send(fd, s.data() + done, s.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the client went away; nothing to do
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SessionServer>> SessionServer::Start(const std::string& socket_path,
+                                                                    SessionServerOptions options) {
+  auto listener = SocketListener::Listen(socket_path);
+  if (!listener.ok()) return listener.status();
+  std::unique_ptr<SessionServer> s(new SessionServer(std::move(*listener), std::move(options)));
+  s->accept_thread_ = std::thread([raw = s.get()] { raw->AcceptLoop(); });
+  return s;
+}
+
+SessionServer::~SessionServer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& live : streams_) {
+      if (!live->done && live->fd >= 0) shutdown(live->fd, SHUT_RDWR);
+    }
+  }
+  StopAndJoin();
+}
+
+void SessionServer::StopAndJoin() {
+  listener_.Shutdown();
+  if (accept_thread_.joinable()) accept_thread_.join();
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& live : streams_) {
+      if (live->thread.joinable()) threads.push_back(std::move(live->thread));
+    }
+  }
+  // Joined without the lock: the threads take it on their way out.
+  for (auto& t : threads) t.join();
+  std::unique_lock<std::mutex> lock(mu_);
+  detached_done_.wait(lock, [this] { return detached_running_ == 0; });
+}
+
+void SessionServer::AcceptLoop() {
+  for (;;) {
+    pid_t peer = 0;
+    int fd = listener_.Accept(&peer);
+    if (fd < 0) return;
+    auto live = std::make_unique<Live>();
+    Live* raw = live.get();
+    raw->fd = fd;
+    raw->stream.peer_pid = peer;
+    raw->stream.session =
+        std::make_shared<StreamSession>(options_.model, [this, peer](const v1::Frame& first) {
+          return options_.trace_path ? options_.trace_path(first, peer) : std::string();
+        });
+    if (options_.on_failure) {
+      raw->stream.session->set_failure_observer([this, raw, peer](const ModelSummary& summary) {
+        options_.on_failure(*raw->stream.session, peer, summary);
+      });
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    raw->thread = std::thread([this, raw] { Serve(raw); });
+    streams_.push_back(std::move(live));
+  }
+}
+
+void SessionServer::Serve(Live* live) {
+  char magic[sizeof(kQueryMagic)];
+  ssize_t peeked = recv(live->fd, magic, sizeof(magic), MSG_PEEK | MSG_WAITALL);
+  bool is_query = peeked == static_cast<ssize_t>(sizeof(magic)) &&
+                  std::memcmp(magic, kQueryMagic, sizeof(magic)) == 0;
+  StreamOutcome outcome;
+  if (is_query) {
+    AnswerQuery(live->fd);
+    close(live->fd);
+  } else {
+    // FromFd takes ownership of the fd; live->fd only serves shutdown() from Finish().
+    auto reader = FrameReader::FromFd(
+        live->fd, absl::StrFormat("agent stream (pid %d)", live->stream.peer_pid));
+    if (reader.ok()) {
+      outcome = live->stream.session->Run(*reader);
+    } else {
+      outcome.result = FrameReader::Result::kError;
+      outcome.error = std::string(reader.status().message());
+    }
+  }
+  std::unique_ptr<Live> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live->stream.outcome = std::move(outcome);
+    live->done = true;
+    live->fd = -1;
+    if (is_query || !options_.keep_ended_streams) {
+      for (auto it = streams_.begin(); it != streams_.end(); ++it) {
+        // A thread StopAndJoin already took is being joined: leave its entry for Finish().
+        if (it->get() == live && (*it)->thread.joinable()) {
+          dropped = std::move(*it);
+          streams_.erase(it);
+          dropped->thread.detach();
+          ++detached_running_;
+          break;
+        }
+      }
+    }
+  }
+  if (!is_query && options_.on_stream_end) {
+    options_.on_stream_end(dropped ? dropped->stream : live->stream);
+  }
+  if (dropped) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --detached_running_;
+    detached_done_.notify_all();  // under the lock: the server may go away right after
+  }
+}
+
+void SessionServer::AnswerQuery(int fd) {
+  char header[kQueryHeaderBytes];
+  if (!ReadExactly(fd, header, sizeof(header))) return;
+  WriteAll(fd, DescribeJson());
+}
+
+std::string SessionServer::DescribeJson() const {
+  std::vector<std::pair<CollectedStream, bool>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& live : streams_) streams.emplace_back(live->stream, !live->done);
+  }
+  std::string out = "{\"schema_version\":1,\"streams\":[";
+  bool first = true;
+  for (const auto& [s, connected] : streams) {
+    std::optional<v1::Hello> hello = s.session->hello();
+    if (!hello) continue;  // a connection that has not said who it is yet
+    if (!first) out += ",";
+    first = false;
+    std::ostringstream report;
+    JsonReportOptions opts;
+    opts.pretty = false;
+    opts.include_timeline = false;
+    RenderJson(s.session->Summarize(), report, opts);
+    out += absl::StrFormat(
+        "{\"peer_pid\":%d,\"pid\":%d,\"exe\":%s,\"host\":%s,\"connected\":%s,\"frames\":%d,"
+        "\"report\":%s}",
+        s.peer_pid, hello->pid(), JsonString(hello->exe()), JsonString(hello->host()),
+        connected ? "true" : "false", s.session->frames_applied(), report.str());
+  }
+  return out + "]}\n";
+}
+
+std::vector<CollectedStream> SessionServer::Finish(int linger_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(linger_ms);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bool all_done = true;
+      for (auto& live : streams_) all_done = all_done && live->done;
+      if (all_done || std::chrono::steady_clock::now() >= deadline) {
+        for (auto& live : streams_) {
+          if (!live->done && live->fd >= 0) shutdown(live->fd, SHUT_RDWR);
+        }
+        break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  StopAndJoin();
+  std::vector<CollectedStream> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& live : streams_) out.push_back(live->stream);
+  streams_.clear();
+  return out;
+}
+
+}  // namespace fragscope

@@ -1,0 +1,184 @@
+// fragscope-collector: a daemon that collects from many processes at once (every rank of a
+// multi-GPU job), keeps one model per process, writes each stream to a trace file, writes each
+// OOM post-mortem as it happens (text and JSON next to the trace, announced on stderr, so a job
+// that dies at 3 a.m. leaves its explanation behind), and answers `fragscope top`.
+//
+//   fragscope-collector [--socket PATH] [--dir DIR] [--no-traces]
+//   agents: FRAGSCOPE_SOCKET=PATH LD_PRELOAD=.../libfragscope.so CMD
+//
+// Runs until SIGINT/SIGTERM. Memory stays O(live blocks + distinct stacks) of the processes
+// still connected: an ended stream's model is released once its final report is written.
+// Exit: 0 after a signal, 2 usage, 3 cannot listen or write.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "fragscope/report/report_json.h"
+#include "fragscope/report/report_text.h"
+#include "fragscope/server/session_server.h"
+#include "fragscope/server/socket_listener.h"
+#include "fragscope/symbolize/dwarf_symbolizer.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: fragscope-collector [--socket PATH] [--dir DIR] [--no-traces]\n"
+    "  --socket PATH  where agents connect (default $XDG_RUNTIME_DIR/fragscope/collector.sock\n"
+    "                 or /tmp/fragscope-$UID/collector.sock)\n"
+    "  --dir DIR      traces, OOM post-mortems and final reports (default ./fragscope-traces)\n"
+    "  --no-traces    keep models and post-mortems only, no trace files\n"
+    "Point agents at it: FRAGSCOPE_SOCKET=PATH LD_PRELOAD=.../libfragscope.so CMD\n";
+
+std::mutex g_log_mu;  // one line at a time on stderr from many stream threads
+
+std::string StreamName(const fragscope::v1::Hello& h, pid_t peer) {
+  std::string exe = h.exe();
+  exe = exe.substr(exe.rfind('/') + 1);
+  for (char& c : exe) {
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) c = '_';
+  }
+  if (exe.empty()) exe = "process";
+  std::string name = absl::StrFormat("%s-%d", exe, h.pid() ? static_cast<int>(h.pid()) : peer);
+  if (h.stream_index() > 0) name += absl::StrFormat(".%d", h.stream_index());
+  return name;
+}
+
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  return static_cast<bool>(out);
+}
+
+std::string Render(const fragscope::ModelSummary& s, bool json) {
+  fragscope::DwarfSymbolizer symbolizer(s.modules);
+  std::ostringstream out;
+  if (json) {
+    fragscope::RenderJson(s, symbolizer, out);
+  } else {
+    fragscope::RenderText(s, symbolizer, out);
+  }
+  return out.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket_path, dir = "fragscope-traces";
+  bool traces = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if ((a == "--socket" || a == "--dir") && i + 1 < argc) {
+      (a == "--socket" ? socket_path : dir) = argv[++i];
+    } else if (a == "--no-traces") {
+      traces = false;
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "fragscope-collector: unknown argument '%s'\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (socket_path.empty()) {
+    auto runtime = fragscope::PrivateRuntimeDir();
+    if (!runtime.ok()) {
+      std::fprintf(stderr, "fragscope-collector: %s\n",
+                   std::string(runtime.status().message()).c_str());
+      return 3;
+    }
+    socket_path = *runtime + "/collector.sock";
+  }
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    std::fprintf(stderr, "fragscope-collector: %s: cannot create output directory: %s\n",
+                 dir.c_str(), std::strerror(errno));
+    return 3;
+  }
+
+  // Post-mortems already written, per stream, so each OOM is announced once.
+  std::mutex written_mu;
+  std::set<std::pair<std::string, uint64_t>> written;
+
+  fragscope::SessionServerOptions options;
+  options.keep_ended_streams = false;
+  if (traces) {
+    options.trace_path = [dir](const fragscope::v1::Frame& first, pid_t peer) {
+      fragscope::v1::Hello h = first.has_hello() ? first.hello() : fragscope::v1::Hello();
+      return dir + "/" + StreamName(h, peer) + ".fst";
+    };
+  }
+  // Writes the post-mortems of `summary` not written yet. A sub-allocator's OOM is final when
+  // it arrives; a driver failure is only judged once the stream ends (the program may still
+  // retry and recover, or its allocator may report the OOM itself), so `final_only` skips those.
+  auto write_postmortems = [&](const std::string& name, const fragscope::ModelSummary& summary,
+                               bool final_only) {
+    for (const fragscope::OomPostMortem& oom : summary.ooms) {
+      if (final_only && !oom.failure.from_sub_allocator) continue;
+      {
+        std::lock_guard<std::mutex> lock(written_mu);
+        if (!written.insert({name, oom.failure.seq}).second) continue;
+      }
+      std::string base = absl::StrFormat("%s/%s.oom-%d", dir, name, oom.failure.seq);
+      bool ok = WriteFile(base + ".txt", Render(summary, false)) &&
+                WriteFile(base + ".json", Render(summary, true));
+      std::lock_guard<std::mutex> lock(g_log_mu);
+      std::fprintf(stderr, "fragscope-collector: %s: %s -> %s.txt%s\n", name.c_str(),
+                   oom.headline.c_str(), base.c_str(), ok ? "" : " (WRITE FAILED)");
+    }
+  };
+  options.on_failure = [&](const fragscope::StreamSession& session, pid_t peer,
+                           const fragscope::ModelSummary& summary) {
+    write_postmortems(StreamName(session.hello().value_or(fragscope::v1::Hello()), peer), summary,
+                      /*final_only=*/true);
+  };
+  options.on_stream_end = [&](const fragscope::CollectedStream& s) {
+    std::string name = StreamName(s.session->hello().value_or(fragscope::v1::Hello()), s.peer_pid);
+    fragscope::ModelSummary summary = s.session->Summarize();
+    write_postmortems(name, summary, /*final_only=*/false);
+    bool ok = WriteFile(dir + "/" + name + ".report.txt", Render(summary, false)) &&
+              WriteFile(dir + "/" + name + ".report.json", Render(summary, true));
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    const bool clean =
+        s.outcome.saw_end_frame && s.outcome.result == fragscope::FrameReader::Result::kEnd;
+    std::fprintf(stderr, "fragscope-collector: %s %s (%llu frames)%s%s\n", name.c_str(),
+                 clean ? "ended" : "DISCONNECTED without a clean end (crashed or killed?)",
+                 static_cast<unsigned long long>(s.outcome.frames),
+                 s.outcome.error.empty() ? "" : ": ", s.outcome.error.c_str());
+    if (!ok)
+      std::fprintf(stderr, "fragscope-collector: cannot write report for %s\n", name.c_str());
+  };
+
+  // Signals are taken by sigwait below, not by handlers, so stream threads are never
+  // interrupted mid-write.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto server = fragscope::SessionServer::Start(socket_path, std::move(options));
+  if (!server.ok()) {
+    std::fprintf(stderr, "fragscope-collector: %s\n",
+                 std::string(server.status().message()).c_str());
+    return 3;
+  }
+  std::fprintf(stderr,
+               "fragscope-collector: listening on %s; writing to %s/\n"
+               "  run jobs with: FRAGSCOPE_SOCKET=%s LD_PRELOAD=<prefix>/lib/libfragscope.so CMD\n",
+               socket_path.c_str(), dir.c_str(), socket_path.c_str());
+  int sig = 0;
+  sigwait(&set, &sig);
+  std::fprintf(stderr, "fragscope-collector: %s, finishing open streams\n", strsignal(sig));
+  (*server)->Finish(1000);
+  return 0;
+}

@@ -1,0 +1,215 @@
+// fragscope-collector as a long-running daemon: many processes at once, OOM post-mortems
+// written as they happen, `fragscope top` on a live process, and other users refused.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int ShellStatus(const std::string& cmd, std::string* out) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while (p && (n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+  int status = p ? pclose(p) : -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+class CollectorDaemon : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fragscope-daemon-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    socket_ = dir_ + "/c.sock";
+    log_ = dir_ + "/daemon.log";
+    daemon_ = fork();
+    ASSERT_GE(daemon_, 0);
+    if (daemon_ == 0) {
+      freopen(log_.c_str(), "w", stderr);
+      execl(FRAGSCOPE_COLLECTOR_BIN, FRAGSCOPE_COLLECTOR_BIN, "--socket", socket_.c_str(), "--dir",
+            (dir_ + "/out").c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 500 && !fs::exists(socket_); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(fs::exists(socket_)) << Slurp(log_);
+  }
+  void TearDown() override {
+    if (daemon_ > 0) {
+      kill(daemon_, SIGTERM);
+      int status = 0;
+      waitpid(daemon_, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Slurp(log_);
+    }
+    fs::remove_all(dir_);
+  }
+  std::string AgentEnv() const {
+    return "FRAGSCOPE_SOCKET=" + socket_ + " LD_PRELOAD=" + FRAGSCOPE_AGENT_LIB + " ";
+  }
+  // The daemon logs each stream's end once its final report is written.
+  void WaitForLog(const std::string& needle, int count) {
+    for (int i = 0; i < 1000; ++i) {
+      std::string log = Slurp(log_);
+      int found = 0;
+      for (size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1)) {
+        ++found;
+      }
+      if (found >= count) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    FAIL() << "never saw " << count << " x '" << needle << "' in:\n" << Slurp(log_);
+  }
+
+  std::string dir_, socket_, log_;
+  pid_t daemon_ = -1;
+};
+
+TEST_F(CollectorDaemon, ManyProcessesEachGetTraceReportsAndPostMortems) {
+  // Three demo "ranks" at once; each dies of its second OOM (exit 1).
+  std::string out;
+  int status = ShellStatus("for i in 1 2 3; do FAKECUDA_CAPACITY=4G " + AgentEnv() +
+                               FRAGSCOPE_DEMO_BIN + " >/dev/null & done; wait",
+                           &out);
+  EXPECT_EQ(status, 0) << out;
+  WaitForLog(" ended ", 3);
+  int traces = 0, oom_txt = 0, oom_json = 0, reports = 0;
+  for (const auto& e : fs::directory_iterator(dir_ + "/out")) {
+    std::string name = e.path().filename();
+    if (name.ends_with(".fst")) ++traces;
+    if (name.find(".oom-") != std::string::npos && name.ends_with(".txt")) ++oom_txt;
+    if (name.find(".oom-") != std::string::npos && name.ends_with(".json")) ++oom_json;
+    if (name.ends_with(".report.json")) {
+      ++reports;
+      auto j = nlohmann::json::parse(Slurp(e.path()));
+      ASSERT_EQ(j["ooms"].size(), 2u) << name;
+      EXPECT_EQ(j["ooms"][0]["class"], "fragmentation");
+    }
+  }
+  EXPECT_EQ(traces, 3);
+  EXPECT_EQ(reports, 3);
+  EXPECT_EQ(oom_txt, 6) << "two OOMs per process, each written as it happened";
+  EXPECT_EQ(oom_json, 6);
+  std::string log = Slurp(log_);
+  EXPECT_NE(log.find("class: fragmentation ->"), std::string::npos) << log;
+}
+
+TEST_F(CollectorDaemon, TopShowsALiveProcessAndACrashIsReportedNotFatal) {
+  // A process that holds 96 MiB until its stdin closes.
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  pid_t app = fork();
+  ASSERT_GE(app, 0);
+  if (app == 0) {
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    close(to_child[1]);
+    close(from_child[0]);
+    setenv("FRAGSCOPE_SOCKET", socket_.c_str(), 1);
+    setenv("LD_PRELOAD", FRAGSCOPE_AGENT_LIB, 1);
+    execl(FRAGSCOPE_HOLD_BIN, FRAGSCOPE_HOLD_BIN, "100663296", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  char ready[6] = {};
+  ASSERT_EQ(read(from_child[0], ready, 5), 5);
+  ASSERT_STREQ(ready, "ready");
+  nlohmann::json doc;
+  for (int i = 0; i < 200; ++i) {  // the agent ships asynchronously
+    std::string out;
+    ASSERT_EQ(
+        ShellStatus(
+            std::string(FRAGSCOPE_CLI_BIN) + " top --once --format json --socket " + socket_, &out),
+        0)
+        << out;
+    doc = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << out;
+    bool seen = false;
+    for (const auto& s : doc["streams"]) {
+      if (s["pid"] == app && !s["report"]["devices"].empty() &&
+          s["report"]["devices"][0]["reserved_bytes"] == 100663296u) {
+        seen = true;
+        EXPECT_TRUE(s["connected"].get<bool>());
+      }
+    }
+    if (seen) break;
+    doc = nullptr;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(doc.is_null()) << "top never showed the live process's 96 MiB";
+  std::string table;
+  ASSERT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " top --once --socket " + socket_, &table),
+            0);
+  EXPECT_NE(table.find("96.00 MiB"), std::string::npos) << table;
+  EXPECT_NE(table.find("hold_memory_app"), std::string::npos) << table;
+  // Kill it: the daemon reports the disconnect and keeps serving.
+  kill(app, SIGKILL);
+  waitpid(app, nullptr, 0);
+  close(to_child[1]);
+  close(from_child[0]);
+  WaitForLog("DISCONNECTED", 1);
+  std::string again;
+  EXPECT_EQ(
+      ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " top --once --format json --socket " + socket_,
+                  &again),
+      0)
+      << again;
+}
+
+TEST_F(CollectorDaemon, OtherUsersCannotConnect) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user (setuid)";
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket_.c_str(), sizeof(addr.sun_path) - 1);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) _exit(0);  // refused
+    const char q[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 'Q', 1};
+    if (send(fd, q, sizeof(q), MSG_NOSIGNAL) != sizeof(q)) _exit(0);
+    char c;
+    _exit(recv(fd, &c, 1, 0) > 0 ? 1 : 0);  // any answer would be a leak
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a process of uid 65534 got an answer";
+}
+
+TEST(CollectorDaemonUsage, BadArgumentsExit2) {
+  std::string out;
+  EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_COLLECTOR_BIN) + " --bogus", &out), 2) << out;
+  EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " top --format json", &out), 2);
+  EXPECT_EQ(
+      ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " top --once --socket /nonexistent.sock", &out),
+      3);
+}
+
+}  // namespace

@@ -1,0 +1,196 @@
+// fragscope top [--socket PATH] [--pid PID] [--once] [--format text|json] [--interval S]
+//
+// Live per-process, per-device view of a running fragscope-collector: reserved, allocated,
+// largest free range, fragmentation, allocation rate and the top site. `--once --format json`
+// prints the collector's answer for scripts.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "arg_reader.h"
+#include "commands.h"
+#include "exit_codes.h"
+#include "fragscope/model/format_bytes.h"
+#include "fragscope/server/session_server.h"
+#include "fragscope/server/socket_listener.h"
+
+namespace fragscope::cli {
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: fragscope top [--socket PATH] [--pid PID] [--once] [--format text|json]\n"
+    "                     [--interval SECONDS]\n"
+    "  Live view of the processes a fragscope-collector is collecting from.\n";
+
+// Asks the collector for its state; empty string and `error` set on failure.
+std::string Query(const std::string& socket_path, std::string* error) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof(addr.sun_path) - 1);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    *error = absl::StrFormat(
+        "%s: cannot connect: %s; is fragscope-collector running (and as this user)?", socket_path,
+        std::strerror(errno));
+    if (fd >= 0) close(fd);
+    return "";
+  }
+  char header[kQueryHeaderBytes] = {};
+  std::memcpy(header, kQueryMagic, sizeof(kQueryMagic));
+  header[8] = 1;  // query protocol version
+  if (send(fd, header, sizeof(header), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(header))) {
+    *error = socket_path + ": the collector closed the connection";
+    close(fd);
+    return "";
+  }
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  if (out.empty()) *error = socket_path + ": the collector sent nothing (refused this user?)";
+  return out;
+}
+
+std::string Fmt(const nlohmann::json& v) {
+  return v.is_number_unsigned() ? FormatBytes(v.get<uint64_t>()) : std::string("unknown");
+}
+
+void RenderTable(const nlohmann::json& doc, long pid_filter,
+                 std::map<uint64_t, std::pair<uint64_t, double>>* last_events, double now) {
+  std::printf("%-8s %-18s %3s %11s %11s %11s %7s %9s  %s\n", "PID", "PROCESS", "DEV", "RESERVED",
+              "ALLOCATED", "LARGESTFREE", "FRAG", "EVENTS/s", "TOP SITE");
+  int rows = 0;
+  for (const auto& s : doc.value("streams", nlohmann::json::array())) {
+    uint64_t pid = s.value("pid", 0ull);
+    if (pid_filter > 0 && pid != static_cast<uint64_t>(pid_filter)) continue;
+    const nlohmann::json& r = s["report"];
+    std::string exe = s.value("exe", "");
+    exe = exe.substr(exe.rfind('/') + 1).substr(0, 18);
+    uint64_t events = r.value("events", 0ull);
+    double rate = 0;
+    auto it = last_events->find(pid);
+    if (it != last_events->end() && now > it->second.second) {
+      rate = static_cast<double>(events - std::min(events, it->second.first)) /
+             (now - it->second.second);
+    }
+    (*last_events)[pid] = {events, now};
+    for (const auto& d : r.value("devices", nlohmann::json::array())) {
+      std::string frag = d["fragmentation"].is_number()
+                             ? absl::StrFormat("%.1f%%", 100 * d["fragmentation"].get<double>())
+                             : "n/a";
+      std::string site;
+      if (r.contains("sites") && !r["sites"].empty() && r["sites"][0].contains("stack") &&
+          !r["sites"][0]["stack"].empty()) {
+        const auto& f = r["sites"][0]["stack"][0];
+        site = f.value("function", f.value("module", std::string("?")));
+      }
+      std::printf("%-8llu %-18s %3d %11s %11s %11s %7s %9.0f  %s%s\n",
+                  static_cast<unsigned long long>(pid), exe.c_str(), d.value("device", -1),
+                  Fmt(d["reserved_bytes"]).c_str(), Fmt(d["allocated_bytes"]).c_str(),
+                  Fmt(d["largest_free_range_bytes"]).c_str(), frag.c_str(), rate, site.c_str(),
+                  s.value("connected", false) ? "" : " (ended)");
+      ++rows;
+    }
+  }
+  if (rows == 0) std::printf("(no process with device memory yet)\n");
+}
+
+}  // namespace
+
+int TopCommand(const std::vector<std::string>& args) {
+  std::string socket_path, format = "text", interval = "1", pid;
+  bool once = false, help = false;
+  ArgReader reader("top", args);
+  reader.Option("socket", "", &socket_path);
+  reader.Option("format", "f", &format);
+  reader.Option("interval", "", &interval);
+  reader.Option("pid", "p", &pid);
+  reader.Flag("once", &once);
+  reader.Flag("help", &help);
+  if (!reader.Parse()) {
+    std::fprintf(stderr, "%s\n%s", reader.error().c_str(), kUsage);
+    return kExitUsage;
+  }
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (format != "text" && format != "json") {
+    std::fprintf(stderr, "fragscope top: --format must be text or json\n%s", kUsage);
+    return kExitUsage;
+  }
+  if (format == "json" && !once) {
+    std::fprintf(stderr, "fragscope top: --format json needs --once\n%s", kUsage);
+    return kExitUsage;
+  }
+  char* end = nullptr;
+  double seconds = std::strtod(interval.c_str(), &end);
+  if (*end != '\0' || !(seconds >= 0.1 && seconds <= 3600)) {
+    std::fprintf(stderr, "fragscope top: --interval '%s' must be 0.1..3600 seconds\n",
+                 interval.c_str());
+    return kExitUsage;
+  }
+  long pid_filter = 0;
+  if (!pid.empty()) {
+    pid_filter = std::strtol(pid.c_str(), &end, 10);
+    if (*end != '\0' || pid_filter <= 0) {
+      std::fprintf(stderr, "fragscope top: --pid '%s' is not a process id\n", pid.c_str());
+      return kExitUsage;
+    }
+  }
+  if (!reader.positionals().empty()) {
+    pid_filter = std::strtol(reader.positionals()[0].c_str(), &end, 10);
+    if (*end != '\0' || pid_filter <= 0) {
+      std::fprintf(stderr, "fragscope top: '%s' is not a process id\n%s",
+                   reader.positionals()[0].c_str(), kUsage);
+      return kExitUsage;
+    }
+  }
+  if (socket_path.empty()) {
+    auto dir = PrivateRuntimeDir();
+    if (!dir.ok()) {
+      std::fprintf(stderr, "fragscope top: %s\n", std::string(dir.status().message()).c_str());
+      return kExitBadInput;
+    }
+    socket_path = *dir + "/collector.sock";
+  }
+  std::map<uint64_t, std::pair<uint64_t, double>> last_events;
+  auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    std::string error;
+    std::string answer = Query(socket_path, &error);
+    if (answer.empty()) {
+      std::fprintf(stderr, "fragscope top: %s\n", error.c_str());
+      return kExitBadInput;
+    }
+    if (once && format == "json") {
+      std::fputs(answer.c_str(), stdout);
+      return kExitOk;
+    }
+    nlohmann::json doc = nlohmann::json::parse(answer, nullptr, false);
+    if (doc.is_discarded()) {
+      std::fprintf(stderr, "fragscope top: %s: the collector's answer is not JSON\n",
+                   socket_path.c_str());
+      return kExitBadInput;
+    }
+    double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!once) std::printf("\033[H\033[2J");  // clear the screen for the next frame
+    RenderTable(doc, pid_filter, &last_events, now);
+    std::fflush(stdout);
+    if (once) return kExitOk;
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  }
+}
+
+}  // namespace fragscope::cli
