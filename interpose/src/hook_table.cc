@@ -1,6 +1,7 @@
 #include "hook_table.h"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <atomic>
 #include <cstring>
@@ -158,6 +159,39 @@ void* DriverReal(DriverHookId id) {
   return slot.load(std::memory_order_acquire);
 }
 
+namespace {
+
+// A runtime that a library loaded with RTLD_LOCAL brought in (Python extension modules, CuPy)
+// is not in the global scope, so RTLD_NEXT cannot see it although the library's references
+// bind to our exported wrappers. Find it among the loaded objects by file name instead.
+void* FindInLocalRuntime(const char* symbol, const char* version) {
+  struct Search {
+    const char* prefix;  // "libcudart.so.13", or "libcudart.so" for the unversioned ABI
+    char path[4096];
+  } search{version != nullptr ? version : "libcudart.so", {}};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* s = static_cast<Search*>(data);
+        const char* name = info->dlpi_name;
+        if (name == nullptr || name[0] == '\0') return 0;
+        const char* base = std::strrchr(name, '/');
+        base = base != nullptr ? base + 1 : name;
+        if (std::strncmp(base, s->prefix, std::strlen(s->prefix)) != 0) return 0;
+        std::strncpy(s->path, name, sizeof(s->path) - 1);
+        return 1;
+      },
+      &search);
+  if (search.path[0] == '\0') return nullptr;
+  // RTLD_NOLOAD: only a handle to what is already there, never a new load from a hook.
+  void* handle = dlopen(search.path, RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return nullptr;
+  void* real = version != nullptr ? dlvsym(handle, symbol, version) : RealDlsym()(handle, symbol);
+  dlclose(handle);  // drops only the reference NOLOAD took; the library stays loaded
+  return real;
+}
+
+}  // namespace
+
 void* RuntimeReal(RuntimeHookId id, int abi) {
   std::atomic<void*>& slot = g_runtime_real[static_cast<size_t>(id)][abi];
   void* real = slot.load(std::memory_order_acquire);
@@ -165,6 +199,7 @@ void* RuntimeReal(RuntimeHookId id, int abi) {
   const char* symbol = kRuntimeHooks[static_cast<size_t>(id)].symbol;
   const char* version = RuntimeAbiVersion(abi);
   real = version != nullptr ? dlvsym(RTLD_NEXT, symbol, version) : RealDlsym()(RTLD_NEXT, symbol);
+  if (real == nullptr || IsAgentWrapper(real)) real = FindInLocalRuntime(symbol, version);
   if (real == nullptr || IsAgentWrapper(real)) return nullptr;
   slot.store(real, std::memory_order_release);
   return real;

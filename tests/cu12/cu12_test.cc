@@ -80,12 +80,9 @@ TEST(Cu12Test, AgentRecordsCu12RuntimeCalls) {
 
 // Both runtimes loaded RTLD_LOCAL (outside the global scope): each plugin's cudaMalloc binds to
 // the agent's export of its version, which must still reach that same runtime.
-// DISABLED: a known agent bug. RuntimeReal() (interpose/src/hook_table.cc) looks the next
-// definition up only with dlvsym(RTLD_NEXT, ...), which cannot see a runtime outside the global
-// scope, so the wrapper returns cudaErrorSymbolNotFound (500) to the program instead of calling
-// the runtime (even with one runtime: a cu13 CuPy-like extension alone fails the same way).
-// Enable once the agent finds the runtime by its SONAME among loaded objects.
-TEST(Cu12Test, DISABLED_Cu12AndCu13RuntimesInOneProcess) {
+// RTLD_NEXT cannot see a runtime outside the global scope; the agent then finds it among the
+// loaded objects by file name (this failed with cudaErrorSymbolNotFound before that).
+TEST(Cu12Test, Cu12AndCu13RuntimesInOneProcess) {
   {  // Without the agent the program works, so a failure below is the agent's.
     RunResult bare = RunProgram(FRAGSCOPE_CU12_LOADER,
                                 {FRAGSCOPE_CU12_PLUGIN12, "4096", FRAGSCOPE_CU12_PLUGIN13, "8192"},
