@@ -25,7 +25,16 @@ std::vector<SymbolizedFrame> DwarfSymbolizer::Symbolize(uint64_t pc) {
   frame.module = loc.module;
   frame.module_offset = loc.offset;
   frame.pc = pc;
-  return {frame};
+  std::vector<SymbolizedFrame> frames = {frame};
+  // Inlined code: the functions it was expanded into follow, innermost first, at one pc.
+  for (const InlinedCaller& c : loc.inlined_callers) {
+    SymbolizedFrame outer = frame;
+    outer.function = c.function;
+    outer.file = c.file;
+    outer.line = c.line;
+    frames.push_back(std::move(outer));
+  }
+  return frames;
 }
 
 }  // namespace fragscope

@@ -1,6 +1,8 @@
 #include "fragscope/symbolize/module_symbolizer.h"
 
 #include <cxxabi.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -22,6 +24,69 @@ std::string Demangle(const char* name) {
   std::string result(out);
   std::free(out);
   return result;
+}
+
+// The name reports should print for a function DIE: the demangled linkage name when there is
+// one (it carries the class and parameters, like the symbol table's), else the plain name.
+std::string DieFunctionName(Dwarf_Die* die) {
+  Dwarf_Attribute attr;
+  for (int at : {DW_AT_linkage_name, DW_AT_MIPS_linkage_name}) {
+    if (dwarf_attr_integrate(die, at, &attr) != nullptr) {
+      if (const char* s = dwarf_formstring(&attr)) return Demangle(s);
+    }
+  }
+  if (dwarf_attr_integrate(die, DW_AT_name, &attr) != nullptr) {
+    if (const char* s = dwarf_formstring(&attr)) return s;
+  }
+  return "";
+}
+
+// Fills the inline chain of `addr` (module-relative through `m`): the innermost inlined
+// function's name replaces the symbol-table name (which names the outer function), and each
+// enclosing function is listed with the line of the inlined call.
+void AddInlineChain(Dwfl_Module* m, Dwarf_Addr addr, SourceLocation& loc) {
+  // The out-of-line function holding the code, from the symbol table; the outermost caller
+  // when the scopes do not lead back to it.
+  const std::string outer = loc.function;
+  Dwarf_Addr bias = 0;
+  Dwarf_Die* cu = dwfl_module_addrdie(m, addr, &bias);
+  if (cu == nullptr) return;
+  Dwarf_Die* scopes = nullptr;
+  int n = dwarf_getscopes(cu, addr - bias, &scopes);
+  if (n <= 0) return;
+  Dwarf_Files* files = nullptr;
+  size_t nfiles = 0;
+  dwarf_getsrcfiles(cu, &files, &nfiles);
+  bool innermost = true;
+  for (int i = 0; i < n; ++i) {
+    if (dwarf_tag(&scopes[i]) != DW_TAG_inlined_subroutine) continue;
+    if (innermost) {
+      std::string name = DieFunctionName(&scopes[i]);
+      if (!name.empty()) loc.function = name;
+      innermost = false;
+    }
+    // The caller: the next enclosing function scope.
+    InlinedCaller caller;
+    for (int j = i + 1; j < n; ++j) {
+      int tag = dwarf_tag(&scopes[j]);
+      if (tag == DW_TAG_inlined_subroutine || tag == DW_TAG_subprogram) {
+        caller.function = DieFunctionName(&scopes[j]);
+        break;
+      }
+    }
+    if (caller.function.empty()) caller.function = outer;
+    Dwarf_Attribute attr;
+    Dwarf_Word value = 0;
+    if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &attr), &value) == 0 &&
+        files != nullptr && value < nfiles) {
+      if (const char* f = dwarf_filesrc(files, value, nullptr, nullptr)) caller.file = f;
+    }
+    if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &attr), &value) == 0) {
+      caller.line = static_cast<uint32_t>(value);
+    }
+    loc.inlined_callers.push_back(std::move(caller));
+  }
+  free(scopes);
 }
 
 const Dwfl_Callbacks kOfflineCallbacks = {
@@ -115,6 +180,7 @@ void ModuleSymbolizer::Resolve(ModuleEntry& m, SourceLocation& loc) {
       loc.line = static_cast<uint32_t>(lineno);
     }
   }
+  AddInlineChain(m.module, addr, loc);
 }
 
 const SourceLocation& ModuleSymbolizer::Symbolize(uint64_t pc) {

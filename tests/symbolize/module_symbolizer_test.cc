@@ -6,6 +6,7 @@
 #include <link.h>
 
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -95,6 +96,35 @@ TEST_F(ModuleSymbolizerTest, ResolvesFunctionFileAndLine) {
   EXPECT_EQ(loc.offset, fn_ + 1 - found_.bias);
   EXPECT_NE(loc.ToString().find("fragscope_sample_function (/"), std::string::npos)
       << loc.ToString();
+}
+
+// Line numbers of the marked calls in sample_module.cc, read from the source so the test does
+// not hard-code them.
+uint32_t LineOf(const std::string& marker) {
+  std::ifstream in(SAMPLE_MODULE_SOURCE);
+  std::string text;
+  for (uint32_t n = 1; std::getline(in, text); ++n) {
+    if (text.find(marker) != std::string::npos) return n;
+  }
+  return 0;
+}
+
+TEST_F(ModuleSymbolizerTest, InlinedCallsListTheFunctionsTheyWereExpandedInto) {
+  using Outer = void (*)();
+  auto outer = reinterpret_cast<Outer>(dlsym(handle_, "fragscope_sample_outer"));
+  ASSERT_NE(outer, nullptr);
+  outer();
+  void* ret = *static_cast<void**>(dlsym(handle_, "fragscope_sample_leaf_return"));
+  ASSERT_NE(ret, nullptr);
+  ModuleSymbolizer symbolizer;
+  symbolizer.AddModules(Map(found_.build_id));
+  const SourceLocation& loc = symbolizer.Symbolize(reinterpret_cast<uint64_t>(ret));
+  EXPECT_NE(loc.function.find("SampleInner"), std::string::npos) << loc.ToString();
+  EXPECT_EQ(loc.line, LineOf("FRAGSCOPE_INLINE_CALL_LINE"));
+  ASSERT_EQ(loc.inlined_callers.size(), 1u);
+  EXPECT_EQ(loc.inlined_callers[0].function, "fragscope_sample_outer");
+  EXPECT_EQ(loc.inlined_callers[0].line, LineOf("FRAGSCOPE_OUTER_CALL_LINE"));
+  EXPECT_NE(loc.inlined_callers[0].file.find("sample_module.cc"), std::string::npos);
 }
 
 TEST_F(ModuleSymbolizerTest, WrongBuildIdGivesOnlyModuleAndOffset) {

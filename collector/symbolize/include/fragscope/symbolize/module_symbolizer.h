@@ -14,6 +14,13 @@
 
 namespace fragscope {
 
+// A function that an inlined call was expanded into, and where in it the call was written.
+struct InlinedCaller {
+  std::string function;
+  std::string file;
+  uint32_t line = 0;
+};
+
 // One resolved address. Fields the debug information does not give stay empty (line 0).
 struct SourceLocation {
   uint64_t pc = 0;
@@ -22,6 +29,10 @@ struct SourceLocation {
   std::string function;  // demangled; empty when unknown
   std::string file;
   uint32_t line = 0;
+  // When pc lies in inlined code: `function`/`file`/`line` name the inlined function and the
+  // line in it; these are the functions it was inlined into, innermost first, each with the line
+  // of the inlined call. Empty otherwise.
+  std::vector<InlinedCaller> inlined_callers;
 
   // "function (file:line)", "function (module+0x1a2b)" or "module+0x1a2b" or "0x7f...".
   std::string ToString() const;
