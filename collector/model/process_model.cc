@@ -125,11 +125,16 @@ class ProcessModel::Impl {
   void OnAlloc(const v1::AllocEvent& e, bool from_snapshot);
   // Snapshot segments a sub-allocator declared it carves: annotated even without blocks.
   void MarkSubAllocated(uint64_t segment_base);
-  void PlaceAllocation(uint64_t address, uint64_t size, int device, uint64_t stack_id,
+  // Returns whether the allocation was placed (false: counted as unmatched, state unchanged).
+  bool PlaceAllocation(uint64_t address, uint64_t size, int device, uint64_t stack_id,
                        uint64_t pool, MemoryKind kind);
   void OnFree(const v1::FreeEvent& e);
   void OnMap(const v1::MapEvent& e);
-  void Reserve(uint64_t address, uint64_t size, int device, uint64_t stack_id);
+  // Whether a segment [address, address + size) fits the address space and overlaps no segment
+  // but the one at `address` (which it would replace).
+  bool CanPlaceSegment(uint64_t address, uint64_t size) const;
+  // The new reservation, or nullptr when it cannot be placed (counted as unmatched).
+  Segment* Reserve(uint64_t address, uint64_t size, int device, uint64_t stack_id);
   void MapInto(uint64_t address, uint64_t size, uint64_t offset, uint64_t handle, int device,
                uint64_t stack_id);
   void OnHandle(const v1::HandleEvent& e);
@@ -185,6 +190,16 @@ class ProcessModel::Impl {
 
 // ---------------------------------------------------------------------------------------------
 // Segments.
+
+// Segments never overlap and never wrap around the address space: every per-device sum (cached,
+// allocated, backing) adds up disjoint ranges, so it stays below 2^64 and the largest free range
+// is one of the ranges counted in `cached`. An event that would break this (a snapshot listing
+// overlapping ranges, a hostile or corrupt stream) is counted as unmatched and not applied;
+// the one exception is a range at the same address as a known segment, whose free was lost.
+bool ProcessModel::Impl::CanPlaceSegment(uint64_t address, uint64_t size) const {
+  return RangeFits(address, size) &&
+         !OverlapsOther(segments_, address, size, [](const Segment& s) { return s.size(); });
+}
 
 Segment* ProcessModel::Impl::SegmentContaining(uint64_t address) {
   auto it = segments_.upper_bound(address);
@@ -280,7 +295,12 @@ void ProcessModel::Impl::SetHandleMappings(uint64_t handle, int delta) {
   DepositHandle(h, +1);
 }
 
-void ProcessModel::Impl::Reserve(uint64_t address, uint64_t size, int device, uint64_t stack_id) {
+Segment* ProcessModel::Impl::Reserve(uint64_t address, uint64_t size, int device,
+                                     uint64_t stack_id) {
+  if (!CanPlaceSegment(address, size)) {
+    ++unmatched_;
+    return nullptr;
+  }
   auto old = segments_.find(address);
   if (old != segments_.end()) {
     ++unmatched_;  // its free was lost
@@ -292,17 +312,30 @@ void ProcessModel::Impl::Reserve(uint64_t address, uint64_t size, int device, ui
   s.set_via_caching_allocator(stacks_.PassesThroughCachingAllocator(stack_id));
   if (!s.via_caching_allocator()) unclassified_segments_.push_back(address);
   Device(device).Deposit(s.Contribution());
+  return &s;
 }
 
 void ProcessModel::Impl::MapInto(uint64_t address, uint64_t size, uint64_t offset, uint64_t handle,
                                  int device, uint64_t stack_id) {
+  // Decide where the mapping goes before touching any state, so a mapping that cannot be
+  // placed (outside its reservation, over another mapping or segment, wrapping around) leaves
+  // no trace but the unmatched count.
+  Segment* s = SegmentContaining(address);
+  const bool in_reservation = s != nullptr && s->kind() == SegmentKind::kVmmReservation;
+  const bool placeable = in_reservation
+                             ? s->Encloses(address, size) && !s->MappingOverlaps(address, size)
+                             : CanPlaceSegment(address, size);
+  if (!placeable) {
+    ++unmatched_;
+    return;
+  }
   auto h = handles_.find(handle);
   if (h == handles_.end()) {
     // Created before the agent saw it (attach) or the create was dropped: account what the
     // mapping proves exists.
     ++unmatched_;
     PhysicalHandle ph;
-    ph.size = offset + size;
+    ph.size = RangeFits(offset, size) ? offset + size : size;
     ph.device = device;
     ph.stack_id = stack_id;
     h = handles_.emplace(handle, ph).first;
@@ -316,12 +349,19 @@ void ProcessModel::Impl::MapInto(uint64_t address, uint64_t size, uint64_t offse
   mapping.offset = offset;
   mapping.handle_size = h->second.size;
   mapping.imported = h->second.imported;
-  Segment* s = SegmentContaining(address);
-  if (s == nullptr || s->kind() != SegmentKind::kVmmReservation) {
+  if (!in_reservation) {
     // The reservation predates the agent: the mapping is the smallest reservation it proves.
     ++unmatched_;
-    Reserve(address, size, handle_device, stack_id);
-    s = &segments_.at(address);
+    s = Reserve(address, size, handle_device, stack_id);
+    if (s == nullptr) return;  // not reached: CanPlaceSegment said it fits
+  } else if (auto old = s->mappings().find(address); old != s->mappings().end()) {
+    // A mapping at the same VA: its unmap was lost. Take it out properly, so its bytes and its
+    // handle's mapping count do not stay behind.
+    ++unmatched_;
+    const uint64_t old_end = address + old->second.size;
+    std::vector<std::pair<uint64_t, int>> changes;
+    Change(*s, [&](Segment& seg) { changes = seg.Unmap(address, old_end); });
+    for (const auto& [old_handle, delta] : changes) SetHandleMappings(old_handle, delta);
   }
   Change(*s, [&](Segment& seg) {
     if (seg.device() < 0 && !mapping.imported) seg.set_device(handle_device);
@@ -452,7 +492,7 @@ void ProcessModel::Impl::OnAlloc(const v1::AllocEvent& e, bool from_snapshot) {
   }
 }
 
-void ProcessModel::Impl::PlaceAllocation(uint64_t address, uint64_t size, int device,
+bool ProcessModel::Impl::PlaceAllocation(uint64_t address, uint64_t size, int device,
                                          uint64_t stack_id, uint64_t pool, MemoryKind kind) {
   switch (kind) {
     case v1::MEMORY_KIND_POOL:
@@ -485,12 +525,16 @@ void ProcessModel::Impl::PlaceAllocation(uint64_t address, uint64_t size, int de
       } else {
         d.imported_bytes += size;
       }
-      return;
+      return true;
     }
     default:
       break;
   }
   // A driver allocation: a segment of its own.
+  if (!CanPlaceSegment(address, size)) {
+    ++unmatched_;
+    return false;
+  }
   auto old = segments_.find(address);
   if (old != segments_.end()) {
     ++unmatched_;  // its free was lost
@@ -505,6 +549,7 @@ void ProcessModel::Impl::PlaceAllocation(uint64_t address, uint64_t size, int de
   d.driver_segment_bytes += size;
   d.Deposit(s.Contribution());
   if (s.coverage() != Coverage::kAnnotated) d.AddSite(stack_id, size);
+  return true;
 }
 
 void ProcessModel::Impl::CompletePoolFree(uint64_t address) {
@@ -706,6 +751,11 @@ void ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block, int
     ++orphans_total_;
     return;
   }
+  if (!s->CanPlaceBlock(address, block.size)) {
+    // Past its segment's end or over another block: placing it would count bytes twice.
+    ++unmatched_;
+    return;
+  }
   SubBlock replaced;
   bool consistent = true;
   Change(*s, [&](Segment& seg) { consistent = seg.AllocBlock(address, block, &replaced); });
@@ -854,8 +904,8 @@ void ProcessModel::Impl::OnFailed(const v1::FailedAlloc& e) {
 void ProcessModel::Impl::OnMemInfo(const v1::MemInfo& e) {
   DeviceState& d = Device(e.device());
   if (e.total_bytes() > 0 || e.free_bytes() > 0) {
-    d.last_sample = DeviceState::MemSample{e.free_bytes(), e.total_bytes(), e.seq(),
-                                           d.ReservedNow()};
+    d.last_sample =
+        DeviceState::MemSample{e.free_bytes(), e.total_bytes(), e.seq(), d.ReservedNow()};
   }
   if (e.pool() != 0) {
     // A pool sample comes after the agent synchronized enough to read the pool: frees pending
@@ -913,8 +963,10 @@ void ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
     Touch(ordinal);
   }
   for (const v1::LiveReservation& r : snap.reservations()) {
-    Reserve(r.address(), r.size(), r.device(), r.stack_id());
-    if (r.sub_allocated()) MarkSubAllocated(r.address());
+    // A rejected reservation must not annotate a segment left at its address.
+    if (Reserve(r.address(), r.size(), r.device(), r.stack_id()) != nullptr && r.sub_allocated()) {
+      MarkSubAllocated(r.address());
+    }
   }
   for (const v1::LiveHandle& lh : snap.handles()) {
     PhysicalHandle h;
@@ -941,9 +993,9 @@ void ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
     handles_.erase(id);
   }
   for (const v1::LiveAllocation& a : snap.allocations()) {
-    PlaceAllocation(a.address(), a.size(), a.device(), a.stack_id(), a.pool(),
-                    ResolveKind(a.kind(), a.api(), false));
-    if (a.sub_allocated()) MarkSubAllocated(a.address());
+    const bool placed = PlaceAllocation(a.address(), a.size(), a.device(), a.stack_id(), a.pool(),
+                                        ResolveKind(a.kind(), a.api(), false));
+    if (placed && a.sub_allocated()) MarkSubAllocated(a.address());
   }
   for (const v1::LiveBlock& b : snap.blocks()) {
     SubBlock block{b.size(), b.stack_id(), b.stream(), b.pool(), b.allocator(), b.pending_free()};

@@ -455,5 +455,52 @@ TEST(ModelMetricsTest, DevicesAreSeparate) {
   EXPECT_EQ(DeviceOf(s, 1).uuid_hex, "02020202020202020202020202020202");
 }
 
+// Ranges that cannot be placed consistently are counted as unmatched and not applied: two
+// segments or two blocks sharing bytes would count those bytes twice (freeing one block freed
+// bytes the other still held), and a range wrapping around 2^64 breaks every sum.
+TEST(ModelMetricsTest, OverlappingSegmentsAndBlocksAreNotApplied) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 64 * kMiB);
+  feed.Malloc(kBase + 32 * kMiB, 64 * kMiB);   // inside the first segment
+  feed.Malloc(kBase - 16 * kMiB, 32 * kMiB);   // over its start
+  feed.Malloc(~uint64_t{0} - kMiB, 2 * kMiB);  // wraps around the address space
+  feed.BlockAlloc(kBase, 8 * kMiB);
+  feed.BlockAlloc(kBase + 4 * kMiB, 8 * kMiB);   // over the block before
+  feed.BlockAlloc(kBase + 60 * kMiB, 8 * kMiB);  // past the segment's end
+  feed.BlockAlloc(kBase + 2 * kMiB, 0);          // inside the first block
+  {
+    const ModelSummary s = model.Summarize();
+    const DeviceSummary d = DeviceOf(s, 0);
+    EXPECT_EQ(s.unmatched_events, 6u);
+    EXPECT_EQ(d.reserved_bytes, 64 * kMiB);
+    EXPECT_EQ(d.segments, 1u);
+    EXPECT_EQ(d.allocated_bytes, 8 * kMiB);
+    EXPECT_EQ(d.cached_bytes, 56 * kMiB);
+    EXPECT_EQ(d.blocks, 1u);
+  }
+  feed.BlockFree(kBase, 8 * kMiB);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.allocated_bytes, 0u);
+  EXPECT_EQ(d.cached_bytes, 64 * kMiB);
+  EXPECT_EQ(d.largest_free_range_bytes, 64 * kMiB);
+}
+
+// A block at the address of a live one replaces it (its free was lost), even when the two
+// differ in size; only overlaps with other blocks are refused.
+TEST(ModelMetricsTest, BlockAtALiveBlockAddressReplacesIt) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 64 * kMiB);
+  feed.BlockAlloc(kBase, 8 * kMiB);
+  feed.BlockAlloc(kBase + 16 * kMiB, 8 * kMiB);
+  feed.BlockAlloc(kBase, 16 * kMiB);
+  const ModelSummary s = model.Summarize();
+  const DeviceSummary d = DeviceOf(s, 0);
+  EXPECT_EQ(s.unmatched_events, 1u);
+  EXPECT_EQ(d.allocated_bytes, 24 * kMiB);
+  EXPECT_EQ(d.cached_bytes, 40 * kMiB);
+}
+
 }  // namespace
 }  // namespace fragscope

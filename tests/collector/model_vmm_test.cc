@@ -148,5 +148,79 @@ TEST(ModelVmmTest, FreeingTheReservationDropsItsMappings) {
   EXPECT_EQ(d.segments, 0u);
 }
 
+// Fuzz finding snapshot-overlapping-mappings: a snapshot listing a mapping of 2^64-512 bytes at
+// 0 that contains another mapping, both of a handle never created and in no reservation. The
+// huge one became a second, overlapping reservation, so its free range was counted next to the
+// inner one's and the device's cached sum wrapped: largest free range > cached, negative
+// fragmentation. It must be rejected (counted as unmatched), leaving the inner mapping intact.
+TEST(ModelVmmTest, SnapshotMappingOverlappingAnotherIsNotApplied) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  v1::Snapshot snap;
+  v1::LiveMapping* inner = snap.add_mappings();
+  inner->set_address(kVa);
+  inner->set_size(32 * kMiB);
+  v1::LiveMapping* outer = snap.add_mappings();
+  outer->set_address(0);
+  outer->set_size(~uint64_t{0} - 511);
+  for (uint64_t address : {uint64_t{0}, kVa}) {
+    v1::LiveBlock* b = snap.add_blocks();
+    b->set_address(address);
+    b->set_size(512);
+    b->set_device(-1);
+    b->set_pending_free(true);
+  }
+  feed.Snapshot(snap);
+  const ModelSummary s = model.Summarize();
+  const DeviceSummary d = DeviceOf(s, -1);
+  EXPECT_EQ(d.reserved_bytes, 32 * kMiB);
+  EXPECT_EQ(d.cached_bytes, 32 * kMiB - 512);
+  EXPECT_EQ(d.largest_free_range_bytes, 32 * kMiB - 512);
+  EXPECT_EQ(d.stranded_bytes, 0u);
+  EXPECT_EQ(d.pending_free_bytes, 512u);
+  // The inner mapping's unknown handle and implied reservation, and the rejected outer one.
+  EXPECT_EQ(s.unmatched_events, 3u);
+  // The block at 0 has no segment any more: kept as an orphan, not placed.
+  EXPECT_EQ(s.orphan_blocks_total, 1u);
+}
+
+TEST(ModelVmmTest, MappingOutsideItsReservationOrOverAnotherIsNotApplied) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Map(MapEvent::OP_RESERVE, kVa, 64 * kMiB);
+  feed.Handle(HandleEvent::OP_CREATE, 1, 32 * kMiB);
+  feed.Handle(HandleEvent::OP_CREATE, 2, 32 * kMiB);
+  feed.Map(MapEvent::OP_MAP, kVa + 48 * kMiB, 32 * kMiB, 1);  // past the reservation's end
+  feed.Map(MapEvent::OP_MAP, kVa, 32 * kMiB, 1);
+  feed.Map(MapEvent::OP_MAP, kVa + 16 * kMiB, 32 * kMiB, 2);  // over the mapping of handle 1
+  feed.BlockAlloc(kVa, kMiB);
+  const ModelSummary s = model.Summarize();
+  const DeviceSummary d = DeviceOf(s, 0);
+  EXPECT_EQ(s.unmatched_events, 2u);
+  EXPECT_EQ(d.reserved_bytes, 64 * kMiB);  // both handles exist
+  EXPECT_EQ(d.unmapped_handle_bytes, 32 * kMiB);
+  EXPECT_EQ(d.cached_bytes, 31 * kMiB);
+  EXPECT_EQ(d.largest_free_range_bytes, 31 * kMiB);
+}
+
+TEST(ModelVmmTest, MappingAtAMappedAddressReplacesTheOldOneWhole) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Map(MapEvent::OP_RESERVE, kVa, 64 * kMiB);
+  feed.Handle(HandleEvent::OP_CREATE, 1, 32 * kMiB);
+  feed.Handle(HandleEvent::OP_CREATE, 2, 16 * kMiB);
+  feed.Map(MapEvent::OP_MAP, kVa, 32 * kMiB, 1);
+  feed.BlockAlloc(kVa, kMiB);
+  // Handle 1's unmap was lost: the smaller mapping replaces it, and the 16 MiB beyond it are
+  // no longer memory (they used to stay in the free ranges).
+  feed.Map(MapEvent::OP_MAP, kVa, 16 * kMiB, 2);
+  const ModelSummary s = model.Summarize();
+  const DeviceSummary d = DeviceOf(s, 0);
+  EXPECT_EQ(s.unmatched_events, 1u);
+  EXPECT_EQ(d.cached_bytes, 15 * kMiB);
+  EXPECT_EQ(d.largest_free_range_bytes, 15 * kMiB);
+  EXPECT_EQ(d.unmapped_handle_bytes, 32 * kMiB);  // handle 1: not released, mapped nowhere
+}
+
 }  // namespace
 }  // namespace fragscope

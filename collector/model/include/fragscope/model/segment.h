@@ -4,6 +4,8 @@
 #define FRAGSCOPE_MODEL_SEGMENT_H_
 
 #include <cstdint>
+#include <iterator>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -57,6 +59,28 @@ struct SegmentContribution {
   uint64_t free_ranges = 0;
 };
 
+// Whether [address, address + size) ends inside the 64-bit address space. A range that wraps
+// would make every end-begin difference and every sum of sizes meaningless.
+inline bool RangeFits(uint64_t address, uint64_t size) {
+  return size <= std::numeric_limits<uint64_t>::max() - address;
+}
+
+// Whether [address, address + size) overlaps an entry of `ranges` (begin -> value, entries
+// pairwise disjoint, `size_of(value)` their sizes) other than the one starting at `address`:
+// that one is the entry an event replaces when its free was lost, so callers decide about it.
+// A zero-size range overlaps an entry whose inside it lies in, so the entries stay disjoint in
+// the sense the lookup of the predecessor relies on. O(log n).
+template <typename Map, typename SizeOf>
+bool OverlapsOther(const Map& ranges, uint64_t address, uint64_t size, SizeOf size_of) {
+  auto it = ranges.lower_bound(address);
+  if (it != ranges.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + size_of(prev->second) > address) return true;
+  }
+  if (it != ranges.end() && it->first == address) ++it;
+  return it != ranges.end() && it->first < address + size;
+}
+
 // Not thread-safe; owned by the ProcessModel's segment index. Addresses and sizes in bytes.
 class Segment {
  public:
@@ -69,6 +93,10 @@ class Segment {
   int device() const { return device_; }
   void set_device(int device) { device_ = device; }
   uint64_t stack_id() const { return stack_id_; }
+  // Whether [address, address + size) lies inside the segment.
+  bool Encloses(uint64_t address, uint64_t size) const {
+    return address >= begin_ && address - begin_ <= size_ && size <= size_ - (address - begin_);
+  }
 
   // Whether the allocation stack passes through a caching allocator (nullopt: stack not known
   // yet, treated as "no" until it is).
@@ -85,15 +113,31 @@ class Segment {
 
   // VMM only. Map adds a mapping; Unmap removes [begin, end) from every mapping it touches
   // (partial unmaps keep the rest) and returns (handle, change in that handle's mapping count).
+  // Map expects a range inside the segment that overlaps no other mapping (Encloses,
+  // MappingOverlaps): the mapped bytes and free ranges are sums over disjoint mappings.
   void Map(uint64_t address, const Mapping& mapping);
   std::vector<std::pair<uint64_t, int>> Unmap(uint64_t begin, uint64_t end);
+  // Whether a mapping of [address, address + size) would overlap another mapping (one at the
+  // same address is the caller's to replace).
+  bool MappingOverlaps(uint64_t address, uint64_t size) const {
+    return OverlapsOther(mappings_, address, size, [](const Mapping& m) { return m.size; });
+  }
   const absl::btree_map<uint64_t, Mapping>& mappings() const { return mappings_; }
 
   // Blocks. The first block makes the segment annotated for good. Returns false when the
-  // event does not match the known blocks (free of an unknown address, ...).
+  // event does not match the known blocks (free of an unknown address, ...). AllocBlock expects
+  // a block CanPlaceBlock accepts.
   bool AllocBlock(uint64_t address, const SubBlock& block, SubBlock* replaced);
   bool FreeBlock(uint64_t address, SubBlock* freed);
   bool MarkPendingFree(uint64_t address);
+  // Whether a block at [address, address + size) can be placed consistently: inside the
+  // segment and overlapping no block but the one it replaces at the same address. Two blocks
+  // sharing bytes would make freeing one free bytes the other still holds, so callers reject
+  // such a block rather than place it.
+  bool CanPlaceBlock(uint64_t address, uint64_t size) const {
+    return Encloses(address, size) &&
+           !OverlapsOther(blocks_, address, size, [](const SubBlock& b) { return b.size; });
+  }
   const absl::btree_map<uint64_t, SubBlock>& blocks() const { return blocks_; }
 
   // The stream/pool the sub-allocator keeps this segment for (from its blocks); nullopt before
