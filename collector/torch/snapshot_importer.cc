@@ -3,6 +3,7 @@
 #include "fragscope/torch/snapshot_importer.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -35,7 +36,7 @@ class Converter {
     }
     if (absl::Status s = ExpectKind(segments, Kind::kList, "segments"); !s.ok()) return s;
     for (size_t i = 0; i < segments->items().size(); ++i) {
-      if (absl::Status s = Segment(*segments->items()[i], absl::StrCat("segments[", i, "]"));
+      if (absl::Status s = Segment(*segments->items()[i], i, absl::StrCat("segments[", i, "]"));
           !s.ok()) {
         return s;
       }
@@ -100,6 +101,49 @@ class Converter {
       return Error(absl::StrCat(path, ".device"), absl::StrCat("implausible device ordinal ", *d));
     }
     return static_cast<int32_t>(*d);
+  }
+
+  // Every Live* entry of the Snapshot frame goes through here, before it is added.
+  absl::Status CountEntries(uint64_t n, const std::string& path) {
+    if (n > options_.max_snapshot_entries - std::min(entries_, options_.max_snapshot_entries)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          source_, ": ", path, ": the snapshot lists more than ", options_.max_snapshot_entries,
+          " blocks and segments, the import limit (ImportOptions::max_snapshot_entries, chosen "
+          "so the Snapshot frame stays under the 64 MiB frame limit); raise it to import this "
+          "snapshot"));
+    }
+    entries_ += n;
+    return absl::OkStatus();
+  }
+
+  // A segment is memory the allocator got from the driver once: the same range listed twice
+  // (the pickle memo makes that one byte per repeat) or two segments sharing bytes cannot
+  // both be real, and would make the model count their blocks twice.
+  absl::Status CheckSegmentRange(int32_t device, uint64_t address, uint64_t total, size_t index,
+                                 const std::string& path) {
+    std::map<uint64_t, SeenSegment>& seen = segments_by_device_[device];
+    auto next = seen.lower_bound(address);
+    if (next != seen.end() && next->first == address) {
+      return Error(path, absl::StrFormat("segment address 0x%x repeats segments[%d] on device %d",
+                                         address, next->second.index, device));
+    }
+    const SeenSegment* other = nullptr;
+    uint64_t other_address = 0;
+    if (next != seen.begin() && std::prev(next)->second.end > address) {
+      other_address = std::prev(next)->first;
+      other = &std::prev(next)->second;
+    } else if (next != seen.end() && next->first < address + total) {
+      other_address = next->first;
+      other = &next->second;
+    }
+    if (other != nullptr) {
+      return Error(path, absl::StrFormat("segment [0x%x, +%d) overlaps segments[%d] [0x%x, +%d) on "
+                                         "device %d",
+                                         address, total, other->index, other_address,
+                                         other->end - other_address, device));
+    }
+    seen.emplace(address, SeenSegment{address + total, index});
+    return absl::OkStatus();
   }
 
   DeviceSummary& Summary(int32_t device) {
@@ -172,7 +216,7 @@ class Converter {
   }
 
   // --- segments and blocks --------------------------------------------------------------
-  absl::Status Segment(const PickleValue& seg, const std::string& path) {
+  absl::Status Segment(const PickleValue& seg, size_t index, const std::string& path) {
     if (absl::Status s = ExpectKind(&seg, Kind::kDict, path); !s.ok()) return s;
     absl::StatusOr<int32_t> device = Device(seg, path);
     if (!device.ok()) return device.status();
@@ -182,6 +226,9 @@ class Converter {
     if (!total.ok()) return total.status();
     if (*address + *total < *address) {
       return Error(path, "address + total_size overflows 64 bits");
+    }
+    if (absl::Status s = CheckSegmentRange(*device, *address, *total, index, path); !s.ok()) {
+      return s;
     }
     absl::StatusOr<uint64_t> stream = UintOr(seg, "stream", 0, path);
     if (!stream.ok()) return stream.status();
@@ -195,6 +242,7 @@ class Converter {
     absl::StatusOr<uint64_t> seg_stack = StackId(seg.Find("frames"), path + ".frames");
     if (!seg_stack.ok()) return seg_stack.status();
 
+    if (absl::Status s = CountEntries(expandable ? 3 : 1, path); !s.ok()) return s;
     DeviceSummary& summary = Summary(*device);
     ++summary.segment_count;
     summary.reserved_bytes += *total;
@@ -245,6 +293,11 @@ class Converter {
       if (absl::Status s = ExpectKind(&block, Kind::kDict, path_j); !s.ok()) return s;
       absl::StatusOr<uint64_t> size = RequiredUint(block, "size", path_j);
       if (!size.ok()) return size.status();
+      if (*size == 0) {
+        // PyTorch never makes an empty block; one would not advance the legacy address walk,
+        // so any number of them could sit at one address.
+        return Error(path_j + ".size", "a block of 0 bytes is malformed");
+      }
       uint64_t block_address = cursor;
       if (const PickleValue* a = block.Find("address"); a != nullptr && !a->is_none()) {
         absl::StatusOr<uint64_t> given = ToUint(a, path_j + ".address");
@@ -326,6 +379,7 @@ class Converter {
       }
       absl::StatusOr<uint64_t> stack = StackId(frames, fpath);
       if (!stack.ok()) return stack.status();
+      if (absl::Status s = CountEntries(1, path_j); !s.ok()) return s;
       v1::LiveBlock* b = snapshot_.add_blocks();
       b->set_address(block_address);
       b->set_size(*size);
@@ -434,6 +488,12 @@ class Converter {
   absl::flat_hash_map<std::string, uint64_t> stack_by_content_;
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint64_t> pool_ids_;
   uint64_t handle_count_ = 0;
+  uint64_t entries_ = 0;  // Live* entries in snapshot_
+  struct SeenSegment {
+    uint64_t end = 0;
+    size_t index = 0;  // in `segments`, for messages
+  };
+  std::map<int32_t, std::map<uint64_t, SeenSegment>> segments_by_device_;
 };
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "fragscope/trace/trace_format.h"
+
 namespace fragscope::torch {
 namespace {
 
@@ -503,6 +505,131 @@ TEST(TorchSnapshotImport, BadSnapshotsGiveErrorsNamingThePlace) {
     EXPECT_NE(r.status().message().find("bad.pickle: "), std::string::npos) << r.status();
     EXPECT_NE(r.status().message().find(c.expected), std::string::npos) << r.status();
   }
+}
+
+// Fuzz finding memo-amplification-3000: the pickle memo lets one segment dict be listed
+// thousands of times, one byte per repeat, and one empty block thousands of times inside it.
+// The importer emitted a LiveBlock per reference (9 million from 12 KB). A segment listed twice,
+// two segments sharing bytes and empty blocks are malformed; each is refused, naming the place.
+TEST(TorchSnapshotImport, RepeatedOrOverlappingSegmentsAndEmptyBlocksAreRefused) {
+  const uint64_t a = 0x7f0000000000;
+  auto segment = [](uint64_t address, uint64_t total, const std::string& blocks) {
+    return Dict({{"device", Int(0)},
+                 {"address", Int(address)},
+                 {"total_size", Int(total)},
+                 {"blocks", blocks}});
+  };
+  const std::string block = Block("active_allocated", kMiB, a);
+  // MEMOIZE (0x94) the segment once, then BINGET (h, index 0) it twice more.
+  const std::string kBinGet0("h\0", 2);
+  const std::string memo_segments =
+      "](" + segment(a, 2 * kMiB, List({block})) + "\x94" + kBinGet0 + kBinGet0 + "e";
+  struct Case {
+    std::string bytes;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {Pickle(Dict({{"segments", memo_segments}})),
+       "segments[1]: segment address 0x7f0000000000 repeats segments[0] on device 0"},
+      {Pickle(Dict({{"segments", List({segment(a, 2 * kMiB, List({})),
+                                       segment(a + kMiB, 2 * kMiB, List({}))})}})),
+       "segments[1]: segment [0x7f0000100000, +2097152) overlaps segments[0] "
+       "[0x7f0000000000, +2097152) on device 0"},
+      {Pickle(Dict({{"segments", List({segment(a + kMiB, 2 * kMiB, List({})),
+                                       segment(a, 2 * kMiB, List({}))})}})),
+       "segments[1]: segment [0x7f0000000000, +2097152) overlaps segments[0] "
+       "[0x7f0000100000, +2097152) on device 0"},
+      {Pickle(
+           Dict({{"segments", List({segment(a, 0, List({Block("active_allocated", 0, -1)}))})}})),
+       "segments[0].blocks[0].size: a block of 0 bytes is malformed"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ImportResult> r = ImportTorchSnapshotBytes(c.bytes, "bad.pickle", {});
+    ASSERT_FALSE(r.ok()) << c.expected;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("bad.pickle: " + c.expected), std::string::npos)
+        << r.status();
+  }
+  // Adjacent segments share no byte: fine.
+  MustImport(Pickle(Dict({{"segments", List({segment(a, 2 * kMiB, List({block})),
+                                             segment(a + 2 * kMiB, 2 * kMiB, List({}))})}})));
+}
+
+TEST(TorchSnapshotImport, EntryLimitIsEnforcedWithAnErrorSayingHowToRaiseIt) {
+  // The synthetic snapshot lists 9 entries: a plain segment with 2 active blocks (3), an
+  // expandable one with 1 (reservation + handle + mapping + block: 4), a legacy one with 1 (2).
+  ImportOptions options;
+  options.max_snapshot_entries = 9;
+  MustImport(SyntheticSnapshot(), options);
+  options.max_snapshot_entries = 8;
+  absl::StatusOr<ImportResult> r = ImportTorchSnapshotBytes(SyntheticSnapshot(), "big", options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(
+      r.status().message().find("big: segments[2].blocks[0]: the snapshot lists more than 8 blocks "
+                                "and segments"),
+      std::string::npos)
+      << r.status();
+  EXPECT_NE(r.status().message().find("ImportOptions::max_snapshot_entries"), std::string::npos)
+      << r.status();
+  EXPECT_NE(r.status().message().find("raise it"), std::string::npos) << r.status();
+}
+
+// The default limit exists so one Snapshot frame fits the trace format: check it against the
+// largest encoding of every kind of entry the importer writes (every integer at its widest;
+// device ordinals are at most 2^20).
+TEST(TorchSnapshotImport, DefaultEntryLimitKeepsTheSnapshotFrameUnderTheFrameLimit) {
+  constexpr uint64_t kMax = ~uint64_t{0};
+  constexpr int32_t kMaxDevice = 1 << 20;
+  auto bytes_per_entry = [](const v1::Snapshot& s, int entries) {
+    v1::Frame f;
+    *f.mutable_snapshot() = s;
+    return static_cast<double>(f.ByteSizeLong()) / entries;
+  };
+  v1::Snapshot block;
+  v1::LiveBlock* b = block.add_blocks();
+  b->set_address(kMax);
+  b->set_size(kMax);
+  b->set_device(kMaxDevice);
+  b->set_stream(kMax);
+  b->set_pool(kMax);
+  b->set_stack_id(kMax);
+  b->set_pending_free(true);
+  v1::Snapshot plain;
+  v1::LiveAllocation* a = plain.add_allocations();
+  a->set_address(kMax);
+  a->set_size(kMax);
+  a->set_device(kMaxDevice);
+  a->set_stream(kMax);
+  a->set_stack_id(kMax);
+  a->set_api(v1::API_torch_snapshot);
+  a->set_kind(v1::MEMORY_KIND_DEVICE);
+  a->set_sub_allocated(true);
+  v1::Snapshot expandable;
+  v1::LiveReservation* res = expandable.add_reservations();
+  res->set_address(kMax);
+  res->set_size(kMax);
+  res->set_device(kMaxDevice);
+  res->set_stack_id(kMax);
+  res->set_sub_allocated(true);
+  v1::LiveHandle* h = expandable.add_handles();
+  h->set_handle(kMax);
+  h->set_size(kMax);
+  h->set_device(kMaxDevice);
+  h->set_stack_id(kMax);
+  v1::LiveMapping* m = expandable.add_mappings();
+  m->set_address(kMax);
+  m->set_size(kMax);
+  m->set_handle(kMax);
+  const double worst = std::max(
+      {bytes_per_entry(block, 1), bytes_per_entry(plain, 1), bytes_per_entry(expandable, 3)});
+  v1::Snapshot header;  // the frame's own fields, counted once
+  header.set_seq(kMax);
+  header.set_time_ns(kMax);
+  header.set_reason(v1::Snapshot::REASON_IMPORTED);
+  const double frame = static_cast<double>(ImportOptions{}.max_snapshot_entries) * worst +
+                       bytes_per_entry(header, 1) + 16;  // + the Frame's length prefixes
+  EXPECT_LT(frame, static_cast<double>(kMaxFrameBytes)) << worst << " bytes per entry";
 }
 
 TEST(TorchSnapshotImport, CorruptedRealSnapshotsNeverCrash) {

@@ -52,6 +52,14 @@ struct ImportOptions {
   PickleLimits pickle_limits;
   // Emit SymbolizedStack frames and set stack ids. Off: every stack_id is 0.
   bool include_stacks = true;
+  // Most entries the Snapshot frame may list: LiveBlocks, plus one per plain segment and three
+  // per expandable segment (reservation, handle, mapping). PickleLimits bound the values a
+  // pickle creates, not the references to them, so without this a few KB could ask for
+  // millions of blocks. The default keeps the frame under the trace format's 64 MiB frame
+  // limit (kMaxFrameBytes) even when every entry takes its largest encoding (about 55 bytes;
+  // snapshot_importer_test checks it); real snapshots hold thousands. Raise it (with
+  // kMaxFrameBytes in mind) to import a larger snapshot; over the limit the import fails.
+  uint64_t max_snapshot_entries = 1'000'000;
 };
 
 // Figures computed straight from the snapshot, per device, in bytes. Independent of the
@@ -89,7 +97,10 @@ struct ImportResult {
 
 // Converts an already parsed snapshot. `source_name` starts every error message. Errors are
 // kInvalidArgument and name the snapshot path of the bad value
-// (e.g. "segments[3].blocks[2].size: expected int, got str").
+// (e.g. "segments[3].blocks[2].size: expected int, got str"); besides wrong types they are
+// a segment whose range repeats or overlaps another segment's on the same device, a block of
+// 0 bytes, a block outside its segment or over the previous block, and more entries than
+// ImportOptions::max_snapshot_entries (kResourceExhausted).
 absl::StatusOr<ImportResult> ConvertTorchSnapshot(const PickleValue& root,
                                                   std::string_view source_name,
                                                   const ImportOptions& options = {});

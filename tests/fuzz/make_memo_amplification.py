@@ -1,3 +1,5 @@
+# Writes the fuzz reproducer memo-amplification-N.pickle (corpus/torch_import_fuzzer/): one segment
+# dict and one empty block listed N times each through the pickle memo. Usage: N OUT.
 import pickle, sys
 n = int(sys.argv[1]); out = sys.argv[2]
 block = {"size": 0, "state": "active_allocated"}   # no address: legacy walk; size 0 never advances
