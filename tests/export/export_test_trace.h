@@ -29,7 +29,7 @@ namespace fragscope::testing {
 inline constexpr uint64_t kMiB = uint64_t{1} << 20;
 inline constexpr uint64_t kGiB = uint64_t{1} << 30;
 inline constexpr uint64_t kSegA = 0x10000000, kSegB = 0x20000000, kSegC = 0x40000000;
-inline constexpr uint64_t kSegD = 0x90000000, kSegE = 0x60000000;
+inline constexpr uint64_t kSegD = 0x90000000, kSegE = 0x88000000;  // E: outside reservation C
 inline constexpr uint64_t kOomRequest = 80 * kMiB;
 inline constexpr uint64_t kFreeAtOom = 50 * kMiB;
 // Page title text with markup in it: exports must escape it.
