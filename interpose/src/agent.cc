@@ -71,9 +71,13 @@ void ChildAfterFork() {
   // Only this thread exists now. Nothing the parent had in flight is ours.
   CurrentThread().tid = 0;
   DrainAfterFork();
+  // A dormant agent's child is dormant too, with an empty table and a control socket of its
+  // own (created with its first event).
+  const bool dormant = a.config.dormant && a.recording.load();
   if (!a.recording.load() && !a.config.follow_fork) return;
   a.recording.store(false);
-  a.ring.Reset();
+  a.shipping.store(false);
+  if (a.ring.bytes() > 0) a.ring.Reset();
   a.live.Clear();
   a.stacks.ResetAfterFork();
   for (DeviceSlot& d : a.devices) {
@@ -84,11 +88,14 @@ void ChildAfterFork() {
   a.seq.store(0);
   a.ring_drops.store(0);
   a.late.store(false);
-  if (a.config.follow_fork) {
+  if (dormant) {
+    a.recording.store(true);
+  } else if (a.config.follow_fork) {
     ++a.stream_index;
     a.monotonic_at_start_ns = ClockNs(CLOCK_MONOTONIC);
     a.realtime_at_start_ns = ClockNs(CLOCK_REALTIME);
     a.recording.store(true);
+    a.shipping.store(true);
   }
 }
 
@@ -104,10 +111,15 @@ void Initialize() {
   a.monotonic_at_start_ns = ClockNs(CLOCK_MONOTONIC);
   a.realtime_at_start_ns = ClockNs(CLOCK_REALTIME);
   FindOwnText();
-  if (a.config.dormant || !a.config.has_output()) return;
-  if (!a.ring.Init(a.config.ring_bytes) || !a.live.Init(a.config.live_slots)) return;
-  if (a.config.stack_depth > 0 && !a.stacks.Init(a.config.stack_slots, a.config.stack_depth)) {
-    a.config.stack_depth = 0;
+  if (!a.config.dormant && !a.config.has_output()) return;
+  if (!a.live.Init(a.config.live_slots)) return;
+  // Dormant: only the live table, so a later attach starts from an exact snapshot; the ring
+  // and the stack table are mapped when it wakes (drain.cc).
+  if (!a.config.dormant) {
+    if (!a.ring.Init(a.config.ring_bytes)) return;
+    if (a.config.stack_depth > 0 && !a.stacks.Init(a.config.stack_slots, a.config.stack_depth)) {
+      a.config.stack_depth = 0;
+    }
   }
   pthread_atfork(nullptr, nullptr, ChildAfterFork);
   // Exit order for a preloaded agent: the program's atexit handlers and static destructors,
@@ -117,6 +129,7 @@ void Initialize() {
   // write inline) and this handler writes End, last. Registered with no DSO handle: atexit()
   // in a library would tie it to the library and run it inside our own destructor.
   __cxa_atexit(AtExit, nullptr, nullptr);
+  a.shipping.store(!a.config.dormant, std::memory_order_release);
   a.recording.store(true, std::memory_order_release);
 }
 

@@ -41,8 +41,13 @@ struct AgentState {
   LiveTable live;
   std::atomic<uint64_t> seq{0};         // last sequence number handed out
   std::atomic<uint64_t> ring_drops{0};  // events refused by a full ring, this stream
-  std::atomic<bool> recording{false};   // hooks record (configured, initialized, not silenced)
-  std::atomic<bool> late{false};        // past our atexit handler: hooks drain inline
+  std::atomic<bool> recording{false};   // hooks keep the live table (configured, initialized)
+  // Hooks also stamp stacks and push events (a stream is wanted). False while dormant
+  // (FRAGSCOPE_DORMANT=1 until `fragscope attach` wakes the agent, and again after it detaches).
+  // Hooks load it after taking their seq, so an event is either pushed or inside the woken
+  // stream's first snapshot (drain.cc, Wake).
+  std::atomic<bool> shipping{false};
+  std::atomic<bool> late{false};  // past our atexit handler: hooks drain inline
   uint32_t stream_index = 0;
   uint64_t monotonic_at_start_ns = 0;
   uint64_t realtime_at_start_ns = 0;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "control.h"
+
 namespace fragscope::agent {
 namespace {
 
@@ -63,6 +65,11 @@ void LoadConfig(Config* c) {
   if (ReadUint("FRAGSCOPE_LIVE_SLOTS", 64, uint64_t{1} << 26, &v)) c->live_slots = v;
   if (ReadUint("FRAGSCOPE_STACK_SLOTS", 64, uint64_t{1} << 24, &v)) c->stack_slots = v;
   if (ReadUint("FRAGSCOPE_MEMINFO_MS", 0, 3'600'000, &v)) c->meminfo_interval_ns = v * 1'000'000;
+  // Read now: the program may change its environment later, and getenv is not thread-safe.
+  if (!ControlDirFor(getenv("XDG_RUNTIME_DIR"), geteuid(), c->control_dir,
+                     sizeof(c->control_dir))) {
+    c->control_dir[0] = '\0';
+  }
 }
 
 bool ExpandPath(const char* pattern, int pid, char* out, size_t capacity) {

@@ -14,11 +14,12 @@ struct Config {
   int stack_depth = 32;                       // FRAGSCOPE_STACK_DEPTH, 0 = no stacks
   size_t ring_bytes = size_t{8} << 20;        // FRAGSCOPE_RING_MB
   bool follow_fork = false;                   // FRAGSCOPE_FOLLOW_FORK=1
-  bool dormant = false;                       // FRAGSCOPE_DORMANT=1: loaded, records nothing
+  bool dormant = false;                       // FRAGSCOPE_DORMANT=1: live table only until woken
   uint64_t snapshot_every = 100000;           // FRAGSCOPE_SNAPSHOT_EVERY (trace files; 0 = never)
   size_t live_slots = size_t{1} << 18;        // FRAGSCOPE_LIVE_SLOTS
   size_t stack_slots = size_t{1} << 14;       // FRAGSCOPE_STACK_SLOTS
   uint64_t meminfo_interval_ns = 10'000'000;  // FRAGSCOPE_MEMINFO_MS: device free/total samples
+  char control_dir[kPathCapacity] = {};       // $XDG_RUNTIME_DIR/fragscope or /tmp/fragscope-$UID
 
   // True when events have somewhere to go.
   bool has_output() const { return output_path[0] != '\0' || socket_path[0] != '\0'; }

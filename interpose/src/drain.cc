@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "agent.h"
+#include "control.h"
 #include "frame_encoder.h"
 #include "module_map.h"
 #include "recorder.h"
@@ -30,6 +31,7 @@ constexpr size_t kWriteBufferBytes = size_t{1} << 20;
 constexpr uint64_t kIdleWaitNs = 10'000'000;   // drain thread wakes at least this often
 constexpr uint64_t kBusyWaitNs = 2'000'000;    // between batches while events flow
 constexpr uint64_t kFlushWaitNs = 50'000'000;  // a failing hook waits at most this long
+constexpr int kDormantPollMs = 100;  // dormant: how long the thread sleeps in poll() at a time
 constexpr int kMaxArgs = 256;
 
 struct DrainState {
@@ -56,6 +58,13 @@ struct DrainState {
   char cmdline[32768] = {};
   const char* argv[kMaxArgs] = {};
   int argc = 0;
+
+  // Attach (control socket; the thread's own, not under `lock` except where noted):
+  ControlServer control;
+  bool stacks_mapped = false;     // under lock: the stack table was mapped by a wake
+  bool attached = false;          // under lock: the stream was opened by `wake`
+  uint64_t min_seq = 0;           // under lock: ring records at or below it are in the snapshot
+  uint64_t stream_start_seq = 0;  // under lock: seq when this stream began
 };
 
 // constinit: hooks can run before this library's constructors.
@@ -130,29 +139,30 @@ void ReadProcessInfo() {
   }
 }
 
-void WriteSnapshot(SnapshotReason reason) {
+// Returns the seq the snapshot is exact at (0 if it could not be written).
+uint64_t WriteSnapshot(SnapshotReason reason) {
   AgentState& a = Agent();
   // Exact at the seq the scan reads (live_table.h explains how).
   const uint64_t now = NowNs();
   size_t bound = a.live.live() * kMaxLiveEntryBytes + 4096;
+  uint64_t seq = 0;
   auto encode = [&](WireWriter& w) {
     SnapshotEncoder snapshot(w, now, reason, /*complete_history=*/true);
-    uint64_t seq = 0;
     a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) { snapshot.Add(e); });
     return snapshot.Finish(seq);
   };
   if (bound < kWriteBufferBytes / 2) {
-    Put(encode);
-    return;
+    return Put(encode) ? seq : 0;
   }
   // Too big for the write buffer: a scratch mapping of the size it can reach.
   FlushWriter();
   bound += a.live.slots() / 16 * kMaxLiveEntryBytes;  // entries added while we scan
   void* mem = mmap(nullptr, bound, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return;
+  if (mem == MAP_FAILED) return 0;
   WireWriter big(static_cast<uint8_t*>(mem), bound);
-  if (encode(big) && g_drain.output.is_open()) g_drain.output.Write(big.data(), big.size());
+  bool ok = encode(big) && g_drain.output.is_open() && g_drain.output.Write(big.data(), big.size());
   munmap(mem, bound);
+  return ok ? seq : 0;
 }
 
 void SendModules() {
@@ -182,6 +192,7 @@ void StartStream() {
   d.modules.SetMainProgramPath(d.exe);
   d.reported_ring_drops = 0;
   d.events_since_snapshot = 0;
+  for (DeviceSlot& slot : a.devices) slot.sent = 0;  // a new stream describes its devices again
   uint8_t header[kStreamHeaderSize];
   EncodeStreamHeader(header);
   g_writer.RawBytes(header, sizeof(header));
@@ -196,12 +207,14 @@ void StartStream() {
   hello.realtime_at_start_ns = a.realtime_at_start_ns;
   hello.monotonic_at_start_ns = a.monotonic_at_start_ns;
   hello.stream_index = a.stream_index;
+  hello.attached = d.attached;
   hello.stack_depth = static_cast<uint32_t>(a.config.stack_depth);
   hello.ring_bytes = a.ring.bytes();
   Put([&](WireWriter& w) { return EncodeHello(w, hello); });
   SendModules();
-  // No STREAM_START snapshot: a preloaded agent's stream starts with the first event (or, in a
-  // forked child, with an empty table), so every live entry is also an event still in the ring.
+  // No STREAM_START snapshot here: a preloaded agent's stream starts with the first event (or,
+  // in a forked child, with an empty table), so every live entry is also an event still in the
+  // ring. A woken agent's stream does start with one (Wake).
 }
 
 void WriteDeviceInfo(int32_t device) {
@@ -231,12 +244,15 @@ void WriteStack(uint64_t id, uint32_t slot) {
 size_t DrainLocked() {
   AgentState& a = Agent();
   DrainState& d = g_drain;
+  // Dormant (or detached): no stream, and the ring may not even be mapped.
+  if (!d.stream_started && !a.shipping.load(std::memory_order_acquire)) return 0;
   if (!EnsureBuffer()) return 0;
   if (!d.stream_started) StartStream();
   size_t popped = 0;
   EventRecord r;
   while (popped < 65536 && a.ring.TryPop(&r)) {
     ++popped;
+    if (r.seq <= d.min_seq && d.min_seq != 0) continue;  // already in the wake's snapshot
     if (!d.output.is_open()) {
       ++d.undeliverable;
       continue;
@@ -276,13 +292,148 @@ size_t DrainNow() {
   return n;
 }
 
+// --- attach: wake / sleep through the control socket (drain thread only) ---
+
+// Ends a stream that `wake` opened: ships what is in the ring, writes End, closes. Under lock.
+void EndAttachedStreamLocked(bool write_end) {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  a.shipping.store(false, std::memory_order_seq_cst);
+  DrainLocked();
+  if (write_end && d.output.is_open()) {
+    EndData end;
+    end.seq = a.seq.load(std::memory_order_acquire);
+    end.time_ns = NowNs();
+    end.events_recorded = end.seq - d.stream_start_seq;
+    end.total_dropped = a.ring_drops.load(std::memory_order_acquire);
+    Put([&](WireWriter& w) { return EncodeEnd(w, end); });
+    FlushWriter();
+  }
+  g_writer.Clear();
+  d.output.Close();
+  d.stream_started = false;
+  d.attached = false;
+  d.ended = false;
+  // Records hooks push after this (they saw `shipping` just before) are older than the next
+  // wake's snapshot, which the min_seq filter then skips.
+}
+
+void Wake(const char* socket_path, char* reply, size_t reply_size) {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  pthread_mutex_lock(&d.lock);
+  if (a.shipping.load(std::memory_order_acquire) || d.stream_started) {
+    snprintf(reply, reply_size, "error already streaming (%s)",
+             d.attached ? "attached by another fragscope attach" : "started with an output");
+    pthread_mutex_unlock(&d.lock);
+    return;
+  }
+  if (a.ring.bytes() == 0 && !a.ring.Init(a.config.ring_bytes)) {
+    snprintf(reply, reply_size, "error cannot map the %zu-byte event ring", a.config.ring_bytes);
+    pthread_mutex_unlock(&d.lock);
+    return;
+  }
+  if (!d.stacks_mapped && a.config.stack_depth > 0) {
+    // Hooks read stack_depth only after they see `shipping` (stored below, release).
+    if (!a.stacks.Init(a.config.stack_slots, a.config.stack_depth)) a.config.stack_depth = 0;
+  }
+  d.stacks_mapped = true;
+  if (a.config.stack_depth > 0) a.stacks.ResetSent();
+  if (!EnsureBuffer()) {
+    snprintf(reply, reply_size, "error cannot map the write buffer");
+    pthread_mutex_unlock(&d.lock);
+    return;
+  }
+  snprintf(a.config.socket_path, sizeof(a.config.socket_path), "%s", socket_path);
+  d.attached = true;
+  StartStream();
+  if (!d.output.is_open()) {
+    d.output.Close();
+    g_writer.Clear();
+    d.stream_started = false;
+    d.attached = false;
+    snprintf(reply, reply_size,
+             "error the agent cannot connect to %.3000s (its reason is on the program's stderr)",
+             socket_path);
+    pthread_mutex_unlock(&d.lock);
+    return;
+  }
+  a.ring_drops.store(0, std::memory_order_relaxed);
+  d.stream_start_seq = a.seq.load(std::memory_order_acquire);
+  // From here on every event whose seq is above the snapshot's is pushed (Submit loads
+  // `shipping` after taking its seq; both seq_cst), and every one at or below it is in the
+  // snapshot, so the stream is exact from its first frame.
+  a.shipping.store(true, std::memory_order_seq_cst);
+  for (int i = 0; i < kMaxDevices; ++i) WriteDeviceInfo(i);
+  const uint64_t seq = WriteSnapshot(SnapshotReason::kStreamStart);
+  d.min_seq = seq;
+  FlushWriter();
+  const size_t live = a.live.live();
+  pthread_mutex_unlock(&d.lock);
+  snprintf(reply, reply_size, "ok streaming seq=%llu live=%zu",
+           static_cast<unsigned long long>(seq), live);
+}
+
+void ServeControl(int timeout_ms) {
+  DrainState& d = g_drain;
+  ControlCommand cmd = d.control.Next(timeout_ms);
+  char reply[4096];
+  AgentState& a = Agent();
+  switch (cmd.kind) {
+    case ControlCommandKind::kNone:
+      return;
+    case ControlCommandKind::kWake:
+      Wake(cmd.argument, reply, sizeof(reply));
+      break;
+    case ControlCommandKind::kSleep:
+      pthread_mutex_lock(&d.lock);
+      if (d.attached) {
+        EndAttachedStreamLocked(/*write_end=*/true);
+        snprintf(reply, sizeof(reply), "ok dormant seq=%llu",
+                 static_cast<unsigned long long>(a.seq.load()));
+      } else {
+        snprintf(reply, sizeof(reply), "error not attached");
+      }
+      pthread_mutex_unlock(&d.lock);
+      break;
+    case ControlCommandKind::kStatus:
+      snprintf(reply, sizeof(reply), "ok %s pid=%d seq=%llu live=%zu",
+               a.shipping.load() ? "streaming" : "dormant", static_cast<int>(getpid()),
+               static_cast<unsigned long long>(a.seq.load()), a.live.live());
+      break;
+    case ControlCommandKind::kInvalid:
+      snprintf(reply, sizeof(reply),
+               "error unknown command (wake /abs/collector.sock | sleep | status)");
+      break;
+  }
+  d.control.Reply(reply);
+}
+
 void* DrainThreadMain(void*) {
   AgentCodeScope agent_code;  // CUDA calls on this thread (none expected) are not events
   pthread_setname_np(pthread_self(), "fragscope");
+  AgentState& a = Agent();
+  // Only a dormant agent can be woken; a streaming one has nothing to offer `attach`.
+  if (a.config.dormant && a.config.control_dir[0] != '\0') {
+    g_drain.control.Listen(a.config.control_dir);
+  }
   while (!g_drain.stop.load(std::memory_order_acquire)) {
     uint32_t seen = g_drain.wake_word.load(std::memory_order_acquire);
     g_drain.wake_pending.store(false, std::memory_order_release);
+    ServeControl(0);
     size_t popped = DrainNow();
+    if (g_drain.attached && g_drain.output.failed()) {
+      // The collector went away (attach killed): back to dormant, quietly.
+      pthread_mutex_lock(&g_drain.lock);
+      if (g_drain.attached) EndAttachedStreamLocked(/*write_end=*/false);
+      pthread_mutex_unlock(&g_drain.lock);
+    }
+    if (!a.shipping.load(std::memory_order_acquire) && g_drain.control.listening()) {
+      // Dormant: hooks push nothing; sleep until a control client comes (or a while passes,
+      // to notice stop at exit).
+      ServeControl(kDormantPollMs);
+      continue;
+    }
     // Batches: popping right behind the producers would bounce every slot's cache line between
     // them and us. Hooks wake us early when the ring is half full or a failure needs shipping.
     FutexWait(&g_drain.wake_word, seen, popped > 0 ? kBusyWaitNs : kIdleWaitNs);
@@ -317,6 +468,12 @@ void TryDrainInline() {
 }
 
 }  // namespace
+
+void EnsureBackgroundThread() {
+  if (g_drain.thread_state.load(std::memory_order_relaxed) != 0) return;
+  if (Agent().late.load(std::memory_order_acquire)) return;  // never start a thread during exit
+  StartThread();
+}
 
 void PushRecord(const EventRecord& record) {
   AgentState& a = Agent();
@@ -374,6 +531,7 @@ void DrainAtExit() {
     deadline.tv_sec += 3;
     if (pthread_timedjoin_np(g_drain.thread, nullptr, &deadline) == 0) {
       g_drain.thread_state.store(2, std::memory_order_release);
+      g_drain.control.Close();  // the thread that owned it is gone; unlinks the socket file
     }
   }
   if (g_drain.thread_state.load() != 0 || a.ring.size_approx() > 0) DrainNow();
@@ -385,11 +543,11 @@ void DrainWriteEnd() {
   DrainAtExit();
   pthread_mutex_lock(&g_drain.lock);
   DrainLocked();
-  if (!g_drain.ended && g_drain.output.is_open()) {
+  if (!g_drain.ended && g_drain.stream_started && g_drain.output.is_open()) {
     EndData end;
     end.seq = a.seq.load(std::memory_order_acquire);
     end.time_ns = NowNs();
-    end.events_recorded = end.seq;
+    end.events_recorded = end.seq - g_drain.stream_start_seq;
     end.total_dropped = a.ring_drops.load(std::memory_order_acquire);
     Put([&](WireWriter& w) { return EncodeEnd(w, end); });
     FlushWriter();
@@ -409,6 +567,10 @@ void DrainAfterFork() {
   d.ended = false;
   d.output.Close();
   d.undeliverable = 0;
+  d.control.ForgetAfterFork();
+  d.attached = false;
+  d.min_seq = 0;
+  d.stream_start_seq = 0;
   g_writer.Clear();
 }
 

@@ -16,6 +16,10 @@ namespace fragscope::agent {
 // first use. After the exit sequence began, also drains inline.
 void PushRecord(const EventRecord& record);
 
+// Starts the background thread if it is not running yet (dormant agents: it serves the control
+// socket). Cheap after the first call.
+void EnsureBackgroundThread();
+
 // Writes everything pushed so far before a failure returns to the program: from the calling
 // thread when the drain lock is free, else by waiting for the drain thread, up to ~50 ms.
 void FlushSoon();

@@ -20,6 +20,8 @@ thread_local constinit ThreadState t_thread __attribute__((tls_model("initial-ex
 // The stack of the current event, interned.
 void StampStack(EventRecord& r) {
   AgentState& a = Agent();
+  // Shipping first: while dormant the stack table is not mapped (and depth may still change).
+  if (!a.shipping.load(std::memory_order_acquire)) return;
   const int depth = a.config.stack_depth;
   if (depth <= 0) return;
   uint64_t pcs[StackTable::kMaxDepth];
@@ -100,6 +102,16 @@ EventRecord NewRecord(RecordType type, Api api) {
 }
 
 void Submit(EventRecord& r) {
+  // Loaded after r.seq was taken (seq_cst, like the wake's store and its snapshot scan): an
+  // event that misses the woken stream is inside its first snapshot (drain.cc, Wake).
+  if (!Agent().shipping.load(std::memory_order_seq_cst)) {
+    // Dormant: the live table is all we keep. The device is read now so a wake can describe it
+    // without calling the driver from the agent's thread; the thread that serves the control
+    // socket starts with the first event, like the drain thread.
+    EnsureDeviceInfo(r.device);
+    EnsureBackgroundThread();
+    return;
+  }
   r.time_ns = NowNs();
   r.tid = CurrentTid();
   EnsureDeviceInfo(r.device);
@@ -151,14 +163,15 @@ void RecordFailure(const FailureInfo& info) {
   r.kind = info.kind;
   if (info.from_sub_allocator) r.flags |= kFlagSubAllocator;
   uint64_t free_bytes = 0, total_bytes = 0;
-  if (ReadMemInfo(r.device, &free_bytes, &total_bytes)) {
+  if (Agent().shipping.load(std::memory_order_relaxed) &&
+      ReadMemInfo(r.device, &free_bytes, &total_bytes)) {
     r.flags |= kFlagHasMemInfo;
     r.aux0 = free_bytes;
     r.aux1 = total_bytes;
   }
   r.seq = NextSeq();
   Submit(r);
-  FlushSoon();
+  if (Agent().shipping.load(std::memory_order_relaxed)) FlushSoon();
 }
 
 PendingRelease::PendingRelease(LiveClass cls, uint64_t key) : cls_(cls), key_(key) {
@@ -194,6 +207,7 @@ void PendingRelease::EndFree(Api api, int32_t result, uint64_t stream) {
 void MaybeSampleMemInfo(int32_t device, uint64_t now_ns) {
   if (device < 0 || device >= kMaxDevices) return;
   AgentState& a = Agent();
+  if (!a.shipping.load(std::memory_order_relaxed)) return;  // dormant: samples go nowhere
   DeviceSlot& slot = a.devices[device];
   uint64_t now = now_ns != 0 ? now_ns : NowNs();
   uint64_t last = slot.last_sample_ns.load(std::memory_order_relaxed);
@@ -211,6 +225,7 @@ void MaybeSampleMemInfo(int32_t device, uint64_t now_ns) {
 void SamplePool(int32_t device, uint64_t pool) {
   const DriverCalls& d = Driver();
   if (pool == 0 || d.mem_pool_get_attribute == nullptr) return;
+  if (!Agent().shipping.load(std::memory_order_relaxed)) return;
   EventRecord r;
   memset(&r, 0, sizeof(r));
   r.type = RecordType::kMemInfo;

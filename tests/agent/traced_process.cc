@@ -1,8 +1,10 @@
 #include "traced_process.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -11,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -109,6 +112,106 @@ RunResult RunProgram(const std::string& program, const std::vector<std::string>&
   result.err = ReadFile(err_path);
   return result;
 }
+
+namespace {
+
+std::vector<std::string> ChildEnvironment(const RunOptions& options) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (Inherited(*e)) env.push_back(*e);
+  }
+  env.push_back("LD_LIBRARY_PATH=" + FakeCudaLibDir());
+  if (options.preload) env.push_back("LD_PRELOAD=" + AgentLibrary());
+  for (const auto& [name, value] : options.env) env.push_back(name + "=" + value);
+  return env;
+}
+
+}  // namespace
+
+LiveProcess::LiveProcess(const std::string& program, const std::vector<std::string>& args,
+                         const RunOptions& options) {
+  std::vector<std::string> env = ChildEnvironment(options);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_storage{program};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int to_child[2], from_child[2];
+  if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) return;
+  const std::string err_path = io_.File("stderr");
+  pid_ = fork();
+  if (pid_ == 0) {
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    dup2(err, 2);
+    execve(program.c_str(), argv.data(), envp.data());
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  in_ = to_child[1];
+  out_fd_ = from_child[0];
+}
+
+LiveProcess::~LiveProcess() {
+  if (pid_ > 0 && !finished_) {
+    kill(pid_, SIGKILL);
+    int status;
+    waitpid(pid_, &status, 0);
+  }
+  if (in_ >= 0) close(in_);
+  if (out_fd_ >= 0) close(out_fd_);
+}
+
+bool LiveProcess::WaitForLine(const std::string& line, int timeout_s) {
+  const time_t deadline = time(nullptr) + timeout_s;
+  for (;;) {
+    size_t eol;
+    while ((eol = out_.find('\n', scanned_)) != std::string::npos) {
+      std::string got = out_.substr(scanned_, eol - scanned_);
+      scanned_ = eol + 1;
+      if (got == line) return true;
+    }
+    if (out_fd_ < 0 || time(nullptr) >= deadline) return false;
+    pollfd p{out_fd_, POLLIN, 0};
+    if (poll(&p, 1, 1000) <= 0) continue;
+    char buffer[4096];
+    ssize_t n = read(out_fd_, buffer, sizeof(buffer));
+    if (n <= 0) {
+      close(out_fd_);
+      out_fd_ = -1;
+      continue;
+    }
+    out_.append(buffer, static_cast<size_t>(n));
+  }
+}
+
+void LiveProcess::Send(const std::string& line) {
+  std::string text = line + "\n";
+  if (in_ >= 0) {
+    ssize_t ignored = write(in_, text.data(), text.size());
+    (void)ignored;
+  }
+}
+
+int LiveProcess::Finish() {
+  if (finished_) return exit_code_;
+  if (in_ >= 0) close(in_);
+  in_ = -1;
+  WaitForLine("\x01never", 120);  // reads stdout to its end
+  int status = 0;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  finished_ = true;
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return exit_code_;
+}
+
+std::string LiveProcess::err() const { return ReadFile(io_.File("stderr")); }
 
 const v1::Hello* Trace::hello() const {
   for (const v1::Frame& f : frames) {

@@ -49,6 +49,37 @@ struct RunResult {
 RunResult RunProgram(const std::string& program, const std::vector<std::string>& args,
                      const RunOptions& options);
 
+// A program started with pipes on stdin and stdout (stderr goes to a file), to drive step by
+// step: wait for a line it prints, send it a line. Not thread-safe.
+class LiveProcess {
+ public:
+  LiveProcess(const std::string& program, const std::vector<std::string>& args,
+              const RunOptions& options);
+  ~LiveProcess();  // kills the program if it still runs
+  LiveProcess(const LiveProcess&) = delete;
+  LiveProcess& operator=(const LiveProcess&) = delete;
+
+  int pid() const { return pid_; }
+  // Reads stdout until a line equal to `line`; false at end of output or after `timeout_s`
+  // (a safety net against a hung program, not a timing assertion).
+  bool WaitForLine(const std::string& line, int timeout_s = 60);
+  void Send(const std::string& line);  // writes line + "\n" to stdin
+  // Closes stdin and waits for the exit; returns the exit code, -1 if killed by a signal.
+  int Finish();
+  const std::string& out() const { return out_; }  // stdout read so far
+  std::string err() const;                         // stderr so far
+
+ private:
+  TempDir io_;
+  int pid_ = -1;
+  int in_ = -1;
+  int out_fd_ = -1;
+  std::string out_;
+  size_t scanned_ = 0;
+  bool finished_ = false;
+  int exit_code_ = -1;
+};
+
 struct Trace {
   bool opened = false;
   std::string error;   // why it could not be read, if it could not

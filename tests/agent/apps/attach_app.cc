@@ -1,0 +1,74 @@
+// A long-running program for attach tests: three phases of allocations, each ended by printing
+// "ready N" and waiting for a line on stdin, so a test can wake (or detach) the agent between
+// them. Before phase 1 it fetches cuMemAlloc/cuMemFree through cudaGetDriverEntryPoint and
+// keeps the pointers in statics, as PyTorch does, so an attach must catch calls through them.
+// Everything still live at exit is leaked on purpose (FAKECUDA_LIVE_DUMP is the ground truth).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+namespace {
+
+PFN_cuMemAlloc_v3020 g_alloc = nullptr;  // cached before any attach
+PFN_cuMemFree_v3020 g_free = nullptr;
+
+void* Malloc(size_t size) {
+  void* p = nullptr;
+  cudaError_t r = cudaMalloc(&p, size);
+  std::printf("cudaMalloc %p %zu %d\n", p, size, static_cast<int>(r));
+  return p;
+}
+
+CUdeviceptr DriverAlloc(size_t size) {
+  CUdeviceptr p = 0;
+  CUresult r = g_alloc(&p, size);
+  std::printf("cuMemAlloc %#llx %zu %d\n", static_cast<unsigned long long>(p), size,
+              static_cast<int>(r));
+  return p;
+}
+
+bool WaitForLine(int phase) {
+  std::printf("ready %d\n", phase);
+  std::fflush(stdout);
+  std::string line;
+  return static_cast<bool>(std::getline(std::cin, line));
+}
+
+}  // namespace
+
+int main() {
+  constexpr size_t kMiB = size_t{1} << 20;
+  if (cudaFree(nullptr) != cudaSuccess) return 3;
+  cudaDriverEntryPointQueryResult q;
+  // ByVersion, as PyTorch does (the unversioned call is deprecated in CUDA 13).
+  if (cudaGetDriverEntryPointByVersion("cuMemAlloc", reinterpret_cast<void**>(&g_alloc), 12000,
+                                       cudaEnableDefault, &q) != cudaSuccess ||
+      cudaGetDriverEntryPointByVersion("cuMemFree", reinterpret_cast<void**>(&g_free), 12000,
+                                       cudaEnableDefault, &q) != cudaSuccess) {
+    return 4;
+  }
+  // Phase 1: before any attach.
+  void* a[4];
+  for (int i = 0; i < 4; ++i) a[i] = Malloc((i + 1) * kMiB);
+  CUdeviceptr d1 = DriverAlloc(3 * kMiB + 512);
+  cudaFree(a[1]);
+  if (!WaitForLine(1)) return 0;
+  // Phase 2: the attached part.
+  Malloc(5 * kMiB);
+  DriverAlloc(7 * kMiB);
+  g_free(d1);
+  cudaFree(a[0]);
+  void* huge = nullptr;
+  cudaError_t r = cudaMalloc(&huge, size_t{1} << 50);  // an OOM the stream must carry
+  std::printf("oom %d\n", static_cast<int>(r));
+  if (!WaitForLine(2)) return 0;
+  // Phase 3: after a detach, if the test detached.
+  Malloc(11 * kMiB);
+  DriverAlloc(13 * kMiB);
+  WaitForLine(3);
+  return 0;
+}

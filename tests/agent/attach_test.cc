@@ -1,0 +1,297 @@
+// A dormant agent (FRAGSCOPE_DORMANT=1) woken through its control socket: the stream it sends
+// starts with an exact snapshot, follows calls through driver pointers the program cached
+// before the wake, stops on `sleep`, and only our own user may ask.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "traced_process.h"
+
+namespace fragscope::agent_test {
+namespace {
+
+int ConnectUnix(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// One command to the agent's control socket; its answer without the newline.
+std::string Control(const std::string& socket_path, const std::string& line) {
+  int fd = ConnectUnix(socket_path);
+  if (fd < 0) return "connect failed";
+  std::string text = line + "\n";
+  // MSG_NOSIGNAL: a refused peer may find the connection already closed.
+  ssize_t ignored = send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+  (void)ignored;
+  std::string answer;
+  char buffer[512];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
+  close(fd);
+  while (!answer.empty() && answer.back() == '\n') answer.pop_back();
+  return answer;
+}
+
+// A minimal collector: accepts one connection and keeps every byte until the peer closes.
+class Sink {
+ public:
+  explicit Sink(std::string path) : path_(std::move(path)) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen(fd_, 1);
+    thread_ = std::thread([this] {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 60000) <= 0) return;  // safety net: no agent came
+      int c = accept(fd_, nullptr, nullptr);
+      char buffer[65536];
+      ssize_t n;
+      while ((n = read(c, buffer, sizeof(buffer))) > 0) data_.append(buffer, n);
+      close(c);
+    });
+  }
+  ~Sink() {
+    if (thread_.joinable()) thread_.join();
+    close(fd_);
+  }
+  const std::string& path() const { return path_; }
+  // Waits for the peer to close, then parses what it sent.
+  Trace Collect(const std::string& file) {
+    thread_.join();
+    std::ofstream(file, std::ios::binary) << data_;
+    return ReadTrace(file);
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::string data_;
+  std::thread thread_;
+};
+
+std::string AgentSocket(const TempDir& dir, int pid) {
+  return dir.path() + "/fragscope/agent-" + std::to_string(pid) + ".sock";
+}
+
+// The socket appears once the program's first CUDA event started the agent's thread.
+bool WaitForSocket(const std::string& path) {
+  for (int i = 0; i < 6000; ++i) {
+    if (access(path.c_str(), F_OK) == 0) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+RunOptions Dormant(const TempDir& dir) {
+  return RunOptions{true,
+                    {{"FRAGSCOPE_DORMANT", "1"},
+                     {"XDG_RUNTIME_DIR", dir.path()},
+                     {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}};
+}
+
+using LiveSet = std::map<uint64_t, uint64_t>;  // address -> size
+
+// The allocations live at the end of the stream, replayed from snapshots and events.
+LiveSet Replay(const Trace& trace) {
+  LiveSet live;
+  for (const v1::Frame& f : trace.frames) {
+    if (f.has_snapshot()) {
+      live.clear();
+      for (const auto& a : f.snapshot().allocations()) live[a.address()] = a.size();
+    } else if (f.has_alloc() && f.alloc().result() == 0) {
+      live[f.alloc().address()] = f.alloc().size();
+    } else if (f.has_free() && f.free().result() == 0) {
+      live.erase(f.free().address());
+    }
+  }
+  return live;
+}
+
+// FAKECUDA_LIVE_DUMP: "kind 0xaddress size device" per live allocation at exit.
+LiveSet GroundTruth(const std::string& path) {
+  LiveSet live;
+  std::istringstream in(ReadFile(path));
+  std::string kind, address;
+  uint64_t size = 0;
+  int device = 0;
+  while (in >> kind >> address >> size >> device) live[ParseAddress(address)] = size;
+  return live;
+}
+
+std::multiset<uint64_t> Sizes(const LiveSet& live) {
+  std::multiset<uint64_t> sizes;
+  for (const auto& [address, size] : live) sizes.insert(size);
+  return sizes;
+}
+
+size_t CountFailures(const Trace& trace) {
+  size_t n = 0;
+  for (const v1::Frame* f : trace.Events()) n += f->has_failed() ? 1 : 0;
+  return n;
+}
+
+TEST(AttachTest, WokenStreamIsExactAndFollowsCachedDriverPointers) {
+  TempDir dir;
+  LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string control = AgentSocket(dir, app.pid());
+  ASSERT_TRUE(WaitForSocket(control)) << app.err();
+  EXPECT_EQ(Control(control, "status").substr(0, 10), "ok dormant");
+  Sink sink(dir.File("collector.sock"));
+  std::string answer = Control(control, "wake " + sink.path());
+  ASSERT_EQ(answer.substr(0, 12), "ok streaming") << answer << app.err();
+  EXPECT_NE(answer.find("live=4"), std::string::npos) << answer;  // a[0], a[2], a[3], d1
+  EXPECT_EQ(Control(control, "status").substr(0, 12), "ok streaming");
+  EXPECT_EQ(Control(control, "wake " + sink.path()).substr(0, 5), "error");  // already
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 2"));
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 3"));
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+
+  Trace trace = sink.Collect(dir.File("woken.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  ASSERT_NE(trace.hello(), nullptr);
+  EXPECT_TRUE(trace.hello()->attached());
+  ASSERT_FALSE(trace.Snapshots().empty());
+  const v1::Snapshot& first = *trace.Snapshots()[0];
+  EXPECT_EQ(first.reason(), v1::Snapshot::REASON_STREAM_START);
+  EXPECT_TRUE(first.complete_history());
+  EXPECT_EQ(first.allocations_size(), 4);
+  for (const v1::Frame* f : trace.Events()) {
+    EXPECT_GT(SeqOf(*f), first.seq()) << "an event the snapshot already holds: " << Describe(*f);
+  }
+  std::vector<std::string> events = DescribeEvents(trace);
+  auto has = [&](const std::string& line) {
+    return std::find(events.begin(), events.end(), line) != events.end();
+  };
+  // Calls through the pointers cached before the wake are in the stream.
+  EXPECT_TRUE(has("alloc cuMemAlloc_v2 size=7340032 kind=DEVICE dev=0"))
+      << ::testing::PrintToString(events);
+  EXPECT_TRUE(has("free cuMemFree_v2 size=3146240 dev=0")) << ::testing::PrintToString(events);
+  EXPECT_TRUE(has("alloc cuMemAlloc_v2 size=13631488 kind=DEVICE dev=0"));
+  EXPECT_EQ(CountFailures(trace), 1u);
+  ASSERT_NE(trace.end(), nullptr);
+  const LiveSet truth = GroundTruth(dir.File("truth"));
+  EXPECT_EQ(Replay(trace), truth);
+
+  // The same program with the agent streaming from the start ends in the same state.
+  TempDir full_dir;
+  RunOptions full{true,
+                  {{"FRAGSCOPE_OUTPUT", full_dir.File("full.fst")},
+                   {"FAKECUDA_LIVE_DUMP", full_dir.File("truth")}}};
+  LiveProcess full_app(AppPath("agent_attach_app"), {}, full);
+  for (int phase = 1; phase <= 3; ++phase) {
+    ASSERT_TRUE(full_app.WaitForLine("ready " + std::to_string(phase)));
+    if (phase < 3) full_app.Send("go");
+  }
+  ASSERT_EQ(full_app.Finish(), 0) << full_app.err();
+  Trace full_trace = ReadTrace(full_dir.File("full.fst"));
+  ASSERT_TRUE(full_trace.clean) << full_trace.error;
+  EXPECT_EQ(Sizes(Replay(full_trace)), Sizes(Replay(trace)));
+  EXPECT_EQ(CountFailures(full_trace), CountFailures(trace));
+}
+
+TEST(AttachTest, SleepEndsTheStreamAndAWakeAfterItStartsExactAgain) {
+  TempDir dir;
+  LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string control = AgentSocket(dir, app.pid());
+  ASSERT_TRUE(WaitForSocket(control)) << app.err();
+  EXPECT_EQ(Control(control, "sleep").substr(0, 5), "error");  // not attached
+  LiveSet at_detach;
+  {
+    Sink sink(dir.File("c1.sock"));
+    ASSERT_EQ(Control(control, "wake " + sink.path()).substr(0, 12), "ok streaming");
+    app.Send("go");
+    ASSERT_TRUE(app.WaitForLine("ready 2"));
+    EXPECT_EQ(Control(control, "sleep").substr(0, 10), "ok dormant");
+    Trace trace = sink.Collect(dir.File("first.fst"));  // returns: the agent closed the stream
+    ASSERT_TRUE(trace.clean) << trace.error;
+    ASSERT_NE(trace.end(), nullptr);
+    at_detach = Replay(trace);
+    for (const auto& [address, size] : at_detach) {
+      EXPECT_NE(size, 11u << 20) << "a phase-3 allocation in a stream that ended before it";
+    }
+    EXPECT_EQ(at_detach.size(), 4u);  // a[2], a[3], 5 MiB, 7 MiB
+  }
+  app.Send("go");  // phase 3, dormant again
+  ASSERT_TRUE(app.WaitForLine("ready 3"));
+  EXPECT_EQ(Control(control, "status").substr(0, 10), "ok dormant");
+  Sink sink(dir.File("c2.sock"));
+  ASSERT_EQ(Control(control, "wake " + sink.path()).substr(0, 12), "ok streaming");
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+  Trace second = sink.Collect(dir.File("second.fst"));
+  ASSERT_TRUE(second.clean) << second.error;
+  // What happened while dormant is in the second wake's snapshot.
+  EXPECT_EQ(Replay(second), GroundTruth(dir.File("truth")));
+  EXPECT_EQ(Replay(second).size(), at_detach.size() + 2);
+}
+
+TEST(AttachTest, UnknownCommandsAreAnswered) {
+  TempDir dir;
+  LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string control = AgentSocket(dir, app.pid());
+  ASSERT_TRUE(WaitForSocket(control));
+  EXPECT_EQ(Control(control, "dance").substr(0, 21), "error unknown command");
+  EXPECT_EQ(Control(control, "wake relative.sock").substr(0, 21), "error unknown command");
+  std::string answer = Control(control, "wake " + dir.File("nobody-listens.sock"));
+  EXPECT_EQ(answer.rfind("error the agent cannot connect to", 0), 0u) << answer;
+  EXPECT_EQ(Control(control, "status").substr(0, 10), "ok dormant");
+  struct stat st;
+  ASSERT_EQ(stat((dir.path() + "/fragscope").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+  EXPECT_NE(access(control.c_str(), F_OK), 0) << "the socket outlived the process";
+}
+
+TEST(AttachTest, AnotherUserIsRefusedEvenWhenFileModesLetItIn) {
+  if (geteuid() != 0) {
+    GTEST_SKIP() << "needs root to run a peer under another uid (setuid(65534) in a child)";
+  }
+  TempDir dir;
+  LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string control = AgentSocket(dir, app.pid());
+  ASSERT_TRUE(WaitForSocket(control));
+  // Open the way on purpose, so that only SO_PEERCRED stands between.
+  ASSERT_EQ(chmod(dir.path().c_str(), 0711), 0);
+  ASSERT_EQ(chmod((dir.path() + "/fragscope").c_str(), 0711), 0);
+  ASSERT_EQ(chmod(control.c_str(), 0666), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    std::string answer = Control(control, "status");
+    _exit(answer.rfind("error refused", 0) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: could not change uid, 1: not refused";
+  EXPECT_EQ(Control(control, "status").substr(0, 10), "ok dormant");  // we still may
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+}
+
+}  // namespace
+}  // namespace fragscope::agent_test
