@@ -167,6 +167,21 @@ void SessionServer::AnswerQuery(int fd) {
   WriteAll(fd, DescribeJson());
 }
 
+std::vector<SessionServer::StreamState> SessionServer::Streams() const {
+  std::vector<std::pair<CollectedStream, bool>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& live : streams_) streams.emplace_back(live->stream, !live->done);
+  }
+  std::vector<StreamState> out;
+  for (const auto& [s, connected] : streams) {
+    std::optional<v1::Hello> hello = s.session->hello();
+    if (!hello) continue;
+    out.push_back(StreamState{s.peer_pid, *hello, connected, s.session->Summarize()});
+  }
+  return out;
+}
+
 std::string SessionServer::DescribeJson() const {
   std::vector<std::pair<CollectedStream, bool>> streams;
   {

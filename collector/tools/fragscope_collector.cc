@@ -24,6 +24,8 @@
 #include "absl/strings/str_format.h"
 #include "fragscope/report/report_json.h"
 #include "fragscope/report/report_text.h"
+#include "fragscope/server/metrics_http_server.h"
+#include "fragscope/server/prometheus_exposition.h"
 #include "fragscope/server/session_server.h"
 #include "fragscope/server/socket_listener.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
@@ -32,10 +34,13 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: fragscope-collector [--socket PATH] [--dir DIR] [--no-traces]\n"
+    "                           [--metrics HOST:PORT [--metrics-allow-remote]]\n"
     "  --socket PATH  where agents connect (default $XDG_RUNTIME_DIR/fragscope/collector.sock\n"
     "                 or /tmp/fragscope-$UID/collector.sock)\n"
     "  --dir DIR      traces, OOM post-mortems and final reports (default ./fragscope-traces)\n"
     "  --no-traces    keep models and post-mortems only, no trace files\n"
+    "  --metrics HOST:PORT  Prometheus exposition at http://HOST:PORT/metrics (loopback only\n"
+    "                 unless --metrics-allow-remote; port 0 picks a free port)\n"
     "Point agents at it: FRAGSCOPE_SOCKET=PATH LD_PRELOAD=.../libfragscope.so CMD\n";
 
 std::mutex g_log_mu;  // one line at a time on stderr from many stream threads
@@ -72,12 +77,14 @@ std::string Render(const fragscope::ModelSummary& s, bool json) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string socket_path, dir = "fragscope-traces";
-  bool traces = true;
+  std::string socket_path, dir = "fragscope-traces", metrics;
+  bool traces = true, allow_remote = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if ((a == "--socket" || a == "--dir") && i + 1 < argc) {
-      (a == "--socket" ? socket_path : dir) = argv[++i];
+    if ((a == "--socket" || a == "--dir" || a == "--metrics") && i + 1 < argc) {
+      (a == "--socket" ? socket_path : a == "--dir" ? dir : metrics) = argv[++i];
+    } else if (a == "--metrics-allow-remote") {
+      allow_remote = true;
     } else if (a == "--no-traces") {
       traces = false;
     } else if (a == "--help" || a == "-h") {
@@ -172,6 +179,19 @@ int main(int argc, char** argv) {
                  std::string(server.status().message()).c_str());
     return 3;
   }
+  std::unique_ptr<fragscope::MetricsHttpServer> metrics_server;
+  if (!metrics.empty()) {
+    fragscope::SessionServer* raw = server->get();
+    auto m = fragscope::MetricsHttpServer::Start(
+        metrics, allow_remote, [raw] { return fragscope::RenderPrometheus(raw->Streams()); });
+    if (!m.ok()) {
+      std::fprintf(stderr, "fragscope-collector: %s\n", std::string(m.status().message()).c_str());
+      return 2;
+    }
+    metrics_server = std::move(*m);
+    std::fprintf(stderr, "fragscope-collector: metrics on http://%s:%d/metrics\n",
+                 metrics.substr(0, metrics.rfind(':')).c_str(), metrics_server->port());
+  }
   std::fprintf(stderr,
                "fragscope-collector: listening on %s; writing to %s/\n"
                "  run jobs with: FRAGSCOPE_SOCKET=%s LD_PRELOAD=<prefix>/lib/libfragscope.so CMD\n",
@@ -179,6 +199,7 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&set, &sig);
   std::fprintf(stderr, "fragscope-collector: %s, finishing open streams\n", strsignal(sig));
+  if (metrics_server) metrics_server->Stop();
   (*server)->Finish(1000);
   return 0;
 }

@@ -1,5 +1,7 @@
 // fragscope-collector as a long-running daemon: many processes at once, OOM post-mortems
 // written as they happen, `fragscope top` on a live process, and other users refused.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -12,9 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -45,12 +50,17 @@ class CollectorDaemon : public ::testing::Test {
     dir_ = mkdtemp(tmpl);
     socket_ = dir_ + "/c.sock";
     log_ = dir_ + "/daemon.log";
+    std::vector<std::string> args = {FRAGSCOPE_COLLECTOR_BIN, "--socket", socket_, "--dir",
+                                     dir_ + "/out"};
+    for (const std::string& a : ExtraArgs()) args.push_back(a);
     daemon_ = fork();
     ASSERT_GE(daemon_, 0);
     if (daemon_ == 0) {
-      freopen(log_.c_str(), "w", stderr);
-      execl(FRAGSCOPE_COLLECTOR_BIN, FRAGSCOPE_COLLECTOR_BIN, "--socket", socket_.c_str(), "--dir",
-            (dir_ + "/out").c_str(), static_cast<char*>(nullptr));
+      if (freopen(log_.c_str(), "w", stderr) == nullptr) _exit(126);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
       _exit(127);
     }
     for (int i = 0; i < 500 && !fs::exists(socket_); ++i) {
@@ -58,6 +68,7 @@ class CollectorDaemon : public ::testing::Test {
     }
     ASSERT_TRUE(fs::exists(socket_)) << Slurp(log_);
   }
+  virtual std::vector<std::string> ExtraArgs() const { return {}; }
   void TearDown() override {
     if (daemon_ > 0) {
       kill(daemon_, SIGTERM);
@@ -201,6 +212,117 @@ TEST_F(CollectorDaemon, OtherUsersCannotConnect) {
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "a process of uid 65534 got an answer";
+}
+
+// Starts a process that holds `bytes` until the returned fd is closed.
+pid_t StartHolder(const std::string& socket, uint64_t bytes, int* stdin_fd) {
+  int to_child[2], from_child[2];
+  if (pipe(to_child) != 0 || pipe(from_child) != 0) return -1;
+  pid_t app = fork();
+  if (app == 0) {
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    close(to_child[1]);
+    close(from_child[0]);
+    setenv("FRAGSCOPE_SOCKET", socket.c_str(), 1);
+    setenv("LD_PRELOAD", FRAGSCOPE_AGENT_LIB, 1);
+    std::string arg = std::to_string(bytes);
+    execl(FRAGSCOPE_HOLD_BIN, FRAGSCOPE_HOLD_BIN, arg.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  char ready[6] = {};
+  if (read(from_child[0], ready, 5) != 5) return -1;
+  close(from_child[0]);
+  *stdin_fd = to_child[1];
+  return app;
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  if (send(fd, req.data(), req.size(), 0) < 0) return "";
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+class CollectorMetrics : public CollectorDaemon {
+ protected:
+  std::vector<std::string> ExtraArgs() const override { return {"--metrics", "127.0.0.1:0"}; }
+};
+
+TEST_F(CollectorMetrics, PrometheusExpositionParsesAndCarriesTheLiveFigures) {
+  WaitForLog("metrics on http://127.0.0.1:", 1);
+  std::smatch m;
+  std::string log = Slurp(log_);
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics on http://127\\.0\\.0\\.1:([0-9]+)/")));
+  const int port = std::stoi(m[1]);
+  int holder_stdin = -1;
+  pid_t app = StartHolder(socket_, 100663296, &holder_stdin);
+  ASSERT_GT(app, 0);
+  // The agent ships asynchronously: poll until the figure shows.
+  const std::string want = "pid=\"" + std::to_string(app) + "\"";
+  std::string body;
+  for (int i = 0; i < 300; ++i) {
+    std::string resp = HttpGet(port, "/metrics");
+    ASSERT_EQ(resp.rfind("HTTP/1.0 200", 0), 0u) << resp;
+    body = resp.substr(resp.find("\r\n\r\n") + 4);
+    if (body.find("fragscope_reserved_bytes{" + want) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Every line is a comment or a valid sample; every family is announced before its samples.
+  const std::regex sample(
+      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\} -?[0-9.eE+-]+$)");
+  std::set<std::string> typed;
+  std::istringstream lines(body);
+  std::string line;
+  int samples = 0;
+  bool saw_reserved = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      typed.insert(line.substr(7, line.find(' ', 7) - 7));
+      continue;
+    }
+    if (line.rfind("# HELP ", 0) == 0) continue;
+    std::smatch s;
+    ASSERT_TRUE(std::regex_match(line, s, sample)) << "bad exposition line: " << line;
+    EXPECT_TRUE(typed.count(s[1])) << "sample before its # TYPE: " << line;
+    ++samples;
+    if (line.rfind("fragscope_reserved_bytes{" + want, 0) == 0) {
+      saw_reserved = true;
+      EXPECT_EQ(line.substr(line.rfind(' ') + 1), "100663296") << line;
+    }
+    // Nothing cached: fragmentation is unknown, so it must be absent, never 0.
+    EXPECT_NE(line.rfind("fragscope_fragmentation_ratio{" + want, 0), 0u) << line;
+  }
+  EXPECT_TRUE(saw_reserved) << body;
+  EXPECT_GT(samples, 5);
+  EXPECT_EQ(HttpGet(port, "/other").rfind("HTTP/1.0 404", 0), 0u);
+  close(holder_stdin);
+  waitpid(app, nullptr, 0);
+}
+
+TEST(CollectorDaemonUsage, MetricsRefuseNonLoopbackUnlessAsked) {
+  std::string out;
+  EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_COLLECTOR_BIN) +
+                            " --socket /tmp/fragscope-unused.sock --metrics 0.0.0.0:0",
+                        &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("--metrics-allow-remote"), std::string::npos) << out;
 }
 
 TEST(CollectorDaemonUsage, BadArgumentsExit2) {

@@ -62,6 +62,15 @@ class SessionServer {
   // {"schema_version":1,"streams":[{"peer_pid","pid","exe","host","connected","frames",
   //  "report":{...fragscope report JSON...}}]}
   std::string DescribeJson() const;
+
+  // The state of every stream that has said hello, now (for metrics exporters).
+  struct StreamState {
+    pid_t peer_pid = 0;
+    v1::Hello hello;
+    bool connected = false;
+    ModelSummary summary;
+  };
+  std::vector<StreamState> Streams() const;
   int refused_peers() const { return listener_.refused_peers(); }
 
  private:
