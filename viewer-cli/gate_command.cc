@@ -6,6 +6,7 @@
 #include "arg_reader.h"
 #include "commands.h"
 #include "exit_codes.h"
+#include "fragscope/model/format_bytes.h"
 #include "gate_check.h"
 #include "trace_loading.h"
 
@@ -161,6 +162,14 @@ int GateCommand(const std::vector<std::string>& args) {
     if (failed > 1) std::fprintf(stderr, " (and %d more failed checks)", failed - 1);
     std::fprintf(stderr, "\n");
     return kExitGateFailed;
+  }
+  if (checks.empty()) {
+    // Nothing failed, but nothing was judged either: say so rather than look like a clean bill.
+    std::fprintf(stderr,
+                 "fragscope gate: passed, but no check applied: no device had at least %s cached "
+                 "at the chosen moment (--at), so fragmentation was not judged\n",
+                 FormatBytes(limits.min_cached_bytes).c_str());
+    return kExitOk;
   }
   std::fprintf(stderr, "fragscope gate: passed (%zu checks)\n", checks.size());
   return kExitOk;
