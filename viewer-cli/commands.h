@@ -9,6 +9,7 @@
 namespace fragscope::cli {
 
 int RunCommand(const std::vector<std::string>& args);
+int AttachCommand(const std::vector<std::string>& args);
 int ReportCommand(const std::vector<std::string>& args);
 int ImportCommand(const std::vector<std::string>& args);
 int GateCommand(const std::vector<std::string>& args);

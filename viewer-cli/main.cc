@@ -12,6 +12,7 @@ constexpr char kUsage[] =
     "usage: fragscope COMMAND [ARGS...]\n"
     "commands:\n"
     "  run [opts] -- CMD ARGS...   run CMD with the agent preloaded; report when it exits\n"
+    "  attach PID [--duration S]  collect from a running process started with its agent dormant\n"
     "  top [PID] [--once]         live view of processes a fragscope-collector collects from\n"
     "  report TRACE                summary, segment metrics and OOM post-mortems of a trace\n"
     "                              (--format text|json|html)\n"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "run") return fragscope::cli::RunCommand(args);
+  if (command == "attach") return fragscope::cli::AttachCommand(args);
   if (command == "report") return fragscope::cli::ReportCommand(args);
   if (command == "import") return fragscope::cli::ImportCommand(args);
   if (command == "gate") return fragscope::cli::GateCommand(args);

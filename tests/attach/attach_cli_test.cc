@@ -1,0 +1,210 @@
+// `fragscope attach PID`: against a program started with its agent dormant (the trace it keeps
+// ends in the state the fake driver reports), detaching after --duration, and the errors a user
+// meets (no such process, another user's, no agent, an agent that is not dormant).
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "traced_process.h"
+
+namespace fragscope::agent_test {
+namespace {
+
+const std::string kCli = FRAGSCOPE_CLI_BIN;
+
+std::string AgentSocket(const TempDir& dir, int pid) {
+  return dir.path() + "/fragscope/agent-" + std::to_string(pid) + ".sock";
+}
+
+bool WaitForFile(const std::string& path) {
+  for (int i = 0; i < 6000; ++i) {  // safety net, not a timing assertion
+    if (access(path.c_str(), F_OK) == 0) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+std::string Status(const std::string& socket_path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
+  std::string answer;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    ssize_t ignored = send(fd, "status\n", 7, MSG_NOSIGNAL);
+    (void)ignored;
+    char buffer[512];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
+  }
+  close(fd);
+  return answer;
+}
+
+bool WaitForStatus(const std::string& socket_path, const std::string& prefix) {
+  for (int i = 0; i < 6000; ++i) {
+    if (Status(socket_path).rfind(prefix, 0) == 0) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+RunOptions Dormant(const TempDir& dir) {
+  return RunOptions{true,
+                    {{"FRAGSCOPE_DORMANT", "1"},
+                     {"XDG_RUNTIME_DIR", dir.path()},
+                     {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}};
+}
+
+RunOptions Cli(const TempDir& dir) { return RunOptions{false, {{"XDG_RUNTIME_DIR", dir.path()}}}; }
+
+using LiveSet = std::map<uint64_t, uint64_t>;
+
+LiveSet Replay(const Trace& trace) {
+  LiveSet live;
+  for (const v1::Frame& f : trace.frames) {
+    if (f.has_snapshot()) {
+      live.clear();
+      for (const auto& a : f.snapshot().allocations()) live[a.address()] = a.size();
+    } else if (f.has_alloc() && f.alloc().result() == 0) {
+      live[f.alloc().address()] = f.alloc().size();
+    } else if (f.has_free() && f.free().result() == 0) {
+      live.erase(f.free().address());
+    }
+  }
+  return live;
+}
+
+LiveSet GroundTruth(const std::string& path) {
+  LiveSet live;
+  std::istringstream in(ReadFile(path));
+  std::string kind, address;
+  uint64_t size = 0;
+  int device = 0;
+  while (in >> kind >> address >> size >> device) live[ParseAddress(address)] = size;
+  return live;
+}
+
+TEST(AttachCliTest, CollectsUntilTheProcessEndsAndMatchesTheDriver) {
+  TempDir dir;
+  LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string control = AgentSocket(dir, app.pid());
+  ASSERT_TRUE(WaitForFile(control)) << app.err();
+  LiveProcess attach(kCli,
+                     {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
+                      "json", "--report", dir.File("report.json")},
+                     Cli(dir));
+  ASSERT_TRUE(WaitForStatus(control, "ok streaming")) << attach.err();
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 2"));
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 3"));
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  EXPECT_NE(attach.err().find("the process ended"), std::string::npos) << attach.err();
+
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  ASSERT_NE(trace.hello(), nullptr);
+  EXPECT_TRUE(trace.hello()->attached());
+  ASSERT_NE(trace.end(), nullptr);
+  EXPECT_EQ(Replay(trace), GroundTruth(dir.File("truth")));
+  // The report knows the OOM of phase 2 and that the stream comes from an attach.
+  nlohmann::json report = nlohmann::json::parse(ReadFile(dir.File("report.json")), nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << ReadFile(dir.File("report.json"));
+  EXPECT_NE(report.dump().find("\"attached\":true"), std::string::npos) << report.dump();
+  // And the kept trace reads on its own.
+  RunResult again = RunProgram(kCli, {"report", dir.File("t.fst")}, Cli(dir));
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+}
+
+TEST(AttachCliTest, DurationDetachesAndLeavesTheAgentDormant) {
+  TempDir dir;
+  LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string control = AgentSocket(dir, app.pid());
+  ASSERT_TRUE(WaitForFile(control));
+  RunResult attach = RunProgram(
+      kCli, {"attach", std::to_string(app.pid()), "--duration", "1", "-o", dir.File("t.fst")},
+      Cli(dir));
+  ASSERT_EQ(attach.exit_code, 0) << attach.err;
+  EXPECT_NE(attach.err.find("detached"), std::string::npos) << attach.err;
+  EXPECT_FALSE(attach.out.empty());  // the text report
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  ASSERT_NE(trace.end(), nullptr);  // a detach closes the stream properly
+  EXPECT_EQ(Replay(trace).size(), 4u);
+  EXPECT_EQ(Status(control).rfind("ok dormant", 0), 0u);
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 2"));
+  app.Send("go");
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+  EXPECT_EQ(ReadTrace(dir.File("t.fst")).frames.size(), trace.frames.size())
+      << "events after the detach reached the trace";
+}
+
+TEST(AttachCliTest, ErrorsSayWhatIsWrongAndWhatToDo) {
+  TempDir dir;
+  // Usage.
+  EXPECT_EQ(RunProgram(kCli, {"attach"}, Cli(dir)).exit_code, 2);
+  EXPECT_EQ(RunProgram(kCli, {"attach", "12x"}, Cli(dir)).exit_code, 2);
+  EXPECT_EQ(RunProgram(kCli, {"attach", "1", "--duration", "-4"}, Cli(dir)).exit_code, 2);
+  // A pid that no longer exists: a child we reaped.
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  waitpid(gone, nullptr, 0);
+  RunResult r = RunProgram(kCli, {"attach", std::to_string(gone)}, Cli(dir));
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.err.find("no process with pid"), std::string::npos) << r.err;
+  // A process without the agent.
+  {
+    LiveProcess plain(AppPath("agent_attach_app"), {}, RunOptions{false, {}});
+    ASSERT_TRUE(plain.WaitForLine("ready 1"));
+    r = RunProgram(kCli, {"attach", std::to_string(plain.pid())}, Cli(dir));
+    EXPECT_EQ(r.exit_code, 3);
+    EXPECT_NE(r.err.find("injecting one into a running process is not implemented"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("FRAGSCOPE_DORMANT=1"), std::string::npos) << r.err;
+  }
+  // An agent that streams from the start has no control socket.
+  {
+    LiveProcess streaming(AppPath("agent_attach_app"), {},
+                          RunOptions{true, {{"FRAGSCOPE_OUTPUT", dir.File("own.fst")}}});
+    ASSERT_TRUE(streaming.WaitForLine("ready 1"));
+    r = RunProgram(kCli, {"attach", std::to_string(streaming.pid())}, Cli(dir));
+    EXPECT_EQ(r.exit_code, 3);
+    EXPECT_NE(r.err.find("agent loaded but no control socket"), std::string::npos) << r.err;
+  }
+}
+
+TEST(AttachCliTest, AnotherUsersProcessIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to start a process under another uid";
+  TempDir dir;
+  pid_t other = fork();
+  if (other == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    pause();
+    _exit(0);
+  }
+  // The child changes uid right away; wait until /proc shows it.
+  std::string status_path = "/proc/" + std::to_string(other) + "/status";
+  for (int i = 0; i < 6000 && ReadFile(status_path).find("65534") == std::string::npos; ++i) {
+    usleep(10000);
+  }
+  RunResult r = RunProgram(kCli, {"attach", std::to_string(other)}, Cli(dir));
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.err.find("belongs to uid 65534"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace fragscope::agent_test

@@ -1,0 +1,285 @@
+// fragscope attach PID [--duration S] [-o TRACE] [--format text|json]
+//
+// Collects from a running process whose agent was started dormant (LD_PRELOAD=libfragscope.so
+// FRAGSCOPE_DORMANT=1): starts an embedded collector, asks the agent through its control
+// socket to stream to it ('wake'), and when --duration has passed, Ctrl-C is pressed or the
+// process ends, detaches ('sleep') and prints the report. The stream starts with the agent's
+// live table, kept since the program started, so the report is exact from the first line.
+//
+// Injecting the agent into a process that was started without it is not implemented (see
+// interpose/README.md "Attach").
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "arg_reader.h"
+#include "commands.h"
+#include "exit_codes.h"
+#include "fragscope/server/session_server.h"
+#include "report_output.h"
+
+namespace fragscope::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: fragscope attach PID [options]\n"
+    "  --duration S           collect for S seconds (default: until Ctrl-C or the process ends)\n"
+    "  -o, --output TRACE     keep the trace\n"
+    "  --format text|json     report format (default text)\n"
+    "  --report FILE          write the report to FILE instead of stdout\n"
+    "The process must have been started with the agent dormant:\n"
+    "  LD_PRELOAD=/path/to/libfragscope.so FRAGSCOPE_DORMANT=1 CMD ARGS...\n";
+
+volatile sig_atomic_t g_interrupted = 0;
+void OnInterrupt(int) { g_interrupted = 1; }
+
+bool ParsePositive(const std::string& s, long max, long* out) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno != 0 || v <= 0 || v > max) return false;
+  *out = v;
+  return true;
+}
+
+bool ProcessExists(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+
+// A variable of the target's environment (readable for our own processes and root).
+std::string TargetEnv(pid_t pid, const std::string& name) {
+  std::ifstream in(absl::StrFormat("/proc/%d/environ", pid), std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0')) {
+    if (entry.compare(0, name.size() + 1, name + "=") == 0) return entry.substr(name.size() + 1);
+  }
+  return "";
+}
+
+bool AgentMapped(pid_t pid) {
+  std::ifstream in(absl::StrFormat("/proc/%d/maps", pid));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("/libfragscope.so") != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The agent's control socket: under the target's $XDG_RUNTIME_DIR, ours, or /tmp/fragscope-UID
+// (the agent uses the first that its own environment names).
+std::string FindControlSocket(pid_t pid, uid_t uid) {
+  std::vector<std::string> dirs;
+  if (std::string xdg = TargetEnv(pid, "XDG_RUNTIME_DIR"); !xdg.empty()) {
+    dirs.push_back(xdg + "/fragscope");
+  }
+  if (const char* xdg = getenv("XDG_RUNTIME_DIR"); xdg != nullptr && xdg[0] != '\0') {
+    dirs.push_back(std::string(xdg) + "/fragscope");
+  }
+  dirs.push_back(absl::StrFormat("/tmp/fragscope-%u", uid));
+  for (const std::string& dir : dirs) {
+    std::string path = absl::StrFormat("%s/agent-%d.sock", dir, pid);
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return path;
+  }
+  return "";
+}
+
+// Sends one command line to the agent and returns its one-line answer ("" if none came).
+std::string AskAgent(const std::string& socket_path, const std::string& command) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
+  timeval timeout{10, 0};  // the agent answers from its background thread within ~100 ms
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  std::string answer;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    std::string line = command + "\n";
+    if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size())) {
+      char buffer[1024];
+      ssize_t n;
+      while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
+    }
+  }
+  close(fd);
+  while (!answer.empty() && answer.back() == '\n') answer.pop_back();
+  return answer;
+}
+
+std::string DefaultAgentHint() {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "libfragscope.so";
+  self[n] = '\0';
+  std::string dir(self);
+  dir = dir.substr(0, dir.rfind('/'));
+  return dir.substr(0, dir.rfind('/')) + "/lib/libfragscope.so";
+}
+
+}  // namespace
+
+int AttachCommand(const std::vector<std::string>& args) {
+  std::string duration_text, trace_path, format_name = "text", report_path;
+  bool help = false;
+  ArgReader reader("attach", args);
+  reader.Option("duration", "", &duration_text);
+  reader.Option("output", "o", &trace_path);
+  reader.Option("format", "f", &format_name);
+  reader.Option("report", "", &report_path);
+  reader.Flag("help", &help);
+  if (!reader.Parse()) {
+    std::fprintf(stderr, "%s\n%s", reader.error().c_str(), kUsage);
+    return kExitUsage;
+  }
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  ReportFormat format;
+  if (!ParseReportFormat(format_name, &format)) {
+    std::fprintf(stderr, "fragscope attach: unknown --format '%s' (text or json)\n%s",
+                 format_name.c_str(), kUsage);
+    return kExitUsage;
+  }
+  long pid_value = 0, duration_s = 0;
+  if (reader.positionals().size() != 1 ||
+      !ParsePositive(reader.positionals()[0], 1L << 22, &pid_value)) {
+    std::fprintf(stderr, "fragscope attach: give exactly one process id\n%s", kUsage);
+    return kExitUsage;
+  }
+  if (!duration_text.empty() && !ParsePositive(duration_text, 365L * 24 * 3600, &duration_s)) {
+    std::fprintf(stderr,
+                 "fragscope attach: --duration '%s' must be a whole number of seconds > 0\n",
+                 duration_text.c_str());
+    return kExitUsage;
+  }
+  const pid_t pid = static_cast<pid_t>(pid_value);
+  struct stat proc;
+  if (!ProcessExists(pid) || stat(absl::StrFormat("/proc/%d", pid).c_str(), &proc) != 0) {
+    std::fprintf(stderr, "fragscope attach: no process with pid %d\n", pid);
+    return kExitBadInput;
+  }
+  if (proc.st_uid != geteuid()) {
+    // The agent serves only its own user (SO_PEERCRED), and its collector socket must be one
+    // the process may connect to, so even root has to run attach as that user.
+    std::fprintf(stderr,
+                 "fragscope attach: pid %d belongs to uid %u, not to you (uid %u); run attach as "
+                 "that user (e.g. sudo -u '#%u' fragscope attach %d)\n",
+                 pid, proc.st_uid, geteuid(), proc.st_uid, pid);
+    return kExitBadInput;
+  }
+  const std::string control = FindControlSocket(pid, geteuid());
+  if (control.empty()) {
+    if (AgentMapped(pid)) {
+      std::fprintf(stderr,
+                   "fragscope attach: pid %d has the agent loaded but no control socket: it was "
+                   "not started with FRAGSCOPE_DORMANT=1 (an agent that streams from the start "
+                   "already has an output), or it has not used CUDA memory yet\n",
+                   pid);
+    } else {
+      std::fprintf(stderr,
+                   "fragscope attach: pid %d has no fragscope agent, and injecting one into a "
+                   "running process is not implemented yet. Start the program with the agent "
+                   "dormant, then attach whenever needed:\n"
+                   "  LD_PRELOAD=%s FRAGSCOPE_DORMANT=1 CMD ARGS...\n",
+                   pid, DefaultAgentHint().c_str());
+    }
+    return kExitBadInput;
+  }
+
+  std::atomic<bool> stream_ended{false};
+  SessionServerOptions server_options;
+  if (!trace_path.empty()) {
+    server_options.trace_path = [&trace_path](const v1::Frame&, pid_t) { return trace_path; };
+  }
+  server_options.on_stream_end = [&stream_ended](const CollectedStream&) { stream_ended = true; };
+  auto runtime_dir = PrivateRuntimeDir();
+  if (!runtime_dir.ok()) {
+    std::fprintf(stderr, "fragscope attach: %s\n",
+                 std::string(runtime_dir.status().message()).c_str());
+    return kExitBadInput;
+  }
+  auto collector = SessionServer::Start(
+      absl::StrFormat("%s/attach-%d.sock", *runtime_dir, getpid()), std::move(server_options));
+  if (!collector.ok()) {
+    std::fprintf(stderr, "fragscope attach: %s\n",
+                 std::string(collector.status().message()).c_str());
+    return kExitBadInput;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+
+  const std::string answer = AskAgent(control, "wake " + (*collector)->socket_path());
+  if (answer.rfind("ok", 0) != 0) {
+    std::fprintf(stderr, "fragscope attach: the agent of pid %d did not start streaming: %s\n", pid,
+                 (answer.empty() ? "no answer on its control socket " + control : answer).c_str());
+    return kExitBadInput;
+  }
+  std::fprintf(
+      stderr, "fragscope attach: collecting from pid %d (%s); %s\n", pid, answer.c_str(),
+      duration_s > 0 ? absl::StrFormat("for %d s", duration_s).c_str() : "Ctrl-C to detach");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(duration_s);
+  while (!g_interrupted && !stream_ended && ProcessExists(pid) &&
+         (duration_s == 0 || std::chrono::steady_clock::now() < deadline)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  bool detached = false;
+  if (!stream_ended && ProcessExists(pid)) {
+    // Detach: the agent writes End, closes the stream and goes back to dormant.
+    detached = AskAgent(control, "sleep").rfind("ok", 0) == 0;
+  }
+  std::vector<CollectedStream> streams = (*collector)->Finish(2000);
+  if (streams.empty()) {
+    std::fprintf(stderr, "fragscope attach: pid %d never connected to the collector\n", pid);
+    return kExitBadInput;
+  }
+  const CollectedStream& s = streams.front();
+  if (s.outcome.result != FrameReader::Result::kEnd || !s.outcome.saw_end_frame) {
+    std::fprintf(stderr,
+                 "fragscope attach: warning: the stream of pid %d ended early (%s); the report "
+                 "covers what arrived\n",
+                 pid,
+                 s.outcome.error.empty() ? "process ended without closing its stream"
+                                         : s.outcome.error.c_str());
+  }
+  std::ofstream report_file;
+  std::ostream* out = &std::cout;
+  if (!report_path.empty()) {
+    report_file.open(report_path, std::ios::trunc);
+    if (!report_file) {
+      std::fprintf(stderr, "fragscope attach: cannot write report %s: %s\n", report_path.c_str(),
+                   std::strerror(errno));
+      return kExitBadInput;
+    }
+    out = &report_file;
+  }
+  WriteReport(s.session->Summarize(), format, *out);
+  if (!s.outcome.trace_error.empty()) {
+    std::fprintf(stderr, "fragscope attach: trace copy failed: %s\n",
+                 s.outcome.trace_error.c_str());
+  } else if (!trace_path.empty()) {
+    std::fprintf(stderr, "fragscope attach: trace written to %s\n", trace_path.c_str());
+  }
+  std::fprintf(stderr, "fragscope attach: %s\n",
+               detached ? "detached; the agent is dormant again" : "the process ended");
+  return kExitOk;
+}
+
+}  // namespace fragscope::cli
