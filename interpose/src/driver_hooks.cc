@@ -52,6 +52,7 @@ void OnAcquire(DriverHookId id, CUresult r, uint64_t address, uint64_t size, Mem
 template <typename Fn, typename Ptr>
 CUresult Release(DriverHookId id, Fn real, Ptr ptr, uint64_t stream,
                  CUresult (*call)(Fn, Ptr, uint64_t)) {
+  if (PassThroughInner()) return call(real, ptr, stream);
   HookCall hook;
   if (!hook.record() || ptr == 0) {
     CUresult r = call(real, ptr, stream);
@@ -157,6 +158,8 @@ int32_t HandleDevice(uint64_t handle) {
 // --- plain allocations ---
 
 FRAGSCOPE_DRIVER_WRAPPER(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize)) {
+  if (PassThroughInner())
+    return Real<PFN_cuMemAlloc_v3020>(DriverHookId::k_cuMemAlloc_v2)(dptr, bytesize);
   HookCall hook;
   auto real = Real<PFN_cuMemAlloc_v3020>(DriverHookId::k_cuMemAlloc_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
@@ -171,6 +174,7 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize)) {
 
 // Legacy ABI: 32-bit pointer and size.
 FRAGSCOPE_DRIVER_WRAPPER(cuMemAlloc, (DevicePtr32 * dptr, unsigned int bytesize)) {
+  if (PassThroughInner()) return Real<LegacyMemAlloc>(DriverHookId::k_cuMemAlloc)(dptr, bytesize);
   HookCall hook;
   auto real = Real<LegacyMemAlloc>(DriverHookId::k_cuMemAlloc);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;

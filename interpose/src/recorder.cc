@@ -13,10 +13,6 @@
 namespace fragscope::agent {
 namespace {
 
-// initial-exec: no __tls_get_addr (which may allocate) on the hot path. Small, so it fits the
-// static TLS surplus even when the agent is loaded late.
-thread_local constinit ThreadState t_thread __attribute__((tls_model("initial-exec"))) = {};
-
 // The stack of the current event, interned.
 void StampStack(EventRecord& r) {
   AgentState& a = Agent();
@@ -68,11 +64,11 @@ bool ReadMemInfo(int32_t device, uint64_t* free_bytes, uint64_t* total_bytes) {
 
 }  // namespace
 
-ThreadState& CurrentThread() { return t_thread; }
+thread_local constinit ThreadState g_thread_state __attribute__((tls_model("initial-exec"))) = {};
 
 uint32_t CurrentTid() {
-  if (t_thread.tid == 0) t_thread.tid = static_cast<uint32_t>(syscall(SYS_gettid));
-  return t_thread.tid;
+  if (g_thread_state.tid == 0) g_thread_state.tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  return g_thread_state.tid;
 }
 
 uint64_t NowNs() {
@@ -129,6 +125,39 @@ uint64_t InsertLive(LiveEntry entry) {
 }
 
 void RecordAlloc(const AllocInfo& info) {
+  AgentState& a = Agent();
+  if (!a.shipping.load(std::memory_order_relaxed)) {
+    // Dormant: the live entry alone (the seq_cst load in Submit decides for a woken stream;
+    // this one only skips building a record that would be thrown away).
+    LiveEntry e{};
+    e.cls = LiveClass::kAllocation;
+    e.api = info.api;
+    e.kind = info.kind;
+    e.device = info.device >= 0 ? info.device : CurrentDevice();
+    e.address = info.address;
+    e.size = info.size;
+    e.stream = info.stream;
+    e.pool = info.pool;
+    uint64_t seq = InsertLive(e);
+    if (!a.shipping.load(std::memory_order_seq_cst)) {
+      EnsureDeviceInfo(e.device);
+      EnsureBackgroundThread();
+      return;
+    }
+    // Woken in between: this event's seq may be above the wake's snapshot, so ship it.
+    EventRecord r = NewRecord(RecordType::kAlloc, info.api);
+    r.device = e.device;
+    r.address = info.address;
+    r.size = info.size;
+    r.kind = info.kind;
+    r.stream = info.stream;
+    r.pool = info.pool;
+    r.aux0 = info.pitch;
+    if (info.in_capture) r.flags |= kFlagInCapture;
+    r.seq = seq;
+    Submit(r);
+    return;
+  }
   EventRecord r = NewRecord(RecordType::kAlloc, info.api);
   r.device = info.device >= 0 ? info.device : CurrentDevice();
   r.address = info.address;
@@ -192,6 +221,8 @@ void PendingRelease::Restore() {
 
 void PendingRelease::EndFree(Api api, int32_t result, uint64_t stream) {
   if (result != 0) Restore();
+  // Dormant: nothing to ship (seq_cst: see Submit; the seq was taken in the constructor).
+  if (!Agent().shipping.load(std::memory_order_seq_cst)) return;
   EventRecord r = NewRecord(RecordType::kFree, api);
   r.seq = seq_;
   r.result = result;

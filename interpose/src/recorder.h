@@ -29,8 +29,19 @@ struct ThreadState {
   uint32_t tid;          // cached gettid(), 0 until read
 };
 
-ThreadState& CurrentThread();
+// initial-exec: no __tls_get_addr (which may allocate) on the hot path. Small, so it fits the
+// static TLS surplus even when the agent is loaded late. Defined in recorder.cc.
+extern thread_local constinit ThreadState g_thread_state __attribute__((tls_model("initial-exec")));
+inline ThreadState& CurrentThread() { return g_thread_state; }
 uint32_t CurrentTid();
+
+// True for a call that nothing needs: a driver call inside an outer hook on this thread while
+// no stream is wanted (dormant, or no output). The outer hook keeps the live table and no
+// result has to be reported to it, so the wrapper calls the real function straight away: one
+// TLS read and one relaxed load instead of a second full hook layer.
+inline bool PassThroughInner() {
+  return g_thread_state.depth > 0 && !Agent().shipping.load(std::memory_order_relaxed);
+}
 
 // Makes hooks on this thread pass through while agent code runs (e.g. on the drain thread).
 class AgentCodeScope {
