@@ -34,7 +34,7 @@ void DeviceState::Deposit(const SegmentContribution& c) {
       break;
     case Coverage::kAnnotated:
       ++annotated_segments_;
-      largest_free_by_segment_.insert(c.largest_free);
+      largest_free_by_segment_.Insert(c.largest_free);
       break;
   }
 }
@@ -57,12 +57,10 @@ void DeviceState::Retract(const SegmentContribution& c) {
       break;
     case Coverage::kAnnotated:
       --annotated_segments_;
-      // Always present (every Retract follows the Deposit of the same contribution); checked
-      // anyway so a bug can skew a figure but never crash the collector.
-      if (auto it = largest_free_by_segment_.find(c.largest_free);
-          it != largest_free_by_segment_.end()) {
-        largest_free_by_segment_.erase(it);
-      }
+      // Always present (every Retract follows the Deposit of the same contribution); a bug
+      // could skew a figure but never crash the collector (MaxMultiset tolerates it).
+      largest_free_by_segment_.Erase(c.largest_free);
+      if (largest_free_by_segment_.Wasteful()) largest_free_by_segment_.Compact();
       break;
   }
 }
@@ -102,7 +100,9 @@ void DeviceState::DepositPool(const PoolState& p) {
 
 void DeviceState::SavePeakSitesIfDue() {
   if (!peak_sites_due_) return;
-  peak_sites_ = sites_.Top(sites_.size());
+  // Unsorted: SitesAtPeak sorts when (if ever) the copy is read, and a stream that keeps
+  // reaching new peaks would otherwise sort the whole table on every site change.
+  sites_.CopyTo(&peak_sites_);
   peak_sites_due_ = false;
 }
 
@@ -130,15 +130,12 @@ DeviceMetrics DeviceState::Metrics(bool with_reasons) const {
   m.opaque = seg_opaque_;
   m.cached = seg_cached_;
   m.pending = seg_pending_ + pool_pending_;
-  m.largest_free = largest_free_by_segment_.empty() ? 0 : *largest_free_by_segment_.rbegin();
+  m.largest_free = largest_free_by_segment_.Max();
   m.stranded = m.cached - std::min(m.cached, m.largest_free);
   m.pool_free = pool_reserved_ - std::min(pool_reserved_, pool_used_ + pool_pending_);
   if (!with_reasons) {
-    // The per-event path: same decision, no strings.
-    if (opaque_segments_ == 0 && m.cached > 0 && m.cached >= options_->fragmentation_floor_bytes) {
-      m.fragmentation.value =
-          1.0 - static_cast<double>(m.largest_free) / static_cast<double>(m.cached);
-    }
+    // Same decision, no strings.
+    m.fragmentation.value = FragmentationValue(m.cached, m.largest_free);
   } else if (opaque_segments_ > 0) {
     m.fragmentation = Measured<double>::Unknown(absl::StrFormat(
         "%d opaque segment(s) holding %s: a caching allocator carves them and its free ranges "
@@ -164,25 +161,51 @@ DeviceMetrics DeviceState::Metrics(bool with_reasons) const {
   return m;
 }
 
+std::optional<double> DeviceState::FragmentationValue(uint64_t cached,
+                                                      uint64_t largest_free) const {
+  if (opaque_segments_ != 0 || cached == 0 || cached < options_->fragmentation_floor_bytes) {
+    return std::nullopt;
+  }
+  return 1.0 - static_cast<double>(largest_free) / static_cast<double>(cached);
+}
+
 void DeviceState::AfterEvent(uint64_t seq, uint64_t time_ns) {
-  const DeviceMetrics m = Metrics(/*with_reasons=*/false);
-  if (m.reserved > peak_reserved_) {
-    peak_reserved_ = m.reserved;
+  // The per-event path: only the figures peaks and the timeline need, the same sums Metrics()
+  // uses (not all of Metrics: untracked, stranded and pool_free are not needed here).
+  const uint64_t reserved = ReservedNow();
+  const uint64_t allocated = seg_allocated_ + pool_used_ + graph_bytes;
+  const uint64_t cached = seg_cached_;
+  const uint64_t largest_free = largest_free_by_segment_.Max();
+  const std::optional<double> fragmentation = FragmentationValue(cached, largest_free);
+  if (reserved > peak_reserved_) {
+    peak_reserved_ = reserved;
     peak_reserved_seq_ = seq;
     peak_sites_due_ = true;
   }
-  peak_allocated_ = std::max(peak_allocated_, m.allocated);
-  if (m.fragmentation.value) {
-    max_fragmentation_ = std::max(max_fragmentation_.value_or(0.0), *m.fragmentation.value);
+  peak_allocated_ = std::max(peak_allocated_, allocated);
+  if (fragmentation) {
+    max_fragmentation_ = std::max(max_fragmentation_.value_or(0.0), *fragmentation);
   }
-  timeline_.Offer(
-      {seq, time_ns, m.reserved, m.allocated, m.cached, m.largest_free, m.fragmentation.value});
+  timeline_.Offer({seq, time_ns, reserved, allocated, cached, largest_free, fragmentation});
 }
 
 void DeviceState::RecordEvent(const RecentEvent& e) {
-  if (options_->recent_events == 0) return;
-  if (recent_.size() >= options_->recent_events) recent_.pop_front();
-  recent_.push_back(e);
+  const std::size_t capacity = options_->recent_events;
+  if (capacity == 0) return;
+  if (recent_.size() < capacity) {
+    recent_.push_back(e);
+    return;
+  }
+  recent_[recent_head_] = e;
+  recent_head_ = recent_head_ + 1 == capacity ? 0 : recent_head_ + 1;
+}
+
+std::vector<RecentEvent> DeviceState::RecentEvents() const {
+  std::vector<RecentEvent> out;
+  out.reserve(recent_.size());
+  out.insert(out.end(), recent_.begin() + recent_head_, recent_.end());
+  out.insert(out.end(), recent_.begin(), recent_.begin() + recent_head_);
+  return out;
 }
 
 void DeviceState::ResetLive() {
@@ -190,7 +213,7 @@ void DeviceState::ResetLive() {
   seg_allocated_ = seg_opaque_ = seg_cached_ = seg_pending_ = 0;
   segments_ = exact_segments_ = annotated_segments_ = opaque_segments_ = 0;
   seg_blocks_ = free_ranges_ = 0;
-  largest_free_by_segment_.clear();
+  largest_free_by_segment_.Clear();
   driver_segment_bytes = handle_bytes = unmapped_handle_bytes = imported_bytes = 0;
   graph_bytes = managed_bytes = graph_blocks = 0;
   for (auto& [id, p] : pools_) {

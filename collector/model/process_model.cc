@@ -90,15 +90,18 @@ class ProcessModel::Impl {
 
  private:
   DeviceState& Device(int ordinal) {
-    auto it = devices_.find(ordinal);
-    if (it == devices_.end()) it = devices_.try_emplace(ordinal, ordinal, options_).first;
-    Touch(ordinal);
-    return it->second;
-  }
-  void Touch(int ordinal) {
-    if (std::find(touched_.begin(), touched_.end(), ordinal) == touched_.end()) {
-      touched_.push_back(ordinal);
+    // Most streams have one device and every event asks for it several times: remember the
+    // last one (std::map nodes stay put, and devices are never erased).
+    if (last_device_ == nullptr || last_device_->ordinal() != ordinal) {
+      auto it = devices_.find(ordinal);
+      if (it == devices_.end()) it = devices_.try_emplace(ordinal, ordinal, options_).first;
+      last_device_ = &it->second;
     }
+    Touch(last_device_);
+    return *last_device_;
+  }
+  void Touch(DeviceState* d) {
+    if (std::find(touched_.begin(), touched_.end(), d) == touched_.end()) touched_.push_back(d);
   }
   void FinishEvent(uint64_t seq, uint64_t time_ns);
   void Record(int device, const RecentEvent& e) {
@@ -158,10 +161,14 @@ class ProcessModel::Impl {
   OomAnalyzer analyzer_;
 
   std::map<int, DeviceState> devices_;
-  std::vector<int> touched_;
+  DeviceState* last_device_ = nullptr;  // the one Device() returned last
+  std::vector<DeviceState*> touched_;   // by this event, in the order first touched
   // UVA: one address space for every device, so segments are indexed by address alone.
   // std::map keeps references stable while other segments come and go.
   std::map<uint64_t, Segment> segments_;
+  // The segment SegmentContaining() found last: consecutive block events mostly land in the
+  // same segment. Cleared whenever a segment leaves segments_.
+  Segment* last_segment_ = nullptr;
   std::vector<uint64_t> unclassified_segments_;  // begins of segments whose stack is not here
   absl::flat_hash_map<uint64_t, LiveAllocation> allocations_;
   absl::flat_hash_map<uint64_t, PhysicalHandle> handles_;
@@ -202,10 +209,17 @@ bool ProcessModel::Impl::CanPlaceSegment(uint64_t address, uint64_t size) const 
 }
 
 Segment* ProcessModel::Impl::SegmentContaining(uint64_t address) {
+  // Segments are disjoint, so the one holding `address` is the answer whoever asks.
+  if (last_segment_ != nullptr && address >= last_segment_->begin() &&
+      address < last_segment_->end()) {
+    return last_segment_;
+  }
   auto it = segments_.upper_bound(address);
   if (it == segments_.begin()) return nullptr;
   --it;
-  return address < it->second.end() ? &it->second : nullptr;
+  if (address >= it->second.end()) return nullptr;
+  last_segment_ = &it->second;
+  return last_segment_;
 }
 
 template <typename F>
@@ -248,6 +262,7 @@ void ProcessModel::Impl::EraseSegment(std::map<uint64_t, Segment>::iterator it) 
   for (const auto& [address, block] : s.blocks()) device.RemoveSite(block.stack_id, block.size);
   // Mappings still in a freed reservation no longer hold their handles.
   for (const auto& [address, mapping] : s.mappings()) SetHandleMappings(mapping.handle, -1);
+  if (last_segment_ == &s) last_segment_ = nullptr;
   segments_.erase(it);
 }
 
@@ -454,7 +469,7 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
 void ProcessModel::Impl::FinishEvent(uint64_t seq, uint64_t time_ns) {
   if (seq != 0) SeenSeq(seq);
   last_time_ns_ = std::max(last_time_ns_, time_ns);
-  for (int ordinal : touched_) devices_.at(ordinal).AfterEvent(seq, time_ns);
+  for (DeviceState* d : touched_) d->AfterEvent(seq, time_ns);
   touched_.clear();
 }
 
@@ -954,13 +969,14 @@ void ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
   }
   // Replace the stream's live state with the snapshot's.
   segments_.clear();
+  last_segment_ = nullptr;
   unclassified_segments_.clear();
   allocations_.clear();
   handles_.clear();
   orphans_.clear();
   for (auto& [ordinal, d] : devices_) {
     d.ResetLive();
-    Touch(ordinal);
+    Touch(&d);
   }
   for (const v1::LiveReservation& r : snap.reservations()) {
     // A rejected reservation must not annotate a segment left at its address.

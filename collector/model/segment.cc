@@ -126,15 +126,18 @@ std::vector<std::pair<uint64_t, int>> Segment::Unmap(uint64_t begin, uint64_t en
 bool Segment::AllocBlock(uint64_t address, const SubBlock& block, SubBlock* replaced) {
   BecomeAnnotated();
   bool consistent = true;
-  auto old = blocks_.find(address);
-  if (old != blocks_.end()) {
+  // One search: the position also serves as the insertion hint.
+  auto pos = blocks_.lower_bound(address);
+  if (pos != blocks_.end() && pos->first == address) {
     // Its free was lost: forget the old block before placing the new one.
-    *replaced = old->second;
+    *replaced = pos->second;
     SubBlock ignored;
     FreeBlock(address, &ignored);
     consistent = false;
+    blocks_[address] = block;  // FreeBlock's erase invalidated `pos`
+  } else {
+    blocks_.emplace_hint(pos, address, block);
   }
-  blocks_[address] = block;
   if (block.pending_free) {
     pending_block_bytes_ += block.size;
     ++pending_blocks_;

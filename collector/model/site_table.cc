@@ -24,6 +24,11 @@ std::vector<SiteEntry> SiteTable::Top(std::size_t n) const {
   return TopSites(std::move(entries), n);
 }
 
+void SiteTable::CopyTo(std::vector<SiteEntry>* out) const {
+  out->clear();
+  for (const auto& [id, live] : sites_) out->push_back({id, live.bytes, live.count});
+}
+
 std::vector<SiteEntry> TopSites(std::vector<SiteEntry> entries, std::size_t n) {
   auto larger = [](const SiteEntry& a, const SiteEntry& b) {
     if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;

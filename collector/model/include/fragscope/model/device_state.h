@@ -4,14 +4,13 @@
 #define FRAGSCOPE_MODEL_DEVICE_STATE_H_
 
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "fragscope/model/max_multiset.h"
 #include "fragscope/model/model_options.h"
 #include "fragscope/model/model_summary.h"
 #include "fragscope/model/segment.h"
@@ -120,7 +119,8 @@ class DeviceState {
   uint64_t peak_reserved() const { return peak_reserved_; }
 
   void RecordEvent(const RecentEvent& e);
-  std::vector<RecentEvent> RecentEvents() const { return {recent_.begin(), recent_.end()}; }
+  // Oldest first.
+  std::vector<RecentEvent> RecentEvents() const;
 
   // Forgets all live state (segments, handles, pools' blocks, sites) before a Snapshot rebuilds
   // it. Keeps identity, samples, peaks, timeline and recent events.
@@ -132,6 +132,9 @@ class DeviceState {
   void RetractPool(const PoolState& p);
   void DepositPool(const PoolState& p);
   void SavePeakSitesIfDue();
+  // The fragmentation ratio when it is reportable (DESIGN.md: cached at or above the floor and
+  // no opaque segment), else nullopt.
+  std::optional<double> FragmentationValue(uint64_t cached, uint64_t largest_free) const;
 
   int ordinal_;
   const ModelOptions* options_;
@@ -147,7 +150,7 @@ class DeviceState {
   uint64_t opaque_segments_ = 0;
   uint64_t seg_blocks_ = 0;
   uint64_t free_ranges_ = 0;
-  absl::btree_multiset<uint64_t> largest_free_by_segment_;  // one per annotated segment
+  MaxMultiset largest_free_by_segment_;  // one per annotated segment
 
   absl::flat_hash_map<uint64_t, PoolState> pools_;
   uint64_t pool_reserved_ = 0;
@@ -156,8 +159,9 @@ class DeviceState {
   uint64_t pool_blocks_ = 0;
 
   SiteTable sites_;
-  // Sites at the moment of peak reserved. Copied lazily: a new peak only sets the flag, and the
-  // copy is taken just before the next site change (or read as the live table if none came).
+  // Sites at the moment of peak reserved, unsorted. Copied lazily: a new peak only sets the flag,
+  // and the copy is taken just before the next site change (or read as the live table if none
+  // came).
   std::vector<SiteEntry> peak_sites_;
   bool peak_sites_due_ = false;
 
@@ -166,7 +170,10 @@ class DeviceState {
   uint64_t peak_allocated_ = 0;
   std::optional<double> max_fragmentation_;
   Timeline timeline_;
-  std::deque<RecentEvent> recent_;
+  // The last options_->recent_events events, a ring: once full, recent_head_ is the oldest and
+  // the next to be overwritten (no allocation per event, unlike a deque's push/pop).
+  std::vector<RecentEvent> recent_;
+  std::size_t recent_head_ = 0;
 };
 
 }  // namespace fragscope

@@ -1,11 +1,12 @@
 // Free address ranges inside one segment, with a size summary so the largest free range is
-// O(1) and every update O(log n) in the number of free ranges.
+// O(1) and every update O(log n) (amortized) in the number of free ranges.
 #ifndef FRAGSCOPE_MODEL_FREE_RANGE_SET_H_
 #define FRAGSCOPE_MODEL_FREE_RANGE_SET_H_
 
 #include <cstdint>
+
 #include "absl/container/btree_map.h"
-#include "absl/container/btree_set.h"
+#include "fragscope/model/max_multiset.h"
 
 namespace fragscope {
 
@@ -19,7 +20,7 @@ class FreeRangeSet {
   uint64_t Erase(uint64_t begin, uint64_t end);
 
   uint64_t total_bytes() const { return total_; }
-  uint64_t largest_bytes() const { return sizes_.empty() ? 0 : *sizes_.rbegin(); }
+  uint64_t largest_bytes() const { return sizes_.Max(); }
   std::size_t count() const { return ranges_.size(); }
   bool empty() const { return ranges_.empty(); }
 
@@ -31,11 +32,11 @@ class FreeRangeSet {
   const absl::btree_map<uint64_t, uint64_t>& ranges() const { return ranges_; }
 
  private:
-  void Add(uint64_t begin, uint64_t end);
-  void Remove(absl::btree_map<uint64_t, uint64_t>::iterator it);
+  // Drops the sizes of ranges that are gone once they outnumber the live ones (O(1) amortized).
+  void TrimSizes();
 
   absl::btree_map<uint64_t, uint64_t> ranges_;
-  absl::btree_multiset<uint64_t> sizes_;  // btree: no allocation per insert
+  MaxMultiset sizes_;  // of ranges_ (end - begin), for largest_bytes()
   uint64_t total_ = 0;
 };
 

@@ -18,6 +18,9 @@ class SiteTable {
 
   // Largest live_bytes first (ties: smaller stack id first), at most `n`. O(sites log n).
   std::vector<SiteEntry> Top(std::size_t n) const;
+  // Every live site, in no particular order, into `out` (its capacity is reused). O(sites), no
+  // sort: for copies kept in case they are read later (sites at peak), sorted when read.
+  void CopyTo(std::vector<SiteEntry>* out) const;
   std::size_t size() const { return sites_.size(); }
 
  private:
