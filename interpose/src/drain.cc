@@ -15,6 +15,7 @@
 
 #include "agent.h"
 #include "control.h"
+#include "flight_recorder.h"
 #include "frame_encoder.h"
 #include "module_map.h"
 #include "recorder.h"
@@ -65,6 +66,12 @@ struct DrainState {
   bool attached = false;          // under lock: the stream was opened by `wake`
   uint64_t min_seq = 0;           // under lock: ring records at or below it are in the snapshot
   uint64_t stream_start_seq = 0;  // under lock: seq when this stream began
+
+  // Flight recorder (FRAGSCOPE_FLIGHT_MB; flight_recorder.h), under lock:
+  uint64_t segment_bytes = 0;    // bytes written to the current file (not counting g_writer)
+  uint64_t segment_head = 0;     // bytes of its head (header .. first snapshot)
+  uint64_t segment_min_seq = 0;  // live-state records at or below it are in its snapshot
+  uint64_t rotations = 0;
 };
 
 // constinit: hooks can run before this library's constructors.
@@ -102,10 +109,14 @@ bool EnsureBuffer() {
   return true;
 }
 
+// Writes to the output, counting the bytes of the current file.
+bool WriteOut(const void* data, size_t size) {
+  g_drain.segment_bytes += size;
+  return g_drain.output.Write(data, size);
+}
+
 void FlushWriter() {
-  if (g_writer.size() > 0 && g_drain.output.is_open()) {
-    g_drain.output.Write(g_writer.data(), g_writer.size());
-  }
+  if (g_writer.size() > 0 && g_drain.output.is_open()) WriteOut(g_writer.data(), g_writer.size());
   g_writer.Clear();
 }
 
@@ -160,7 +171,7 @@ uint64_t WriteSnapshot(SnapshotReason reason) {
   void* mem = mmap(nullptr, bound, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) return 0;
   WireWriter big(static_cast<uint8_t*>(mem), bound);
-  bool ok = encode(big) && g_drain.output.is_open() && g_drain.output.Write(big.data(), big.size());
+  bool ok = encode(big) && g_drain.output.is_open() && WriteOut(big.data(), big.size());
   munmap(mem, bound);
   return ok ? seq : 0;
 }
@@ -170,6 +181,8 @@ void SendModules() {
     if (!Put([](WireWriter& w) { return g_drain.modules.EncodeNew(w); })) break;
   }
 }
+
+void WriteStreamHead();
 
 void StartStream() {
   AgentState& a = Agent();
@@ -188,11 +201,24 @@ void StartStream() {
   }
   d.output.Open(d.path, a.config.socket_path);
   ReadProcessInfo();
+  d.reported_ring_drops = 0;
+  d.segment_min_seq = 0;
+  WriteStreamHead();
+  // No STREAM_START snapshot here: a preloaded agent's stream starts with the first event (or,
+  // in a forked child, with an empty table), so every live entry is also an event still in the
+  // ring. A woken agent's stream does start with one (Wake).
+}
+
+// Stream header, Hello and the module map: how every stream and flight segment begins.
+void WriteStreamHead() {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  d.segment_bytes = 0;
   d.modules.Reset();
   d.modules.SetMainProgramPath(d.exe);
-  d.reported_ring_drops = 0;
   d.events_since_snapshot = 0;
   for (DeviceSlot& slot : a.devices) slot.sent = 0;  // a new stream describes its devices again
+  const pid_t pid = getpid();
   uint8_t header[kStreamHeaderSize];
   EncodeStreamHeader(header);
   g_writer.RawBytes(header, sizeof(header));
@@ -212,9 +238,6 @@ void StartStream() {
   hello.ring_bytes = a.ring.bytes();
   Put([&](WireWriter& w) { return EncodeHello(w, hello); });
   SendModules();
-  // No STREAM_START snapshot here: a preloaded agent's stream starts with the first event (or,
-  // in a forked child, with an empty table), so every live entry is also an event still in the
-  // ring. A woken agent's stream does start with one (Wake).
 }
 
 void WriteDeviceInfo(int32_t device) {
@@ -240,6 +263,77 @@ void WriteStack(uint64_t id, uint32_t slot) {
   if (Put([&](WireWriter& w) { return EncodeStack(w, id, pcs, n); })) stacks.MarkSent(slot);
 }
 
+// The stack `id` when only its id is known (a live entry): found where Intern probes.
+void WriteStackById(uint64_t id) {
+  StackTable& stacks = Agent().stacks;
+  if (id == 0 || stacks.slots() == 0) return;
+  uint64_t pcs[StackTable::kMaxDepth];
+  for (int probe = 0; probe < StackTable::kMaxProbe; ++probe) {
+    const uint32_t slot =
+        static_cast<uint32_t>((id + static_cast<uint64_t>(probe)) & (stacks.slots() - 1));
+    if (stacks.Frames(slot, id, pcs) < 0) continue;
+    WriteStack(id, slot);
+    return;
+  }
+}
+
+bool LiveStateRecord(RecordType type) {
+  return type == RecordType::kAlloc || type == RecordType::kFree || type == RecordType::kMap ||
+         type == RecordType::kHandle || type == RecordType::kBlock;
+}
+
+bool SegmentFull() {
+  DrainState& d = g_drain;
+  const uint64_t limit = FlightSegmentBytes();
+  if (limit == 0 || d.attached || Agent().config.socket_path[0] != '\0' || !d.output.is_open()) {
+    return false;
+  }
+  const uint64_t size = d.segment_bytes + g_writer.size();
+  // A head (snapshot) bigger than half the segment still leaves room for events: no thrashing.
+  return size >= limit && size - d.segment_head >= limit / 2;
+}
+
+// Flight recorder: the current file becomes "<path>.prev" and a new one starts at `path` with
+// the head of a stream, the devices, the stacks of the live entries and a PERIODIC snapshot
+// exact at its seq S. Live-state records at or below S still in the ring are skipped (the
+// snapshot has them); failures and marks at or below S are still written, after it.
+void RotateSegment() {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  FlushWriter();
+  char prev[sizeof(d.path) + 8];
+  snprintf(prev, sizeof(prev), "%s.prev", d.path);
+  rename(d.path, prev);  // on failure the new file truncates the old one: still bounded
+  d.output.Close();
+  d.output.Open(d.path, "");
+  ++d.rotations;
+  WriteStreamHead();
+  for (int i = 0; i < kMaxDevices; ++i) WriteDeviceInfo(i);
+  if (a.stacks.slots() > 0) a.stacks.ResetSent();
+  // The snapshot is encoded aside while the stacks it names go to the write buffer, so the
+  // StackTable frames precede it.
+  FlushWriter();
+  size_t bound = (a.live.live() + a.live.slots() / 16) * kMaxLiveEntryBytes + 4096;
+  void* mem = mmap(nullptr, bound, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  uint64_t seq = 0;
+  if (mem != MAP_FAILED) {
+    WireWriter big(static_cast<uint8_t*>(mem), bound);
+    SnapshotEncoder snapshot(big, NowNs(), SnapshotReason::kPeriodic, /*complete_history=*/true);
+    a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) {
+      snapshot.Add(e);
+      WriteStackById(e.stack_id);
+    });
+    const bool ok = snapshot.Finish(seq);
+    FlushWriter();
+    if (ok && d.output.is_open()) WriteOut(big.data(), big.size());
+    munmap(mem, bound);
+  }
+  d.segment_min_seq = seq;
+  d.stream_start_seq = seq;  // End.events_recorded counts this segment's seqs
+  d.events_since_snapshot = 0;
+  d.segment_head = d.segment_bytes;
+}
+
 // Pops and writes what the ring holds. Returns the number of records popped.
 size_t DrainLocked() {
   AgentState& a = Agent();
@@ -253,6 +347,7 @@ size_t DrainLocked() {
   while (popped < 65536 && a.ring.TryPop(&r)) {
     ++popped;
     if (r.seq <= d.min_seq && d.min_seq != 0) continue;  // already in the wake's snapshot
+    if (r.seq <= d.segment_min_seq && LiveStateRecord(r.type)) continue;  // in the snapshot
     if (!d.output.is_open()) {
       ++d.undeliverable;
       continue;
@@ -266,6 +361,7 @@ size_t DrainLocked() {
       WriteSnapshot(SnapshotReason::kPeriodic);  // lets a reader start in the middle
       d.events_since_snapshot = 0;
     }
+    if (SegmentFull()) RotateSegment();
   }
   const uint64_t drops = a.ring_drops.load(std::memory_order_acquire);
   if (drops != d.reported_ring_drops && d.output.is_open()) {
@@ -571,6 +667,9 @@ void DrainAfterFork() {
   d.attached = false;
   d.min_seq = 0;
   d.stream_start_seq = 0;
+  d.segment_min_seq = 0;
+  d.segment_bytes = 0;
+  d.segment_head = 0;
   g_writer.Clear();
 }
 
