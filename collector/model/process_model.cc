@@ -91,12 +91,18 @@ class ProcessModel::Impl {
  private:
   DeviceState& Device(int ordinal) {
     // Most streams have one device and every event asks for it several times: remember the
-    // last one (std::map nodes stay put, and devices are never erased).
-    if (last_device_ == nullptr || last_device_->ordinal() != ordinal) {
-      auto it = devices_.find(ordinal);
-      if (it == devices_.end()) it = devices_.try_emplace(ordinal, ordinal, options_).first;
-      last_device_ = &it->second;
+    // last one (std::map nodes stay put, and devices are never erased), in a path small
+    // enough to inline.
+    if (last_device_ != nullptr && last_device_->ordinal() == ordinal) [[likely]] {
+      if (touched_.empty() || touched_.back() != last_device_) Touch(last_device_);
+      return *last_device_;
     }
+    return FindDevice(ordinal);
+  }
+  DeviceState& FindDevice(int ordinal) {
+    auto it = devices_.find(ordinal);
+    if (it == devices_.end()) it = devices_.try_emplace(ordinal, ordinal, options_).first;
+    last_device_ = &it->second;
     Touch(last_device_);
     return *last_device_;
   }
@@ -142,7 +148,9 @@ class ProcessModel::Impl {
                uint64_t stack_id);
   void OnHandle(const v1::HandleEvent& e);
   void OnBlock(const v1::BlockEvent& e);
-  void PlaceBlock(uint64_t address, const SubBlock& block, int device, uint64_t seq);
+  // Returns the segment holding `address` (whether or not the block could be placed in it), or
+  // nullptr for an orphan.
+  Segment* PlaceBlock(uint64_t address, const SubBlock& block, int device, uint64_t seq);
   void OnFailed(const v1::FailedAlloc& e);
   OomFigures FiguresAt(int device, uint64_t requested, uint64_t stream, uint64_t pool,
                        bool from_failure);
@@ -757,29 +765,31 @@ void ProcessModel::Impl::MarkSubAllocated(uint64_t segment_base) {
   Change(it->second, [](Segment& seg) { seg.BecomeAnnotated(); });
 }
 
-void ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block, int device,
-                                    uint64_t seq) {
+Segment* ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block, int device,
+                                        uint64_t seq) {
   Segment* s = SegmentContaining(address);
   if (s == nullptr) {
     // Not inside any segment we know: keep and report it, never drop it.
     orphans_[address] = {seq, device, address, block.size, block.stack_id, block.allocator};
     ++orphans_total_;
-    return;
-  }
-  if (!s->CanPlaceBlock(address, block.size)) {
-    // Past its segment's end or over another block: placing it would count bytes twice.
-    ++unmatched_;
-    return;
+    return nullptr;
   }
   SubBlock replaced;
-  bool consistent = true;
-  Change(*s, [&](Segment& seg) { consistent = seg.AllocBlock(address, block, &replaced); });
+  Segment::Placement placement = Segment::Placement::kRejected;
+  // A rejected block changes nothing, so the contribution put back is the one taken out.
+  Change(*s, [&](Segment& seg) { placement = seg.AllocBlock(address, block, &replaced); });
+  if (placement == Segment::Placement::kRejected) {
+    // Past its segment's end or over another block: placing it would count bytes twice.
+    ++unmatched_;
+    return s;
+  }
   DeviceState& d = Device(s->device());
-  if (!consistent) {
+  if (placement == Segment::Placement::kReplaced) {
     ++unmatched_;
     d.RemoveSite(replaced.stack_id, replaced.size);
   }
   d.AddSite(block.stack_id, block.size);
+  return s;
 }
 
 void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
@@ -789,8 +799,9 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
   switch (e.op()) {
     case v1::BlockEvent::OP_ALLOC: {
       SubBlock b{e.size(), e.stack_id(), e.stream(), e.pool(), e.allocator(), false};
-      PlaceBlock(e.address(), b, e.device(), e.seq());
-      if (Segment* s = SegmentContaining(e.address())) device = s->device();
+      if (const Segment* s = PlaceBlock(e.address(), b, e.device(), e.seq())) {
+        device = s->device();
+      }
       analyzer_.OnSuccess(device, e.size(), e.seq());
       break;
     }

@@ -123,17 +123,27 @@ std::vector<std::pair<uint64_t, int>> Segment::Unmap(uint64_t begin, uint64_t en
   return changes;
 }
 
-bool Segment::AllocBlock(uint64_t address, const SubBlock& block, SubBlock* replaced) {
-  BecomeAnnotated();
-  bool consistent = true;
-  // One search: the position also serves as the insertion hint.
+Segment::Placement Segment::AllocBlock(uint64_t address, const SubBlock& block,
+                                       SubBlock* replaced) {
+  // CanPlaceBlock's test, written out so that its search also gives the insertion hint.
+  if (!Encloses(address, block.size)) return Placement::kRejected;
   auto pos = blocks_.lower_bound(address);
-  if (pos != blocks_.end() && pos->first == address) {
+  if (pos != blocks_.begin()) {
+    auto prev = std::prev(pos);
+    if (prev->first + prev->second.size > address) return Placement::kRejected;
+  }
+  const bool same_address = pos != blocks_.end() && pos->first == address;
+  auto next = same_address ? std::next(pos) : pos;
+  if (next != blocks_.end() && next->first < address + block.size) return Placement::kRejected;
+
+  BecomeAnnotated();  // changes free ranges only: `pos` stays valid
+  Placement placement = Placement::kPlaced;
+  if (same_address) {
     // Its free was lost: forget the old block before placing the new one.
     *replaced = pos->second;
     SubBlock ignored;
     FreeBlock(address, &ignored);
-    consistent = false;
+    placement = Placement::kReplaced;
     blocks_[address] = block;  // FreeBlock's erase invalidated `pos`
   } else {
     blocks_.emplace_hint(pos, address, block);
@@ -151,7 +161,7 @@ bool Segment::AllocBlock(uint64_t address, const SubBlock& block, SubBlock* repl
   } else if (*stream_and_pool_ != sp) {
     mixed_streams_ = true;
   }
-  return consistent;
+  return placement;
 }
 
 bool Segment::FreeBlock(uint64_t address, SubBlock* freed) {

@@ -33,8 +33,12 @@ class MaxMultiset {
     std::push_heap(erased_.begin(), erased_.end());
     Settle();
   }
-  // Whether erased values that still take space outnumber the live ones.
-  bool Wasteful() const { return erased_.size() > kSlack && erased_.size() > values_.size() / 2; }
+  // Whether erased values that still take space are more than twice the live ones (so memory
+  // stays within 3x the live values, and each rebuild is paid for by as many erasures).
+  bool Wasteful() const {
+    // erased > 2 (values - erased), without a subtraction that a stray erasure could wrap.
+    return erased_.size() > kSlack && 3 * erased_.size() > 2 * values_.size();
+  }
   // Replaces the contents with `live` (exactly the live values, in any order). O(n).
   template <typename Range, typename ValueOf>
   void Rebuild(const Range& live, ValueOf value_of) {
@@ -49,7 +53,6 @@ class MaxMultiset {
   bool empty() const { return values_.empty(); }
   // The largest value, 0 when empty.
   uint64_t Max() const { return values_.empty() ? 0 : values_.front(); }
-  std::size_t size() const { return values_.size() - erased_.size(); }
   void Clear() {
     values_.clear();
     erased_.clear();

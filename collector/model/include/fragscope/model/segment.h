@@ -124,10 +124,15 @@ class Segment {
   }
   const absl::btree_map<uint64_t, Mapping>& mappings() const { return mappings_; }
 
-  // Blocks. The first block makes the segment annotated for good. Returns false when the
-  // event does not match the known blocks (free of an unknown address, ...). AllocBlock expects
-  // a block CanPlaceBlock accepts.
-  bool AllocBlock(uint64_t address, const SubBlock& block, SubBlock* replaced);
+  // Blocks. The first block makes the segment annotated for good.
+  //
+  // AllocBlock places a block only where CanPlaceBlock would accept it (one search serves the
+  // check and the insertion) and otherwise changes nothing: kRejected. kReplaced: a block at
+  // the same address was still there (its free was lost); it is forgotten and returned in
+  // `replaced`.
+  enum class Placement { kRejected, kPlaced, kReplaced };
+  Placement AllocBlock(uint64_t address, const SubBlock& block, SubBlock* replaced);
+  // Return false when the event does not match the known blocks (free of an unknown address).
   bool FreeBlock(uint64_t address, SubBlock* freed);
   bool MarkPendingFree(uint64_t address);
   // Whether a block at [address, address + size) can be placed consistently: inside the
