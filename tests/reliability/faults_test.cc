@@ -1,0 +1,308 @@
+// Faults around the traced program: its collector killed and restarted, an output that fills up
+// or cannot be created, signals whose handlers call CUDA while hooks run, the runtime dlclosed
+// and dlopened again, and LLVM's OpenMP runtime loaded with dlopen. In every case the program's
+// own behaviour (exit status, output) is what it would be without the agent, and whatever the
+// agent could not ship is counted or announced once.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "reliability_support.h"
+
+namespace fragscope::reliability_test {
+namespace {
+
+namespace fs = std::filesystem;
+using agent_test::TempDir;
+
+// Polls `ready` every 10 ms for at most ~20 s: a bound on a broken test, not a timing assertion.
+template <typename F>
+bool WaitFor(F ready) {
+  for (int i = 0; i < 2000; ++i) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return ready();
+}
+
+bool Connectable(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+std::vector<std::string> Traces(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".fst") found.push_back(e.path());
+  }
+  return found;
+}
+
+// Lines the agent wrote on the program's stderr.
+int AgentLines(const std::string& err) { return Count(err, "fragscope:"); }
+
+// interpose/README.md: "An output that cannot be opened or written (... collector not listening
+// or gone) prints one warning on stderr; the program runs on, and events are counted, not
+// shipped." So the documented behaviour is a clean stop, not a reconnect: the restarted
+// collector serves new processes, and the old stream stays cut (no End) in the first
+// collector's trace.
+TEST(ReliabilityFaults, CollectorKilledMidRunProgramRunsOnAndStreamReadsAsCut) {
+  TempDir dir;
+  const std::string sock = dir.File("c.sock");
+  auto start_collector = [&](const std::string& out) {
+    return std::make_unique<Background>(
+        CollectorBin(), std::vector<std::string>{"--socket", sock, "--dir", out},
+        RunOptions{false, {}}, dir.File(fs::path(out).filename()) + ".log",
+        dir.File(fs::path(out).filename()) + ".err");
+  };
+  auto first = start_collector(dir.File("out1"));
+  ASSERT_TRUE(WaitFor([&] { return Connectable(sock); }));
+  Background app(RelApp("reliability_stress_app"), {"phases", dir.path(), "42"},
+                 RunOptions{true, {{"FRAGSCOPE_SOCKET", sock}}}, dir.File("app.out"),
+                 dir.File("app.err"));
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(dir.File("phase1")); }));
+  ASSERT_TRUE(WaitFor([&] { return !Traces(dir.File("out1")).empty(); }));
+  first->Kill(SIGKILL);
+  RunResult killed = first->Wait();
+  EXPECT_EQ(killed.signal, SIGKILL);
+  auto second = start_collector(dir.File("out2"));
+  ASSERT_TRUE(WaitFor([&] { return Connectable(sock); }));
+  { std::ofstream go(dir.File("go")); }
+  RunResult run = app.Wait();
+
+  // The program: its own exit status, all its work done, no signal (no SIGPIPE).
+  EXPECT_EQ(run.signal, 0);
+  EXPECT_EQ(run.exit_code, 42) << run.out << run.err;
+  EXPECT_NE(run.out.find("done"), std::string::npos);
+  EXPECT_EQ(EventsMade(run.out), 2 * 2000 + 2 * 20000) << run.out;
+  // The disconnect is announced once, and says events are counted as dropped.
+  EXPECT_EQ(AgentLines(run.err), 1) << run.err;
+  EXPECT_NE(run.err.find("cannot send to collector"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("counted as dropped"), std::string::npos) << run.err;
+
+  // The first collector's trace of the stream: readable, has phase 1, and no End (cut).
+  std::vector<std::string> traces = Traces(dir.File("out1"));
+  ASSERT_EQ(traces.size(), 1u);
+  Reconciled r = ReadAndModel(traces[0]);
+  ASSERT_TRUE(r.opened) << r.error;
+  EXPECT_FALSE(r.has_end);
+  EXPECT_LE(r.events, 2u * 2000 + 2 * 20000);
+
+  // No reconnect (documented): the restarted collector got no stream from this process, but
+  // serves a new one normally.
+  EXPECT_TRUE(Traces(dir.File("out2")).empty());
+  RunResult fresh =
+      agent_test::RunProgram(RelApp("reliability_stress_app"), {"load", "2", "100", "1"},
+                             RunOptions{true, {{"FRAGSCOPE_SOCKET", sock}}});
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.err;
+  EXPECT_EQ(AgentLines(fresh.err), 0) << fresh.err;
+  second->Kill(SIGTERM);
+  RunResult stopped = second->Wait();
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+  traces = Traces(dir.File("out2"));
+  ASSERT_EQ(traces.size(), 1u);
+  Reconciled f = ReadAndModel(traces[0]);
+  EXPECT_TRUE(f.has_end);
+  EXPECT_EQ(f.events + f.end_dropped, static_cast<uint64_t>(EventsMade(fresh.out)));
+}
+
+// The program's output with and without the agent, for outputs that cannot be written.
+void ExpectUnaffectedWithOneWarning(const std::string& output, const std::string& warning) {
+  const std::vector<std::string> args{"load", "4", "2000", "2"};
+  RunResult plain =
+      agent_test::RunProgram(RelApp("reliability_stress_app"), args, RunOptions{false, {}});
+  RunResult run = agent_test::RunProgram(RelApp("reliability_stress_app"), args,
+                                         RunOptions{true, {{"FRAGSCOPE_OUTPUT", output}}});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.signal, 0);
+  EXPECT_EQ(run.out, plain.out);
+  EXPECT_EQ(AgentLines(run.err), 1) << run.err;
+  EXPECT_NE(run.err.find(warning), std::string::npos) << run.err;
+}
+
+// Disk full: every write fails with ENOSPC.
+TEST(ReliabilityFaults, DiskFullOutputProgramUnaffectedOneWarning) {
+  ExpectUnaffectedWithOneWarning("/dev/full", "cannot write trace file");
+}
+
+// An output in a directory the program may not write to. Root ignores directory modes, so as
+// root a directory no one can create files in (/sys) stands in for it.
+TEST(ReliabilityFaults, UnwritableDirectoryProgramUnaffectedOneWarning) {
+  TempDir dir;
+  std::string target;
+  if (geteuid() == 0) {
+    target = "/sys/fragscope-reliability-" + std::to_string(getpid()) + ".fst";
+  } else {
+    ASSERT_EQ(mkdir(dir.File("ro").c_str(), 0555), 0);
+    target = dir.File("ro/t.fst");
+  }
+  ExpectUnaffectedWithOneWarning(target, "cannot write trace file");
+  chmod(dir.File("ro").c_str(), 0755);  // so TempDir can clean up
+}
+
+// Runs the signal storm: 4 threads x 20000 cudaMalloc/cudaFree pairs, SIGUSR1 sent to them round
+// robin as fast as one thread can, each handler doing its own cuMemAlloc_v2 + cuMemFree_v2
+// (through the agent's wrappers, found by dlsym on libcuda). The null fake's driver allocation
+// path takes no lock, so a handler cannot deadlock the fake itself; any hang or crash here is the
+// agent's. (Handlers calling cudaMalloc deadlock in the fake runtime's own mutex, with or without
+// the agent, so the handler does not use the runtime.)
+RunResult SignalStorm(const std::string& trace) {
+  return agent_test::RunProgram(
+      RelApp("reliability_stress_app"), {"signals", "4", "20000"},
+      RunOptions{true, {{"FRAGSCOPE_OUTPUT", trace}, {"FAKECUDA_NULL", "1"}}});
+}
+
+TEST(ReliabilityFaults, SignalsDuringHooksNoDeadlockNoCrashStreamConsistent) {
+  TempDir dir;
+  RunResult run = SignalStorm(dir.File("t.fst"));
+  ASSERT_EQ(run.signal, 0) << run.err;
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  std::vector<std::vector<std::string>> lines = agent_test::Lines(run.out);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0][0], "sent");
+  EXPECT_GT(std::stoull(lines[0][3]), 0u) << "no signal was handled";
+  Reconciled r = ReadAndModel(dir.File("t.fst"));
+  ASSERT_TRUE(r.opened) << r.error;
+  EXPECT_TRUE(r.clean) << r.error;
+  ASSERT_TRUE(r.has_end);
+  // What the agent says it recorded is all there or counted as dropped.
+  EXPECT_EQ(r.events + r.end_dropped, r.end_recorded);
+  EXPECT_EQ(r.dropped_frames, r.end_dropped);
+}
+
+// Every cudaMalloc/cudaFree the program makes, including those its signal handlers make, is an
+// event in the trace or counted as dropped.
+//
+// DISABLED: fails. A handler that runs while the interrupted thread is inside a hook
+// (interpose/src/recorder.h, HookCall) sees ThreadState::depth > 0, so its cudaMalloc/cudaFree
+// are taken for calls nested in the interrupted one ("only the outermost hook on a thread
+// records") and are neither recorded nor counted as dropped: End.events_recorded is below the
+// program's count, and a handler's allocation left live would be missing from the model. (Its
+// driver result can also overwrite ThreadState::inner_result of the interrupted runtime call.)
+// Seen here: see tests/RELIABILITY.md for the numbers of the run.
+TEST(ReliabilityFaults, DISABLED_SignalHandlerCudaCallsAreAccountedFor) {
+  TempDir dir;
+  RunResult run = SignalStorm(dir.File("t.fst"));
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const int64_t made = EventsMade(run.out);
+  Reconciled r = ReadAndModel(dir.File("t.fst"));
+  ASSERT_TRUE(r.has_end);
+  EXPECT_EQ(r.end_recorded, static_cast<uint64_t>(made)) << run.out;
+  EXPECT_EQ(r.events + r.end_dropped, static_cast<uint64_t>(made)) << run.out;
+}
+
+// The runtime dlopen'ed RTLD_LOCAL, used, dlclosed, 20 times: same output as without the agent,
+// and every allocation and free in the trace (named after the driver calls the runtime makes:
+// a runtime found by dlsym on its own handle bypasses the agent's runtime exports).
+TEST(ReliabilityFaults, RuntimeDlopenDlcloseCycles) {
+  TempDir dir;
+  RunResult plain =
+      agent_test::RunProgram(RelApp("reliability_dlcycle_app"), {"20"}, RunOptions{false, {}});
+  RunResult run =
+      agent_test::RunProgram(RelApp("reliability_dlcycle_app"), {"20"},
+                             RunOptions{true, {{"FRAGSCOPE_OUTPUT", dir.File("t.fst")}}});
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  ASSERT_EQ(run.signal, 0) << run.err;
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(run.out, plain.out);
+  EXPECT_EQ(EventsMade(run.out), 20 * 3 * 2);
+  Reconciled r = ReadAndModel(dir.File("t.fst"));
+  ASSERT_TRUE(r.has_end) << r.error;
+  EXPECT_EQ(r.events + r.end_dropped, static_cast<uint64_t>(EventsMade(run.out)));
+  EXPECT_EQ(r.end_recorded, static_cast<uint64_t>(EventsMade(run.out)));
+  EXPECT_TRUE(r.model_live.empty());
+}
+
+// LLVM's OpenMP runtime (which looks symbols up with dlsym itself) loaded with dlopen, an OpenMP
+// parallel region whose threads allocate: same output as without the agent, the program's own
+// dlsym(RTLD_NEXT) still answered relative to the program, every event accounted for.
+TEST(ReliabilityFaults, DlopenedLlvmOpenMpRunsUnchanged) {
+  const std::string libomp = LibOmp();
+  if (libomp.empty() || !fs::exists(libomp)) {
+    GTEST_SKIP() << "LLVM OpenMP runtime (libomp.so.5, Debian libomp-dev) not installed";
+  }
+  TempDir dir;
+  const std::vector<std::string> args{"openmp", libomp, "2000"};
+  RunResult plain =
+      agent_test::RunProgram(RelApp("reliability_stress_app"), args, RunOptions{false, {}});
+  RunResult run =
+      agent_test::RunProgram(RelApp("reliability_stress_app"), args,
+                             RunOptions{true, {{"FRAGSCOPE_OUTPUT", dir.File("t.fst")}}});
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  ASSERT_EQ(run.signal, 0) << run.err;
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(run.out, plain.out);
+  EXPECT_NE(run.out.find("rtld_next getenv libc.so.6"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("omp threads 4"), std::string::npos) << run.out;
+  Reconciled r = ReadAndModel(dir.File("t.fst"));
+  ASSERT_TRUE(r.has_end) << r.error;
+  EXPECT_EQ(r.end_recorded, static_cast<uint64_t>(EventsMade(run.out)));
+  EXPECT_EQ(r.events + r.end_dropped, r.end_recorded);
+}
+
+// Issue 10: "no file is created world-writable", even under a umask of 0: the agent's trace
+// file, and everything the collector writes (socket, its directory, traces, reports).
+//
+// DISABLED: fails. fragscope-collector writes its final reports (<stream>.report.txt and
+// .report.json, and by the same WriteFile the OOM post-mortems) with std::ofstream
+// (collector/tools/fragscope_collector.cc, WriteFile), i.e. open(..., 0666) filtered only by the
+// umask: under umask 0 they come out mode 0666. The agent's trace file (0644), the collector's
+// traces (FrameWriter, 0644) and its socket (umask 077) pass.
+TEST(ReliabilityFaults, DISABLED_NoFileCreatedWorldWritableEvenWithUmaskZero) {
+  TempDir dir;
+  const mode_t saved = umask(0);  // inherited by the programs started below
+  RunResult run =
+      agent_test::RunProgram(RelApp("reliability_stress_app"), {"load", "2", "100", "1"},
+                             RunOptions{true, {{"FRAGSCOPE_OUTPUT", dir.File("agent.fst")}}});
+  const std::string sock = dir.File("c.sock");
+  auto collector = std::make_unique<Background>(
+      CollectorBin(), std::vector<std::string>{"--socket", sock, "--dir", dir.File("out")},
+      RunOptions{false, {}}, dir.File("c.log"), dir.File("c.err"));
+  bool up = WaitFor([&] { return Connectable(sock); });
+  RunResult via_socket =
+      agent_test::RunProgram(RelApp("reliability_stress_app"), {"load", "2", "100", "1"},
+                             RunOptions{true, {{"FRAGSCOPE_SOCKET", sock}}});
+  // The collector writes its final report when the stream ends: wait for it, then stop it.
+  WaitFor([&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir.File("out"), ec)) {
+      if (e.path().string().ends_with(".report.json")) return true;
+    }
+    return false;
+  });
+  collector->Kill(SIGTERM);
+  collector->Wait();
+  umask(saved);
+  ASSERT_TRUE(up);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(via_socket.exit_code, 0) << via_socket.err;
+  std::vector<std::string> checked;
+  for (const auto& e : fs::recursive_directory_iterator(dir.path())) {
+    const std::string name = e.path().filename();
+    if (name == "c.log" || name == "c.err") continue;  // the test's own files
+    struct stat st;
+    ASSERT_EQ(lstat(e.path().c_str(), &st), 0);
+    checked.push_back(name);
+    EXPECT_EQ(st.st_mode & S_IWOTH, 0u) << e.path() << " mode " << std::oct << st.st_mode;
+  }
+  EXPECT_GE(checked.size(), 3u);  // agent.fst, out/, the collector's trace and reports
+}
+
+}  // namespace
+}  // namespace fragscope::reliability_test

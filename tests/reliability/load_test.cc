@@ -1,0 +1,129 @@
+// Load: 16 threads allocating and freeing on the fake device with the agent active and writing a
+// trace file. Nothing may be lost silently (every event made is either in the trace or counted
+// as dropped) and the model rebuilt from the trace must hold exactly what the driver holds.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "reliability_support.h"
+
+namespace fragscope::reliability_test {
+namespace {
+
+using agent_test::TempDir;
+
+constexpr int kThreads = 16;
+// Events per thread. The 1 M per thread (16 M events) took 48 s for the program alone
+// on the 2-core build machine, wrote a 690 MB trace, and 12 s more to read it back; 100 k per
+// thread (1.6 M events, ~70 MB) keeps each test near 10 s there. The properties checked do not
+// depend on N; drops already happen at this N with the default ring on 2 cores.
+constexpr long kEventsPerThread = 100000;
+constexpr int kKeepPerThread = 4;  // allocations each thread leaves live at exit
+
+struct LoadRun {
+  int64_t made = -1;
+  Reconciled trace;
+  std::map<uint64_t, uint64_t> truth;  // FAKECUDA_LIVE_DUMP
+};
+
+LoadRun RunLoad(const std::map<std::string, std::string>& extra_env, bool replay_by_seq) {
+  TempDir dir;
+  std::map<std::string, std::string> env = extra_env;
+  env["FRAGSCOPE_OUTPUT"] = dir.File("t.fst");
+  env["FAKECUDA_LIVE_DUMP"] = dir.File("truth");
+  RunResult run =
+      agent_test::RunProgram(RelApp("reliability_stress_app"),
+                             {"load", std::to_string(kThreads), std::to_string(kEventsPerThread),
+                              std::to_string(kKeepPerThread)},
+                             RunOptions{true, env});
+  LoadRun load;
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  load.made = EventsMade(run.out);
+  EXPECT_EQ(load.made, 2 + kThreads * kEventsPerThread) << run.out;
+  load.trace = ReadAndModel(dir.File("t.fst"), replay_by_seq);
+  load.truth = LiveDump(dir.File("truth"));
+  EXPECT_EQ(load.truth.size(), static_cast<size_t>(kThreads * kKeepPerThread));
+  ::testing::Test::RecordProperty("events_made", std::to_string(load.made));
+  ::testing::Test::RecordProperty("events_dropped", std::to_string(load.trace.end_dropped));
+  ::testing::Test::RecordProperty("seq_inversions", std::to_string(load.trace.seq_inversions));
+  return load;
+}
+
+// Nothing lost silently: received + dropped == made, the Drops frames add up to End's, and each
+// Drops frame is followed by a RESYNC snapshot.
+void ExpectReconciled(const LoadRun& load) {
+  const Reconciled& r = load.trace;
+  ASSERT_TRUE(r.opened) << r.error;
+  EXPECT_TRUE(r.clean) << r.error;
+  ASSERT_TRUE(r.has_end);
+  EXPECT_EQ(r.end_recorded, static_cast<uint64_t>(load.made));
+  EXPECT_EQ(r.events + r.end_dropped, static_cast<uint64_t>(load.made));
+  EXPECT_EQ(r.dropped_frames, r.end_dropped);
+  EXPECT_TRUE(r.every_drop_followed_by_resync);
+  if (r.end_dropped > 0) {
+    EXPECT_GE(r.resync_snapshots, 1u);
+  }
+}
+
+// The final model (ProcessModel over the trace) equals the driver's own ground truth: same live
+// set, same bytes, nothing it could not place.
+void ExpectModelEqualsTruth(const LoadRun& load) {
+  const Reconciled& r = load.trace;
+  ASSERT_FALSE(load.truth.empty());
+  EXPECT_EQ(r.model_unmatched_events, 0u) << r.seq_inversions << " frames out of seq order";
+  EXPECT_EQ(r.model_live, load.truth) << r.seq_inversions << " frames out of seq order";
+  uint64_t truth_bytes = 0;
+  for (const auto& [address, size] : load.truth) truth_bytes += size;
+  EXPECT_EQ(r.model_reserved_bytes, truth_bytes);
+}
+
+// A ring that holds every event (2 M records of 128 bytes): the default 8 MiB one drops or not
+// depending on scheduling, and this test wants the complete stream.
+const std::map<std::string, std::string> kNoDrops{{"FRAGSCOPE_RING_MB", "256"}};
+
+TEST(ReliabilityLoad, SixteenThreadsEventsReceivedPlusDroppedEqualsMade) {
+  LoadRun load = RunLoad(kNoDrops, /*replay_by_seq=*/true);
+  ExpectReconciled(load);
+  EXPECT_EQ(load.trace.end_dropped, 0u);
+  // The trace holds the truth when ordered by seq, the order the agent's README defines.
+  EXPECT_EQ(load.trace.seq_replay_live, load.truth);
+}
+
+// The default ring, which may or may not overflow here: the counts reconcile either way.
+TEST(ReliabilityLoad, DefaultRingEventsReceivedPlusDroppedEqualsMade) {
+  ExpectReconciled(RunLoad({}, /*replay_by_seq=*/false));
+}
+
+// A tiny ring (1 MiB, 8192 records) drops events; the counts must still reconcile.
+TEST(ReliabilityLoad, TinyRingDropsAreCountedAndFollowedByResync) {
+  LoadRun load = RunLoad({{"FRAGSCOPE_RING_MB", "1"}}, /*replay_by_seq=*/false);
+  ExpectReconciled(load);
+  // 16 producers against one drain thread on 2 cores overflow 8192 records in practice; if a
+  // fast machine never fills it, the reconciliation above held and resync went untested.
+  if (load.trace.end_dropped == 0) std::printf("note: the ring never filled\n");
+}
+
+// DISABLED: fails (every run here: thousands of unmatched events, and often a different live
+// set). The agent writes frames in ring order, which is not seq order under concurrency: a thread
+// takes the seq of its cudaFree before releasing, another thread gets the same address back,
+// takes a later seq and can push its AllocEvent first. ProcessModel::Apply trusts stream order
+// ("seq decides nothing here, the agent already ordered them", process_model.h), so it sees the
+// alloc of a still-live address, then the free that removes the new allocation. Either the
+// drain must emit in seq order or the model must reorder by seq; see ReliabilityLoad.
+// SixteenThreadsEventsReceivedPlusDroppedEqualsMade for the seq-ordered replay that matches.
+TEST(ReliabilityLoad, DISABLED_SixteenThreadsFinalModelEqualsDriverGroundTruth) {
+  LoadRun load = RunLoad(kNoDrops, /*replay_by_seq=*/false);
+  ExpectReconciled(load);
+  ExpectModelEqualsTruth(load);
+}
+
+// DISABLED for the same reason: the RESYNC snapshot after each Drops frame is exact at its seq,
+// but frames after the last one still arrive out of seq order.
+TEST(ReliabilityLoad, DISABLED_TinyRingResyncMakesFinalModelExact) {
+  LoadRun load = RunLoad({{"FRAGSCOPE_RING_MB", "1"}}, /*replay_by_seq=*/false);
+  ExpectReconciled(load);
+  ExpectModelEqualsTruth(load);
+}
+
+}  // namespace
+}  // namespace fragscope::reliability_test
