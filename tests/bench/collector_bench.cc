@@ -18,6 +18,11 @@
 // events_per_cpu_s (process CPU time: the figure "on one core" on a shared machine) and
 // peak_rss_mb (getrusage, the process's peak; run each benchmark in its own process so the
 // figure is the replay's). BM_ReadOnly reads without applying, to separate decoding from model.
+//
+// On a loaded machine even CPU time moves by 10 % between runs; for before/after comparisons of
+// the model, count instructions instead, which do not depend on load (RESULTS.md):
+//   valgrind --tool=callgrind ./fragscope_collector_bench --trace=T --benchmark_filter=BM_Replay
+// (same for BM_ReadOnly; the difference divided by the events is the model's cost per event).
 #include <sys/resource.h>
 #include <time.h>
 
