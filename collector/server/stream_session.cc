@@ -46,19 +46,28 @@ StreamOutcome StreamSession::Run(FrameReader& reader) {
   StreamOutcome outcome;
   v1::Frame frame;
   FrameReader::Result r;
+  // The model sees events in seq order (see SeqOrderer); the trace copy keeps arrival order,
+  // and a saved trace goes through this same path, so live and saved numbers agree.
+  bool failure_applied = false;
+  const SeqOrderer::Sink apply = [&](const v1::Frame& f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (f.has_hello() && !hello_) hello_ = f.hello();
+    model_.Apply(f);
+    ++frames_;
+    failure_applied = failure_applied || f.has_failed();
+  };
   while ((r = reader.Next(&frame)) == FrameReader::Result::kFrame) {
     ++outcome.frames;
     if (frame.has_end()) outcome.saw_end_frame = true;
     CopyToTrace(frame, outcome);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (frame.has_hello() && !hello_) hello_ = frame.hello();
-      model_.Apply(frame);
-      ++frames_;
-    }
+    orderer_.Push(std::move(frame), apply);
+    frame.Clear();
     // Failures are rare, so a full summary per failure costs nothing that matters.
-    if (frame.has_failed() && on_failure_) on_failure_(Summarize());
+    if (failure_applied && on_failure_) on_failure_(Summarize());
+    failure_applied = false;
   }
+  orderer_.Flush(apply);
+  if (failure_applied && on_failure_) on_failure_(Summarize());
   outcome.result = r;
   if (r != FrameReader::Result::kEnd) outcome.error = reader.error();
   if (writer_) {

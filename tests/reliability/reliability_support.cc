@@ -1,4 +1,5 @@
 #include "reliability_support.h"
+#include "fragscope/server/seq_orderer.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -99,7 +100,10 @@ Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq) {
     return r;
   }
   r.opened = true;
+  // The collector's own path: frames go through the SeqOrderer every StreamSession uses.
   ProcessModel model;
+  SeqOrderer orderer;
+  const SeqOrderer::Sink apply = [&model](const v1::Frame& f) { model.Apply(f); };
   v1::Frame frame;
   bool expect_resync = false;
   uint64_t max_seq = 0;
@@ -157,8 +161,9 @@ Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq) {
       default:
         break;
     }
-    model.Apply(frame);
+    orderer.Push(frame, apply);
   }
+  orderer.Flush(apply);
   if (expect_resync) r.every_drop_followed_by_resync = false;
   for (const auto& [seq, change] : by_seq) {
     if (change.alloc) {

@@ -12,6 +12,7 @@
 
 #include "fragscope.pb.h"
 #include "fragscope/model/process_model.h"
+#include "fragscope/server/seq_orderer.h"
 #include "fragscope/trace/frame_reader.h"
 #include "fragscope/trace/frame_writer.h"
 
@@ -59,6 +60,7 @@ class StreamSession {
   uint64_t frames_ = 0;
   TracePathChooser choose_trace_path_;
   FailureObserver on_failure_;
+  SeqOrderer orderer_;
   std::optional<v1::Hello> hello_;
   bool chose_ = false;
   std::string trace_path_;
