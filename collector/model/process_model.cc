@@ -970,7 +970,13 @@ void ProcessModel::Impl::OnDrops(const v1::Drops& e) {
 }
 
 void ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
-  if (!snap.complete_history()) history_complete_ = false;
+  if (!snap.complete_history()) {
+    history_complete_ = false;
+  } else if (snap.reason() == v1::Snapshot::REASON_STREAM_START) {
+    // A woken dormant agent kept its live table from the program's first CUDA call: although
+    // the stream started late (Hello.attached), nothing before it is unknown.
+    history_complete_ = true;
+  }
   if (drop_interval_open_) {
     approximate_.back().to_seq = snap.seq();
     drop_interval_open_ = false;

@@ -330,6 +330,22 @@ TEST(ModelMetricsTest, UntrackedFromMemInfoAndUnknownAfterAttach) {
   }
 }
 
+TEST(ModelMetricsTest, AttachedStreamWithCompleteStartSnapshotHasCompleteHistory) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Hello(/*attached=*/true);
+  EXPECT_FALSE(model.Summarize().history_complete);
+  v1::Frame f;
+  f.mutable_snapshot()->set_seq(10);
+  f.mutable_snapshot()->set_reason(v1::Snapshot::REASON_STREAM_START);
+  f.mutable_snapshot()->set_complete_history(true);
+  model.Apply(f);
+  EXPECT_TRUE(model.Summarize().history_complete) << "a dormant agent saw everything";
+  f.mutable_snapshot()->set_complete_history(false);
+  model.Apply(f);
+  EXPECT_FALSE(model.Summarize().history_complete);
+}
+
 TEST(ModelMetricsTest, SnapshotReplacesState) {
   ProcessModel model;
   FrameFeed feed(&model);
