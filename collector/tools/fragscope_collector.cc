@@ -9,6 +9,7 @@
 // Runs until SIGINT/SIGTERM. Memory stays O(live blocks + distinct stacks) of the processes
 // still connected: an ended stream's model is released once its final report is written.
 // Exit: 0 after a signal, 2 usage, 3 cannot listen or write.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -57,10 +58,20 @@ std::string StreamName(const fragscope::v1::Hello& h, pid_t peer) {
   return name;
 }
 
+// 0644 whatever the umask (std::ofstream would create 0666 under umask 0): reports may hold
+// paths and stacks of a user's job, and must never be writable by others.
 bool WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  return static_cast<bool>(out);
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  bool ok = fchmod(fd, 0644) == 0;
+  size_t done = 0;
+  while (ok && done < text.size()) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  return close(fd) == 0 && ok;
 }
 
 std::string Render(const fragscope::ModelSummary& s, bool json) {

@@ -259,12 +259,9 @@ TEST(ReliabilityFaults, DlopenedLlvmOpenMpRunsUnchanged) {
 // Issue 10: "no file is created world-writable", even under a umask of 0: the agent's trace
 // file, and everything the collector writes (socket, its directory, traces, reports).
 //
-// DISABLED: fails. fragscope-collector writes its final reports (<stream>.report.txt and
-// .report.json, and by the same WriteFile the OOM post-mortems) with std::ofstream
-// (collector/tools/fragscope_collector.cc, WriteFile), i.e. open(..., 0666) filtered only by the
-// umask: under umask 0 they come out mode 0666. The agent's trace file (0644), the collector's
-// traces (FrameWriter, 0644) and its socket (umask 077) pass.
-TEST(ReliabilityFaults, DISABLED_NoFileCreatedWorldWritableEvenWithUmaskZero) {
+// This failed until the collector wrote its reports with an explicit 0644 (std::ofstream gave
+// 0666 under umask 0).
+TEST(ReliabilityFaults, NoFileCreatedWorldWritableEvenWithUmaskZero) {
   TempDir dir;
   const mode_t saved = umask(0);  // inherited by the programs started below
   RunResult run =
