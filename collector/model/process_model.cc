@@ -1063,7 +1063,10 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   for (const auto& [ordinal, d] : devices_) {
     DeviceSummary ds;
     d.FillSummary(&ds);
-    if (!ds.untracked_bytes.known() && !history_complete_) {
+    if (!ds.untracked_bytes.known() && imported_) {
+      ds.untracked_bytes.unknown_reason +=
+          "; an imported allocator snapshot has no device free/total figures";
+    } else if (!ds.untracked_bytes.known() && !history_complete_) {
       ds.untracked_bytes.unknown_reason +=
           "; the agent started after the program, so memory from before is not known";
     }

@@ -43,6 +43,10 @@ TEST(TorchSnapshotModel, CurrentFormatFiguresMatchTheIndependentOnes) {
   EXPECT_DOUBLE_EQ(*d.fragmentation.value, 1.0 - 134217728.0 / 1627558912.0);
   EXPECT_TRUE(s.imported);
   EXPECT_TRUE(s.stream_ended);
+  EXPECT_FALSE(d.untracked_bytes.known());
+  EXPECT_NE(d.untracked_bytes.unknown_reason.find("imported allocator snapshot"),
+            std::string::npos)
+      << d.untracked_bytes.unknown_reason;
 }
 
 TEST(TorchSnapshotModel, LegacyFormatFiguresMatchTheIndependentOnes) {
