@@ -1,6 +1,9 @@
 #include "arg_reader.h"
 
 #include <cctype>
+#include <cstdio>
+
+#include "exit_codes.h"
 
 namespace fragscope::cli {
 
@@ -63,6 +66,20 @@ bool ArgReader::Parse() {
     positionals_.push_back(a);
   }
   return true;
+}
+
+std::optional<int> ArgReader::ParseOrExit(const char* usage) {
+  bool help = false;
+  Flag("help", &help);
+  if (!Parse()) {
+    std::fprintf(stderr, "%s\n%s", error_.c_str(), usage);
+    return kExitUsage;
+  }
+  if (help) {
+    std::fputs(usage, stdout);
+    return kExitOk;
+  }
+  return std::nullopt;
 }
 
 std::optional<uint64_t> ArgReader::ParseBytes(const std::string& text) {

@@ -21,6 +21,10 @@ class ArgReader {
   void Flag(const std::string& long_name, bool* value);
   // Returns false and fills error() on an unknown option, a missing value or a stray `--`.
   bool Parse();
+  // What every command does first: declares --help, parses, and handles the two early exits
+  // (a bad argument: message and `usage` on stderr, exit 2; --help: `usage` on stdout, exit 0).
+  // Returns the exit code to stop with, or nullopt to go on.
+  std::optional<int> ParseOrExit(const char* usage);
 
   const std::vector<std::string>& positionals() const { return positionals_; }
   const std::vector<std::string>& after_dashdash() const { return after_dashdash_; }

@@ -31,6 +31,7 @@
 #include "commands.h"
 #include "exit_codes.h"
 #include "fragscope/server/session_server.h"
+#include "install_layout.h"
 #include "report_output.h"
 
 namespace fragscope::cli {
@@ -120,35 +121,16 @@ std::string AskAgent(const std::string& socket_path, const std::string& command)
   return answer;
 }
 
-std::string DefaultAgentHint() {
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return "libfragscope.so";
-  self[n] = '\0';
-  std::string dir(self);
-  dir = dir.substr(0, dir.rfind('/'));
-  return dir.substr(0, dir.rfind('/')) + "/lib/libfragscope.so";
-}
-
 }  // namespace
 
 int AttachCommand(const std::vector<std::string>& args) {
   std::string duration_text, trace_path, format_name = "text", report_path;
-  bool help = false;
   ArgReader reader("attach", args);
   reader.Option("duration", "", &duration_text);
   reader.Option("output", "o", &trace_path);
   reader.Option("format", "f", &format_name);
   reader.Option("report", "", &report_path);
-  reader.Flag("help", &help);
-  if (!reader.Parse()) {
-    std::fprintf(stderr, "%s\n%s", reader.error().c_str(), kUsage);
-    return kExitUsage;
-  }
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return kExitOk;
-  }
+  if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   ReportFormat format;
   if (!ParseReportFormat(format_name, &format)) {
     std::fprintf(stderr, "fragscope attach: unknown --format '%s' (text or json)\n%s",
@@ -196,7 +178,7 @@ int AttachCommand(const std::vector<std::string>& args) {
                    "running process is not implemented yet. Start the program with the agent "
                    "dormant, then attach whenever needed:\n"
                    "  LD_PRELOAD=%s FRAGSCOPE_DORMANT=1 CMD ARGS...\n",
-                   pid, DefaultAgentHint().c_str());
+                   pid, AgentLibraryPath().c_str());
     }
     return kExitBadInput;
   }

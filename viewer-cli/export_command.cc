@@ -51,20 +51,11 @@ absl::Status WriteFile(const std::string& path, const std::string& bytes) {
 
 int ExportCommand(const std::vector<std::string>& args) {
   std::string perfetto_path, torch_path, floor;
-  bool help = false;
   ArgReader reader("export", args);
   reader.Option("perfetto", "", &perfetto_path);
   reader.Option("torch-snapshot", "", &torch_path);
   reader.Option("fragmentation-floor", "", &floor);
-  reader.Flag("help", &help);
-  if (!reader.Parse()) {
-    std::fprintf(stderr, "%s\n%s", reader.error().c_str(), kUsage);
-    return kExitUsage;
-  }
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return kExitOk;
-  }
+  if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   if (reader.positionals().size() != 1 || reader.saw_dashdash()) {
     std::fprintf(stderr, "fragscope export: expected exactly one TRACE\n%s", kUsage);
     return kExitUsage;

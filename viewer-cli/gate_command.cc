@@ -42,7 +42,7 @@ int Usage(const std::string& message) {
 int GateCommand(const std::vector<std::string>& args) {
   std::string max_frag, max_stranded, max_reserved, min_cached, at = "peak", baseline, max_increase,
                                                                 junit;
-  bool allow_opaque = false, help = false;
+  bool allow_opaque = false;
   ArgReader reader("gate", args);
   reader.Option("max-fragmentation", "", &max_frag);
   reader.Option("max-stranded", "", &max_stranded);
@@ -53,12 +53,7 @@ int GateCommand(const std::vector<std::string>& args) {
   reader.Option("max-increase", "", &max_increase);
   reader.Option("junit", "", &junit);
   reader.Flag("allow-opaque", &allow_opaque);
-  reader.Flag("help", &help);
-  if (!reader.Parse()) return Usage(reader.error());
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return kExitOk;
-  }
+  if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   if (reader.positionals().size() != 1) return Usage("expected exactly one TRACE");
 
   GateLimits limits;

@@ -18,18 +18,9 @@ constexpr char kUsage[] =
 
 int ImportCommand(const std::vector<std::string>& args) {
   std::string out_path;
-  bool help = false;
   ArgReader reader("import", args);
   reader.Option("output", "o", &out_path);
-  reader.Flag("help", &help);
-  if (!reader.Parse()) {
-    std::fprintf(stderr, "%s\n%s", reader.error().c_str(), kUsage);
-    return kExitUsage;
-  }
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return kExitOk;
-  }
+  if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   if (reader.positionals().size() != 1 || out_path.empty()) {
     std::fprintf(stderr, "fragscope import: expected one SNAPSHOT and -o TRACE\n%s", kUsage);
     return kExitUsage;

@@ -24,20 +24,11 @@ constexpr char kUsage[] =
 
 int ReportCommand(const std::vector<std::string>& args) {
   std::string format_name = "text", out_path = "-", floor;
-  bool help = false;
   ArgReader reader("report", args);
   reader.Option("format", "f", &format_name);
   reader.Option("output", "o", &out_path);
   reader.Option("fragmentation-floor", "", &floor);
-  reader.Flag("help", &help);
-  if (!reader.Parse()) {
-    std::fprintf(stderr, "%s\n%s", reader.error().c_str(), kUsage);
-    return kExitUsage;
-  }
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return kExitOk;
-  }
+  if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   ReportFormat format;
   if (!ParseReportFormat(format_name, &format)) {
     std::fprintf(stderr, "fragscope report: unknown --format '%s' (text, json or html)\n%s",

@@ -24,6 +24,7 @@
 #include "commands.h"
 #include "exit_codes.h"
 #include "fragscope/server/session_server.h"
+#include "install_layout.h"
 #include "report_output.h"
 
 namespace fragscope::cli {
@@ -50,48 +51,6 @@ void ForwardSignal(int sig) {
   if (g_child_pid > 0) kill(static_cast<pid_t>(g_child_pid), sig);
 }
 
-std::string SelfPrefix() {
-  char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return ".";
-  self[n] = '\0';
-  std::string dir(self);
-  dir = dir.substr(0, dir.rfind('/'));
-  return dir.substr(0, dir.rfind('/'));
-}
-
-// The PyTorch adapter (sitecustomize.py): installed under share/, or the source tree's copy
-// when running from a build directory.
-std::string AdapterDir() {
-  if (const char* env = getenv("FRAGSCOPE_ADAPTER_DIR"); env != nullptr && env[0] != '\0') {
-    return env;
-  }
-  for (const std::string& candidate :
-       {SelfPrefix() + "/share/fragscope/adapter", std::string(FRAGSCOPE_SOURCE_ADAPTER_DIR)}) {
-    if (access((candidate + "/sitecustomize.py").c_str(), R_OK) == 0) return candidate;
-  }
-  return "";
-}
-
-// libfragscope.so next to the installed or built command: <prefix>/bin/fragscope ->
-// <prefix>/lib/libfragscope.so.
-std::string DefaultAgentPath() {
-  if (const char* env = getenv("FRAGSCOPE_AGENT"); env != nullptr && env[0] != '\0') return env;
-  char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return "libfragscope.so";
-  self[n] = '\0';
-  std::string dir(self);
-  dir = dir.substr(0, dir.rfind('/'));
-  std::string prefix = dir.substr(0, dir.rfind('/'));
-  for (const char* rel : {"/lib/libfragscope.so", "/lib64/libfragscope.so",
-                          "/lib/x86_64-linux-gnu/libfragscope.so"}) {
-    std::string candidate = prefix + rel;
-    if (access(candidate.c_str(), R_OK) == 0) return candidate;
-  }
-  return prefix + "/lib/libfragscope.so";
-}
-
 bool ParseInt(const std::string& s, long lo, long hi, long* out) {
   char* end = nullptr;
   errno = 0;
@@ -106,7 +65,7 @@ bool ParseInt(const std::string& s, long lo, long hi, long* out) {
 int RunCommand(const std::vector<std::string>& args) {
   std::string trace_path, format_name = "text", report_path, stack_depth, ring_mb, agent,
                           linger = "2000", backend = "auto";
-  bool quiet = false, help = false, no_adapter = false;
+  bool quiet = false, no_adapter = false;
   ArgReader reader("run", args);
   reader.Option("output", "o", &trace_path);
   reader.Option("format", "f", &format_name);
@@ -118,15 +77,7 @@ int RunCommand(const std::vector<std::string>& args) {
   reader.Option("backend", "", &backend);
   reader.Flag("no-adapter", &no_adapter);
   reader.Flag("quiet", &quiet);
-  reader.Flag("help", &help);
-  if (!reader.Parse()) {
-    std::fprintf(stderr, "%s\n%s", reader.error().c_str(), kUsage);
-    return kExitUsage;
-  }
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return kExitOk;
-  }
+  if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   ReportFormat format;
   if (!ParseReportFormat(format_name, &format)) {
     std::fprintf(stderr, "fragscope run: unknown --format '%s' (text or json)\n%s",
@@ -157,7 +108,7 @@ int RunCommand(const std::vector<std::string>& args) {
   }
   const bool use_cupti = backend == "cupti";
   if (agent.empty()) {
-    agent = DefaultAgentPath();
+    agent = AgentLibraryPath();
     if (use_cupti) agent = agent.substr(0, agent.rfind('/')) + "/libfragscope_cupti.so";
   }
   if (access(agent.c_str(), R_OK) != 0) {

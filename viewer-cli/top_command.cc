@@ -110,22 +110,14 @@ void RenderTable(const nlohmann::json& doc, long pid_filter,
 
 int TopCommand(const std::vector<std::string>& args) {
   std::string socket_path, format = "text", interval = "1", pid;
-  bool once = false, help = false;
+  bool once = false;
   ArgReader reader("top", args);
   reader.Option("socket", "", &socket_path);
   reader.Option("format", "f", &format);
   reader.Option("interval", "", &interval);
   reader.Option("pid", "p", &pid);
   reader.Flag("once", &once);
-  reader.Flag("help", &help);
-  if (!reader.Parse()) {
-    std::fprintf(stderr, "%s\n%s", reader.error().c_str(), kUsage);
-    return kExitUsage;
-  }
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return kExitOk;
-  }
+  if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   if (format != "text" && format != "json") {
     std::fprintf(stderr, "fragscope top: --format must be text or json\n%s", kUsage);
     return kExitUsage;
