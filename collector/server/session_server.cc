@@ -176,35 +176,29 @@ std::vector<SessionServer::StreamState> SessionServer::Streams() const {
   std::vector<StreamState> out;
   for (const auto& [s, connected] : streams) {
     std::optional<v1::Hello> hello = s.session->hello();
-    if (!hello) continue;
-    out.push_back(StreamState{s.peer_pid, *hello, connected, s.session->Summarize()});
+    if (!hello) continue;  // a connection that has not said who it is yet
+    out.push_back(StreamState{s.peer_pid, *hello, connected, s.session->frames_applied(),
+                              s.session->Summarize()});
   }
   return out;
 }
 
 std::string SessionServer::DescribeJson() const {
-  std::vector<std::pair<CollectedStream, bool>> streams;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& live : streams_) streams.emplace_back(live->stream, !live->done);
-  }
   std::string out = "{\"schema_version\":1,\"streams\":[";
   bool first = true;
-  for (const auto& [s, connected] : streams) {
-    std::optional<v1::Hello> hello = s.session->hello();
-    if (!hello) continue;  // a connection that has not said who it is yet
+  for (const StreamState& s : Streams()) {
     if (!first) out += ",";
     first = false;
     std::ostringstream report;
     JsonReportOptions opts;
     opts.pretty = false;
     opts.include_timeline = false;
-    RenderJson(s.session->Summarize(), report, opts);
+    RenderJson(s.summary, report, opts);
     out += absl::StrFormat(
         "{\"peer_pid\":%d,\"pid\":%d,\"exe\":%s,\"host\":%s,\"connected\":%s,\"frames\":%d,"
         "\"report\":%s}",
-        s.peer_pid, hello->pid(), JsonString(hello->exe()), JsonString(hello->host()),
-        connected ? "true" : "false", s.session->frames_applied(), report.str());
+        s.peer_pid, s.hello.pid(), JsonString(s.hello.exe()), JsonString(s.hello.host()),
+        s.connected ? "true" : "false", s.frames, report.str());
   }
   return out + "]}\n";
 }

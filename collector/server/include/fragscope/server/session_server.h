@@ -68,6 +68,7 @@ class SessionServer {
     pid_t peer_pid = 0;
     v1::Hello hello;
     bool connected = false;
+    uint64_t frames = 0;  // frames applied to the model so far
     ModelSummary summary;
   };
   std::vector<StreamState> Streams() const;
