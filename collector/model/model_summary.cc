@@ -1,6 +1,14 @@
 #include "fragscope/model/model_summary.h"
 
+#include "fragscope.pb.h"
+
 namespace fragscope {
+
+std::string ApiName(int api) {
+  if (!v1::Api_IsValid(api)) return "";
+  const std::string& name = v1::Api_Name(static_cast<v1::Api>(api));
+  return name.rfind("API_", 0) == 0 ? name.substr(4) : name;
+}
 
 const char* EventKindName(EventKind kind) {
   switch (kind) {

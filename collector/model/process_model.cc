@@ -895,8 +895,7 @@ void ProcessModel::Impl::OnFailed(const v1::FailedAlloc& e) {
   f.seq = e.seq();
   f.time_ns = e.time_ns();
   f.api = e.api();
-  f.api_name = v1::Api_Name(e.api());
-  if (f.api_name.rfind("API_", 0) == 0) f.api_name = f.api_name.substr(4);
+  f.api_name = ApiName(e.api());
   f.result = e.result();
   f.device = e.device();
   f.requested_bytes = e.size();

@@ -251,9 +251,7 @@ void JsonReport::Oom(const OomPostMortem& o) {
     w_.Field("seq", e.seq);
     w_.Field("time_ns", e.time_ns);
     w_.Field("kind", EventKindName(e.kind));
-    std::string api = v1::Api_IsValid(e.api) ? v1::Api_Name(static_cast<v1::Api>(e.api)) : "";
-    if (api.rfind("API_", 0) == 0) api = api.substr(4);
-    w_.Field("api", api);
+    w_.Field("api", ApiName(e.api));
     w_.Field("address", Hex(e.address));
     w_.Field("size", e.size);
     w_.Field("result", e.result);

@@ -10,10 +10,10 @@
 namespace fragscope {
 namespace {
 
-std::string ApiName(int api) {
-  if (!v1::Api_IsValid(api)) return absl::StrFormat("api %d", api);
-  std::string name = v1::Api_Name(static_cast<v1::Api>(api));
-  return name.rfind("API_", 0) == 0 ? name.substr(4) : name;
+// The CUDA spelling, or the number of an API this build does not know.
+std::string ApiLabel(int api) {
+  std::string name = ApiName(api);
+  return name.empty() ? absl::StrFormat("api %d", api) : name;
 }
 
 std::string Bytes(const Measured<uint64_t>& m) {
@@ -204,7 +204,7 @@ void TextReport::Oom(const OomPostMortem& o) {
       if (e.result != 0) what += absl::StrFormat(" result %d", e.result);
     }
     const std::string api =
-        e.api != 0 && e.kind != EventKind::kMark ? ApiName(e.api) : std::string();
+        e.api != 0 && e.kind != EventKind::kMark ? ApiLabel(e.api) : std::string();
     std::string line =
         absl::StrFormat("  seq %-8d %-18s %-28s %s", e.seq, EventKindName(e.kind), api, what);
     out_ << line << "\n";

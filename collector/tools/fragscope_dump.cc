@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fragscope.pb.h"
+#include "fragscope/model/model_summary.h"
 #include "fragscope/trace/frame_reader.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -32,11 +33,10 @@ using google::protobuf::Reflection;
 constexpr int kExitUsage = 2;
 constexpr int kExitBadInput = 3;
 
-std::string ApiName(int api) {
-  std::string_view name = fragscope::v1::Api_Name(static_cast<fragscope::v1::Api>(api));
-  if (name.empty()) return absl::StrCat("api", api);
-  if (name.substr(0, 4) == "API_") name.remove_prefix(4);
-  return std::string(name);
+// The CUDA spelling, or the number of an API this build does not know.
+std::string ApiLabel(int api) {
+  std::string name = fragscope::ApiName(api);
+  return name.empty() ? absl::StrCat("api", api) : name;
 }
 
 // Short keys people grep for; the rest keep their proto names.
@@ -64,7 +64,7 @@ std::string FormatEvent(const Message& event, std::string_view prefix_op) {
   const Reflection* refl = event.GetReflection();
   std::string line;
   if (const FieldDescriptor* api = desc->FindFieldByName("api")) {
-    line = ApiName(refl->GetEnumValue(event, api));
+    line = ApiLabel(refl->GetEnumValue(event, api));
   }
   if (!prefix_op.empty()) absl::StrAppend(&line, " op=", std::string(prefix_op));
   // Core fields first, in the order people read them; then the rest in proto order.

@@ -130,6 +130,10 @@ enum class EventKind {
 };
 const char* EventKindName(EventKind kind);
 
+// A fragscope.v1.Api value as CUDA spells the function ("cudaMalloc", "cuMemMap"); empty for a
+// value this build does not know (a newer agent's).
+std::string ApiName(int api);
+
 struct RecentEvent {
   uint64_t seq = 0;
   uint64_t time_ns = 0;
