@@ -43,6 +43,31 @@ int ShellStatus(const std::string& cmd, std::string* out) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// Starts a process that holds `bytes` until the returned fd is closed.
+pid_t StartHolder(const std::string& socket, uint64_t bytes, int* stdin_fd) {
+  int to_child[2], from_child[2];
+  if (pipe(to_child) != 0 || pipe(from_child) != 0) return -1;
+  pid_t app = fork();
+  if (app == 0) {
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    close(to_child[1]);
+    close(from_child[0]);
+    setenv("FRAGSCOPE_SOCKET", socket.c_str(), 1);
+    setenv("LD_PRELOAD", FRAGSCOPE_AGENT_LIB, 1);
+    std::string arg = std::to_string(bytes);
+    execl(FRAGSCOPE_HOLD_BIN, FRAGSCOPE_HOLD_BIN, arg.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  char ready[6] = {};
+  if (read(from_child[0], ready, 5) != 5) return -1;
+  close(from_child[0]);
+  *stdin_fd = to_child[1];
+  return app;
+}
+
 class CollectorDaemon : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -130,26 +155,9 @@ TEST_F(CollectorDaemon, ManyProcessesEachGetTraceReportsAndPostMortems) {
 
 TEST_F(CollectorDaemon, TopShowsALiveProcessAndACrashIsReportedNotFatal) {
   // A process that holds 96 MiB until its stdin closes.
-  int to_child[2], from_child[2];
-  ASSERT_EQ(pipe(to_child), 0);
-  ASSERT_EQ(pipe(from_child), 0);
-  pid_t app = fork();
-  ASSERT_GE(app, 0);
-  if (app == 0) {
-    dup2(to_child[0], 0);
-    dup2(from_child[1], 1);
-    close(to_child[1]);
-    close(from_child[0]);
-    setenv("FRAGSCOPE_SOCKET", socket_.c_str(), 1);
-    setenv("LD_PRELOAD", FRAGSCOPE_AGENT_LIB, 1);
-    execl(FRAGSCOPE_HOLD_BIN, FRAGSCOPE_HOLD_BIN, "100663296", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(to_child[0]);
-  close(from_child[1]);
-  char ready[6] = {};
-  ASSERT_EQ(read(from_child[0], ready, 5), 5);
-  ASSERT_STREQ(ready, "ready");
+  int holder_stdin = -1;
+  pid_t app = StartHolder(socket_, 100663296, &holder_stdin);
+  ASSERT_GT(app, 0);
   nlohmann::json doc;
   for (int i = 0; i < 200; ++i) {  // the agent ships asynchronously
     std::string out;
@@ -181,8 +189,7 @@ TEST_F(CollectorDaemon, TopShowsALiveProcessAndACrashIsReportedNotFatal) {
   // Kill it: the daemon reports the disconnect and keeps serving.
   kill(app, SIGKILL);
   waitpid(app, nullptr, 0);
-  close(to_child[1]);
-  close(from_child[0]);
+  close(holder_stdin);
   WaitForLog("DISCONNECTED", 1);
   std::string again;
   EXPECT_EQ(
@@ -212,31 +219,6 @@ TEST_F(CollectorDaemon, OtherUsersCannotConnect) {
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "a process of uid 65534 got an answer";
-}
-
-// Starts a process that holds `bytes` until the returned fd is closed.
-pid_t StartHolder(const std::string& socket, uint64_t bytes, int* stdin_fd) {
-  int to_child[2], from_child[2];
-  if (pipe(to_child) != 0 || pipe(from_child) != 0) return -1;
-  pid_t app = fork();
-  if (app == 0) {
-    dup2(to_child[0], 0);
-    dup2(from_child[1], 1);
-    close(to_child[1]);
-    close(from_child[0]);
-    setenv("FRAGSCOPE_SOCKET", socket.c_str(), 1);
-    setenv("LD_PRELOAD", FRAGSCOPE_AGENT_LIB, 1);
-    std::string arg = std::to_string(bytes);
-    execl(FRAGSCOPE_HOLD_BIN, FRAGSCOPE_HOLD_BIN, arg.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(to_child[0]);
-  close(from_child[1]);
-  char ready[6] = {};
-  if (read(from_child[0], ready, 5) != 5) return -1;
-  close(from_child[0]);
-  *stdin_fd = to_child[1];
-  return app;
 }
 
 std::string HttpGet(int port, const std::string& path) {
