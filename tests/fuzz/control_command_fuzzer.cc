@@ -136,8 +136,8 @@ void ThroughSocket(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  CheckSame(fragscope::agent::ParseControlCommand(bytes.data(), bytes.size()),
-            ReadProtocol(bytes), "parse");
+  CheckSame(fragscope::agent::ParseControlCommand(bytes.data(), bytes.size()), ReadProtocol(bytes),
+            "parse");
   ThroughSocket(data, size);
   return 0;
 }
