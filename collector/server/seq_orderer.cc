@@ -40,12 +40,20 @@ bool IsStateEvent(const v1::Frame& f) {
   }
 }
 
+bool OwnsSeq(const v1::Frame& f) { return EventSeq(f) != 0 && !f.has_mem_info(); }
+
+bool SeqOrderer::Ready() const {
+  const Held& top = held_.top();
+  return top.seq < next_ || (top.seq == next_ && top.owns_seq);
+}
+
 void SeqOrderer::Release(const Sink& sink) {
   Held h = std::move(const_cast<Held&>(held_.top()));
   held_.pop();
   if (h.seq < released_) ++late_;
   released_ = std::max(released_, h.seq);
-  next_ = std::max(next_, h.seq + 1);
+  // A sample's seq is not its own: releasing it (forced) says nothing about that event.
+  next_ = std::max(next_, h.owns_seq ? h.seq + 1 : h.seq);
   sink(h.frame);
 }
 
@@ -81,8 +89,9 @@ void SeqOrderer::Push(v1::Frame frame, const Sink& sink) {
     ++covered_;
     return;
   }
-  held_.push(Held{seq, arrivals_++, std::move(frame)});
-  while (!held_.empty() && (held_.top().seq <= next_ || held_.size() > window_)) Release(sink);
+  const bool owns = OwnsSeq(frame);
+  held_.push(Held{seq, owns, arrivals_++, std::move(frame)});
+  while (!held_.empty() && (Ready() || held_.size() > window_)) Release(sink);
 }
 
 void SeqOrderer::Flush(const Sink& sink) {

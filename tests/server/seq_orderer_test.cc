@@ -18,6 +18,11 @@ v1::Frame Failed(uint64_t seq) {
   f.mutable_failed()->set_seq(seq);
   return f;
 }
+v1::Frame MemInfo(uint64_t seq) {
+  v1::Frame f;
+  f.mutable_mem_info()->set_seq(seq);
+  return f;
+}
 v1::Frame Snapshot(uint64_t seq) {
   v1::Frame f;
   f.mutable_snapshot()->set_seq(seq);
@@ -28,7 +33,11 @@ struct Recorder {
   std::vector<std::pair<char, uint64_t>> seen;
   SeqOrderer::Sink sink() {
     return [this](const v1::Frame& f) {
-      char kind = f.has_snapshot() ? 'S' : f.has_failed() ? 'F' : f.has_hello() ? 'H' : 'A';
+      char kind = f.has_snapshot()   ? 'S'
+                  : f.has_failed()   ? 'F'
+                  : f.has_hello()    ? 'H'
+                  : f.has_mem_info() ? 'M'
+                                     : 'A';
       seen.push_back({kind, f.has_snapshot() ? f.snapshot().seq() : EventSeq(f)});
     };
   }
@@ -77,6 +86,25 @@ TEST(SeqOrderer, SnapshotReleasesWhatItCoversAndSupersedesLateStateEvents) {
   ASSERT_EQ(r.seen.size(), 4u);
   EXPECT_EQ(r.seen[2], std::make_pair('F', uint64_t{3}));
   EXPECT_EQ(r.seen[3], std::make_pair('A', uint64_t{7}));
+}
+
+// A MemInfo sample quotes the last seq handed out when it was taken, which belongs to an event
+// that may still be in flight: it must neither be released before that event nor let the
+// events after it pass the one still missing (it did, and a reused address's alloc then
+// reached the model before the free that preceded it).
+TEST(SeqOrderer, AMemInfoSampleDoesNotCountAsTheEventWhoseSeqItQuotes) {
+  SeqOrderer o;
+  Recorder r;
+  o.Push(Alloc(1), r.sink());
+  o.Push(MemInfo(2), r.sink());  // sampled after another thread took seq 2, not yet pushed
+  o.Push(Alloc(3), r.sink());
+  ASSERT_EQ(r.seen.size(), 1u) << "seq 2 is still in flight";
+  o.Push(Alloc(2), r.sink());
+  ASSERT_EQ(r.seen.size(), 4u);
+  EXPECT_EQ(r.seen[1], std::make_pair('A', uint64_t{2}));
+  EXPECT_EQ(r.seen[2], std::make_pair('M', uint64_t{2}));
+  EXPECT_EQ(r.seen[3], std::make_pair('A', uint64_t{3}));
+  EXPECT_EQ(o.late(), 0u);
 }
 
 }  // namespace

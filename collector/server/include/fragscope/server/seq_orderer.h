@@ -6,6 +6,12 @@
 // The model must see them by seq (DESIGN.md "Nesting and order"), so this orderer holds events
 // in a bounded min-heap and releases them when the sequence is contiguous, when the window is
 // full (a seq that will never come: a drop), or at a Snapshot / Drops / End / end of stream.
+//
+// Only events that take a seq of their own (alloc, free, map, handle, failed, block, mark) make
+// the sequence contiguous. A MemInfo sample carries the last seq handed out when it was taken,
+// which is another event's seq, possibly one still in flight: it waits until that event has
+// been released and never advances the expected seq itself (it once did, and the events after
+// it were then released over the gap, ahead of the one still in flight).
 #ifndef FRAGSCOPE_SERVER_SEQ_ORDERER_H_
 #define FRAGSCOPE_SERVER_SEQ_ORDERER_H_
 
@@ -40,14 +46,20 @@ class SeqOrderer {
  private:
   struct Held {
     uint64_t seq;
+    bool owns_seq;     // false: a MemInfo sample quoting another event's seq
     uint64_t arrival;  // ties (same seq) keep arrival order
     v1::Frame frame;
   };
   struct Later {
+    // By seq; at one seq the event that owns it first (a sample taken after it follows it).
     bool operator()(const Held& a, const Held& b) const {
-      return a.seq != b.seq ? a.seq > b.seq : a.arrival > b.arrival;
+      if (a.seq != b.seq) return a.seq > b.seq;
+      if (a.owns_seq != b.owns_seq) return b.owns_seq;
+      return a.arrival > b.arrival;
     }
   };
+  // Whether the top of the heap can go now: everything before it has been released.
+  bool Ready() const;
   void Release(const Sink& sink);
   void ReleaseUpTo(uint64_t seq, const Sink& sink);
 
@@ -65,6 +77,9 @@ class SeqOrderer {
 uint64_t EventSeq(const v1::Frame& frame);
 // Whether the frame changes live state (and so is superseded by a later Snapshot).
 bool IsStateEvent(const v1::Frame& frame);
+// Whether the frame's seq was taken for it (every event but a MemInfo sample, which quotes the
+// last seq handed out).
+bool OwnsSeq(const v1::Frame& frame);
 
 }  // namespace fragscope
 
