@@ -143,9 +143,18 @@ bool LiveTable::Reusable(const Slot& slot) const {
   uint64_t removed = __atomic_load_n(&slot.removed_seq, __ATOMIC_ACQUIRE);
   if (removed == kSeqPending) return false;
   if (scans_.load(std::memory_order_seq_cst) == 0) return true;
-  // A scan runs: only what it will not look at (removed at or before its seq; 0 while the
-  // seq is not published yet, so nothing).
-  return removed <= scan_at_.load(std::memory_order_seq_cst);
+  // A scan runs at S: it needs only the tombstones of entries live at S (made live at or
+  // before S, removed after). Any other may go: removed at or before S, or made live after S
+  // (an address freed and allocated again during the scan, which is common: a scan takes
+  // milliseconds and the program reuses the same few addresses thousands of times meanwhile).
+  // Keeping those too made every reuse take one slot further down its probe chain, until
+  // inserts ran past kMaxProbe and were lost, and with them entries of later snapshots.
+  // S is 0 while not published yet: nothing may go then.
+  const uint64_t at = scan_at_.load(std::memory_order_seq_cst);
+  if (at == 0) return false;
+  if (removed <= at) return true;
+  const uint64_t made = __atomic_load_n(&slot.entry.seq, __ATOMIC_ACQUIRE);
+  return made != kSeqPending && made > at;
 }
 
 bool LiveTable::LiveAt(const Slot& slot, uint64_t at, LiveEntry* out) const {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <thread>
@@ -138,6 +139,40 @@ TEST(LiveTableTest, ClearEmptiesAndFullTableIsCounted) {
   uint64_t at = 0;
   EXPECT_EQ(t.ForEachAt(seq, &at, [](const LiveEntry&) {}), 0u);
   EXPECT_TRUE(t.Insert(Alloc(0x40, 1, 1)));
+}
+
+// An address freed and allocated again many times while a snapshot scan runs (a scan takes
+// milliseconds; a program reuses its few addresses thousands of times meanwhile). The scan
+// needs only the tombstones of entries live at its seq; the others must stay reusable, or every
+// reuse takes a slot further down the probe chain until inserts fail.
+TEST(LiveTableTest, ReuseDuringAScanDoesNotRunOutOfProbes) {
+  LiveTable t;
+  ASSERT_TRUE(t.Init(4096));
+  ASSERT_TRUE(t.Insert(Alloc(0x1000, 1, 1)));
+  ASSERT_TRUE(t.Insert(Alloc(0x2000, 2, 2)));
+  std::atomic<uint64_t> seq{2};
+  uint64_t at = 0;
+  std::vector<uint64_t> seen;
+  bool churned = false;
+  t.ForEachAt(seq, &at, [&](const LiveEntry& e) {
+    seen.push_back(e.address);
+    if (churned) return;
+    churned = true;
+    // Live at the scan's seq, removed during it: its tombstone is what the scan needs.
+    size_t index = 0;
+    ASSERT_TRUE(t.Erase(LiveClass::kAllocation, 0x1000, nullptr, &index));
+    t.SetRemovedSeq(index, 3);
+    uint64_t s = 3;
+    for (int i = 0; i < 1000; ++i) {
+      ASSERT_TRUE(t.Insert(Alloc(0x3000, 3, kSeqPending), &index)) << "reuse " << i;
+      t.SetSeq(index, ++s);
+      ASSERT_TRUE(t.Erase(LiveClass::kAllocation, 0x3000, nullptr, &index));
+      t.SetRemovedSeq(index, ++s);
+    }
+  });
+  EXPECT_EQ(t.overflows(), 0u);
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<uint64_t>{0x1000, 0x2000}));
 }
 
 // Writers churn disjoint key ranges while a scanner snapshots repeatedly: every entry a scan
