@@ -1,13 +1,17 @@
 // fragscope attach PID [--duration S] [-o TRACE] [--format text|json]
 //
-// Collects from a running process whose agent was started dormant (LD_PRELOAD=libfragscope.so
-// FRAGSCOPE_DORMANT=1): starts an embedded collector, asks the agent through its control
-// socket to stream to it ('wake'), and when --duration has passed, Ctrl-C is pressed or the
-// process ends, detaches ('sleep') and prints the report. The stream starts with the agent's
-// live table, kept since the program started, so the report is exact from the first line.
+// Collects from a running process: starts an embedded collector, asks the process's agent
+// through its control socket to stream to it ('wake'), and when --duration has passed, Ctrl-C
+// is pressed or the process ends, detaches ('sleep') and prints the report.
 //
-// Injecting the agent into a process that was started without it is not implemented (see
-// interpose/README.md "Attach").
+// - Started with the agent dormant (LD_PRELOAD=libfragscope.so FRAGSCOPE_DORMANT=1): the stream
+//   starts with the agent's live table, kept since the program started, so the report is exact
+//   from the first line.
+// - Started without the agent: the agent is injected (ptrace_injector.h: dlopen in the process,
+//   then libcuda's tracked functions patched in place), the stream covers the attach window
+//   only, and memory from before it is reported as unknown (`untracked`). At detach the original
+//   bytes of libcuda are put back; the agent stays loaded and dormant (dlclose is not safe), and
+//   a later attach patches again.
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -17,11 +21,13 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +38,7 @@
 #include "exit_codes.h"
 #include "fragscope/server/session_server.h"
 #include "install_layout.h"
+#include "ptrace_injector.h"
 #include "report_output.h"
 
 namespace fragscope::cli {
@@ -43,8 +50,10 @@ constexpr char kUsage[] =
     "  -o, --output TRACE     keep the trace\n"
     "  --format text|json     report format (default text)\n"
     "  --report FILE          write the report to FILE instead of stdout\n"
-    "The process must have been started with the agent dormant:\n"
-    "  LD_PRELOAD=/path/to/libfragscope.so FRAGSCOPE_DORMANT=1 CMD ARGS...\n";
+    "A process started with the agent dormant is woken through its control socket:\n"
+    "  LD_PRELOAD=/path/to/libfragscope.so FRAGSCOPE_DORMANT=1 CMD ARGS...\n"
+    "Into any other CUDA process the agent is injected (ptrace; x86-64), and memory allocated\n"
+    "before the attach is reported as unknown.\n";
 
 volatile sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int) { g_interrupted = 1; }
@@ -70,13 +79,65 @@ std::string TargetEnv(pid_t pid, const std::string& name) {
   return "";
 }
 
-bool AgentMapped(pid_t pid) {
+bool Mapped(pid_t pid, const char* file) {
   std::ifstream in(absl::StrFormat("/proc/%d/maps", pid));
   std::string line;
   while (std::getline(in, line)) {
-    if (line.find("/libfragscope.so") != std::string::npos) return true;
+    if (line.find(file) != std::string::npos) return true;
   }
   return false;
+}
+
+bool AgentMapped(pid_t pid) { return Mapped(pid, "/libfragscope.so"); }
+
+// Preloaded (dormant or streaming) rather than injected by an earlier attach.
+bool AgentPreloaded(pid_t pid) {
+  return TargetEnv(pid, "LD_PRELOAD").find("libfragscope") != std::string::npos;
+}
+
+std::string FindControlSocket(pid_t pid, uid_t uid);
+
+// Injects the agent and waits for its control socket. Returns the socket, "" on failure (said).
+std::string Inject(pid_t pid, InjectedAgent* agent) {
+  if (!Mapped(pid, "/libcuda.so")) {
+    std::fprintf(stderr,
+                 "fragscope attach: pid %d is not a CUDA process (libcuda.so is not mapped in "
+                 "it; a program that has not initialized CUDA yet has nothing to attach to)\n",
+                 pid);
+    return "";
+  }
+  if (std::string restriction = PtraceRestriction(pid); !restriction.empty()) {
+    std::fprintf(stderr, "fragscope attach: %s\n", restriction.c_str());
+    return "";
+  }
+  const std::string library = AgentLibraryPath();
+  char resolved[PATH_MAX];
+  const std::string path = realpath(library.c_str(), resolved) != nullptr ? resolved : library;
+  if (absl::Status s = InjectAgent(pid, path, agent); !s.ok()) {
+    std::fprintf(stderr, "fragscope attach: cannot inject the agent into pid %d: %s\n", pid,
+                 std::string(s.message()).c_str());
+    return "";
+  }
+  std::fprintf(stderr, "fragscope attach: injected %s into pid %d; %zu driver functions hooked\n",
+               path.c_str(), pid, agent->patches.size());
+  if (agent->refused > 0) {
+    std::fprintf(stderr,
+                 "fragscope attach: warning: %u tracked driver functions could not be hooked "
+                 "and their calls are not seen: %s\n",
+                 agent->refused, agent->refused_why.c_str());
+  }
+  for (int i = 0; i < 500; ++i) {  // the agent's thread opens the socket as it starts
+    std::string control = FindControlSocket(pid, geteuid());
+    if (!control.empty()) return control;
+    if (!ProcessExists(pid)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::fprintf(stderr,
+               "fragscope attach: the agent injected into pid %d opened no control socket (its "
+               "reason is on the program's stderr)\n",
+               pid);
+  RemovePatches(pid, *agent).IgnoreError();
+  return "";
 }
 
 // The agent's control socket: under the target's $XDG_RUNTIME_DIR, ours, or /tmp/fragscope-UID
@@ -164,24 +225,32 @@ int AttachCommand(const std::vector<std::string>& args) {
                  pid, proc.st_uid, geteuid(), proc.st_uid, pid);
     return kExitBadInput;
   }
-  const std::string control = FindControlSocket(pid, geteuid());
-  if (control.empty()) {
-    if (AgentMapped(pid)) {
-      std::fprintf(stderr,
-                   "fragscope attach: pid %d has the agent loaded but no control socket: it was "
-                   "not started with FRAGSCOPE_DORMANT=1 (an agent that streams from the start "
-                   "already has an output), or it has not used CUDA memory yet\n",
-                   pid);
-    } else {
-      std::fprintf(stderr,
-                   "fragscope attach: pid %d has no fragscope agent, and injecting one into a "
-                   "running process is not implemented yet. Start the program with the agent "
-                   "dormant, then attach whenever needed:\n"
-                   "  LD_PRELOAD=%s FRAGSCOPE_DORMANT=1 CMD ARGS...\n",
-                   pid, AgentLibraryPath().c_str());
-    }
+  std::string control = FindControlSocket(pid, geteuid());
+  std::optional<InjectedAgent> injected;
+  if (!AgentMapped(pid) || !AgentPreloaded(pid)) {
+    // No agent, or one an earlier attach injected (dormant, its patches removed).
+    injected.emplace();
+    control = Inject(pid, &*injected);
+    if (control.empty()) return kExitBadInput;
+  } else if (control.empty()) {
+    std::fprintf(stderr,
+                 "fragscope attach: pid %d has the agent loaded but no control socket: it was "
+                 "not started with FRAGSCOPE_DORMANT=1 (an agent that streams from the start "
+                 "already has an output), or it has not used CUDA memory yet\n",
+                 pid);
     return kExitBadInput;
   }
+  // Undoes the injection's patches (detach, or an error after the injection).
+  auto unpatch = [&]() -> std::string {
+    if (!injected || !ProcessExists(pid)) return "";
+    absl::Status s = RemovePatches(pid, *injected);
+    injected.reset();
+    if (!s.ok()) {
+      return absl::StrFormat("warning: restoring libcuda's bytes in pid %d failed: %s", pid,
+                             s.message());
+    }
+    return "libcuda's original bytes are restored; the agent stays loaded, dormant";
+  };
 
   std::atomic<bool> stream_ended{false};
   SessionServerOptions server_options;
@@ -193,6 +262,7 @@ int AttachCommand(const std::vector<std::string>& args) {
   if (!runtime_dir.ok()) {
     std::fprintf(stderr, "fragscope attach: %s\n",
                  std::string(runtime_dir.status().message()).c_str());
+    unpatch();
     return kExitBadInput;
   }
   auto collector = SessionServer::Start(
@@ -200,6 +270,7 @@ int AttachCommand(const std::vector<std::string>& args) {
   if (!collector.ok()) {
     std::fprintf(stderr, "fragscope attach: %s\n",
                  std::string(collector.status().message()).c_str());
+    unpatch();
     return kExitBadInput;
   }
   struct sigaction sa {};
@@ -212,6 +283,7 @@ int AttachCommand(const std::vector<std::string>& args) {
   if (answer.rfind("ok", 0) != 0) {
     std::fprintf(stderr, "fragscope attach: the agent of pid %d did not start streaming: %s\n", pid,
                  (answer.empty() ? "no answer on its control socket " + control : answer).c_str());
+    unpatch();
     return kExitBadInput;
   }
   std::fprintf(
@@ -223,9 +295,11 @@ int AttachCommand(const std::vector<std::string>& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   bool detached = false;
+  std::string unpatched;
   if (!stream_ended && ProcessExists(pid)) {
     // Detach: the agent writes End, closes the stream and goes back to dormant.
     detached = AskAgent(control, "sleep").rfind("ok", 0) == 0;
+    unpatched = unpatch();
   }
   std::vector<CollectedStream> streams = (*collector)->Finish(2000);
   if (streams.empty()) {
@@ -259,6 +333,7 @@ int AttachCommand(const std::vector<std::string>& args) {
   } else if (!trace_path.empty()) {
     std::fprintf(stderr, "fragscope attach: trace written to %s\n", trace_path.c_str());
   }
+  if (!unpatched.empty()) std::fprintf(stderr, "fragscope attach: %s\n", unpatched.c_str());
   std::fprintf(stderr, "fragscope attach: %s\n",
                detached ? "detached; the agent is dormant again" : "the process ended");
   return kExitOk;

@@ -10,6 +10,7 @@
 
 #include "drain.h"
 #include "hook_table.h"
+#include "inject_attach.h"
 #include "recorder.h"
 #include "stack_capture.h"
 
@@ -111,6 +112,9 @@ void Initialize() {
   a.monotonic_at_start_ns = ClockNs(CLOCK_MONOTONIC);
   a.realtime_at_start_ns = ClockNs(CLOCK_REALTIME);
   FindOwnText();
+  // dlopen()ed by `fragscope attach`: the environment is not ours to follow (the program may
+  // have FRAGSCOPE_* set without the preload); AgentStartInjected starts it.
+  if (LoadedIntoRunningProcess()) return;
   if (!a.config.dormant && !a.config.has_output()) return;
   if (!a.live.Init(a.config.live_slots)) return;
   // Dormant: only the live table, so a later attach starts from an exact snapshot; the ring
@@ -140,12 +144,42 @@ __attribute__((constructor)) void AgentLoad() { AgentRecording(); }
 // after it. Stops the drain thread; AtExit writes End (or, if it already ran because the agent
 // was loaded late, this only ships what came since).
 __attribute__((destructor)) void AgentUnload() {
-  if (g_init.load() == 2 && Agent().recording.load()) DrainAtExit();
+  if (g_init.load() != 2 || !Agent().recording.load()) return;
+  if (Agent().injected) {
+    // Loaded last, so finalized first: libraries finalized after us may still free memory.
+    // Close the stream here (as a detach would) and ship nothing after its End.
+    Agent().shipping.store(false, std::memory_order_seq_cst);
+    DrainWriteEnd();
+    return;
+  }
+  DrainAtExit();
 }
 
 }  // namespace
 
 AgentState& Agent() { return g_storage.state; }
+
+bool AgentStartInjected() {
+  AgentRecording();  // the constructor already ran; this only waits for it
+  AgentState& a = Agent();
+  if (a.injected) return true;
+  if (a.recording.load() || !LoadedIntoRunningProcess()) return false;
+  AgentCodeScope agent_code;
+  // Dormant with only the live table, like FRAGSCOPE_DORMANT=1; the environment's outputs do
+  // not apply (the stream goes where `wake` says).
+  a.config.dormant = true;
+  a.config.output_path[0] = '\0';
+  a.config.socket_path[0] = '\0';
+  if (!a.live.Init(a.config.live_slots)) return false;
+  pthread_atfork(nullptr, nullptr, ChildAfterFork);
+  // No atexit handler: registered now it would run before the program's own; AgentUnload
+  // ends the stream instead.
+  a.injected = true;
+  a.shipping.store(false, std::memory_order_release);
+  a.recording.store(true, std::memory_order_release);
+  EnsureBackgroundThread();  // its control socket is how `attach` wakes us
+  return true;
+}
 
 bool AgentRecording() {
   if (g_init.load(std::memory_order_acquire) == 2) {

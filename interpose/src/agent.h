@@ -48,6 +48,9 @@ struct AgentState {
   // stream's first snapshot (drain.cc, Wake).
   std::atomic<bool> shipping{false};
   std::atomic<bool> late{false};  // past our atexit handler: hooks drain inline
+  // Loaded into a running process by `fragscope attach` (inject_attach.cc): hooks are reached
+  // through in-place patches of libcuda, and memory from before the attach is not known.
+  bool injected = false;
   uint32_t stream_index = 0;
   uint64_t monotonic_at_start_ns = 0;
   uint64_t realtime_at_start_ns = 0;
@@ -60,6 +63,11 @@ AgentState& Agent();
 // Initializes on first use (reads the configuration, maps the ring and tables). Returns whether
 // hooks should record. Cheap after the first call.
 bool AgentRecording();
+
+// An agent dlopen()ed into a running process (not preloaded) starts here instead of from its
+// environment: dormant, like FRAGSCOPE_DORMANT=1, with an empty live table and its control
+// socket open, waiting for `wake`. False if it was preloaded or the table cannot be mapped.
+bool AgentStartInjected();
 
 }  // namespace fragscope::agent
 

@@ -158,7 +158,8 @@ uint64_t WriteSnapshot(SnapshotReason reason) {
   size_t bound = a.live.live() * kMaxLiveEntryBytes + 4096;
   uint64_t seq = 0;
   auto encode = [&](WireWriter& w) {
-    SnapshotEncoder snapshot(w, now, reason, /*complete_history=*/true);
+    // An injected agent started with the attach: what was allocated before is unknown.
+    SnapshotEncoder snapshot(w, now, reason, /*complete_history=*/!a.injected);
     a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) { snapshot.Add(e); });
     return snapshot.Finish(seq);
   };
@@ -234,6 +235,7 @@ void WriteStreamHead() {
   hello.monotonic_at_start_ns = a.monotonic_at_start_ns;
   hello.stream_index = a.stream_index;
   hello.attached = d.attached;
+  if (a.injected) hello.backend = 3;  // BACKEND_INJECTED: memory from before is not known
   hello.stack_depth = static_cast<uint32_t>(a.config.stack_depth);
   hello.ring_bytes = a.ring.bytes();
   Put([&](WireWriter& w) { return EncodeHello(w, hello); });

@@ -207,6 +207,29 @@ bool InlinePatcher::Seal() {
 
 bool InlinePatcher::Prepare(void* target_fn, size_t function_size, void* replacement,
                             InlinePatch* out, char* why, size_t why_size) {
+  bool too_short = false;
+  if (PrepareWith(kJumpBytes, target_fn, function_size, replacement, out, why, why_size,
+                  &too_short)) {
+    return true;
+  }
+  // Many exported driver functions are a few instructions and a tail call, or branch within
+  // their first 14 bytes: a 5-byte jump to a relay next to the trampoline (within +-2 GiB)
+  // overwrites less. Its reason stands if it fails too, unless the only problem was length.
+  char first_why[512];
+  snprintf(first_why, sizeof(first_why), "%s", why != nullptr ? why : "");
+  bool ignored = false;
+  if (PrepareWith(kShortJumpBytes, target_fn, function_size, replacement, out, why, why_size,
+                  &ignored)) {
+    return true;
+  }
+  if (!too_short && why != nullptr && why_size > 0) snprintf(why, why_size, "%s", first_why);
+  return false;
+}
+
+bool InlinePatcher::PrepareWith(size_t jump_bytes, void* target_fn, size_t function_size,
+                                void* replacement, InlinePatch* out, char* why, size_t why_size,
+                                bool* too_short) {
+  *too_short = false;
   if (handle_ == 0) {
     Say(why, why_size, "the patcher is not initialized");
     return false;
@@ -216,9 +239,10 @@ bool InlinePatcher::Prepare(void* target_fn, size_t function_size, void* replace
   // Enough bytes for the instructions that cover the jump (at most 15 bytes each).
   size_t window = kMaxPatchBytes + 15;
   if (function_size != 0 && function_size < window) window = function_size;
-  if (function_size != 0 && function_size < kJumpBytes) {
+  if (function_size != 0 && function_size < jump_bytes) {
     Say(why, why_size, "the function is %zu bytes, shorter than the %zu-byte jump", function_size,
-        kJumpBytes);
+        jump_bytes);
+    *too_short = true;
     return false;
   }
   cs_insn* insn = nullptr;
@@ -233,7 +257,7 @@ bool InlinePatcher::Prepare(void* target_fn, size_t function_size, void* replace
     bool call;
   } jumps[8];
   int jump_count = 0;
-  for (size_t i = 0; i < count && length < kJumpBytes && ok; ++i) {
+  for (size_t i = 0; i < count && length < jump_bytes && ok; ++i) {
     const cs_insn& in = insn[i];
     const size_t at = length;
     const bool relative = HasGroup(in, CS_GRP_BRANCH_RELATIVE);
@@ -247,15 +271,15 @@ bool InlinePatcher::Prepare(void* target_fn, size_t function_size, void* replace
       ok = false;
       break;
     }
-    if (ends && at + in.size < kJumpBytes && function_size == 0) {
+    if (ends && at + in.size < jump_bytes && function_size == 0) {
       Say(why, why_size,
-          "the function may end after %zu bytes (%s at +%zu), before the %zu-byte "
-          "jump",
-          at + in.size, in.mnemonic, at, kJumpBytes);
+          "the function may end after %zu bytes (%s at +%zu), before the %zu-byte jump",
+          at + in.size, in.mnemonic, at, jump_bytes);
+      *too_short = true;
       ok = false;
       break;
     }
-    if (emitted + in.size + 18 + kJumpBytes > sizeof(buffer)) {
+    if (emitted + in.size + 18 + kJumpBytes > kRelayOffset) {
       Say(why, why_size, "the relocated prologue does not fit a trampoline");
       ok = false;
       break;
@@ -304,7 +328,7 @@ bool InlinePatcher::Prepare(void* target_fn, size_t function_size, void* replace
     }
     length += in.size;
   }
-  if (ok && length < kJumpBytes) {
+  if (ok && length < jump_bytes) {
     Say(why, why_size, "only %zu bytes of instructions could be decoded at %p", length, target_fn);
     ok = false;
   }
@@ -315,6 +339,7 @@ bool InlinePatcher::Prepare(void* target_fn, size_t function_size, void* replace
   if (ok && function_size != 0 && length > function_size) {
     Say(why, why_size, "the function is %zu bytes, shorter than the %zu bytes to overwrite",
         function_size, length);
+    *too_short = true;
     ok = false;
   }
   for (int j = 0; ok && j < jump_count; ++j) {
@@ -398,8 +423,19 @@ bool InlinePatcher::Prepare(void* target_fn, size_t function_size, void* replace
   p.target = target;
   p.length = static_cast<uint32_t>(length);
   memcpy(p.original, code, length);
-  EmitAbsoluteJump(p.patch, reinterpret_cast<uint64_t>(replacement));
-  memset(p.patch + kJumpBytes, 0xCC, length - kJumpBytes);  // int3: never executed
+  if (jump_bytes == kJumpBytes) {
+    EmitAbsoluteJump(p.patch, reinterpret_cast<uint64_t>(replacement));
+  } else {
+    // jmp rel32 to the relay, which jumps (absolute) to the replacement.
+    uint8_t* relay = slot + kRelayOffset;
+    EmitAbsoluteJump(relay, reinterpret_cast<uint64_t>(replacement));
+    const int64_t rel = static_cast<int64_t>(reinterpret_cast<uintptr_t>(relay)) -
+                        static_cast<int64_t>(target + kShortJumpBytes);
+    const int32_t rel32 = static_cast<int32_t>(rel);
+    p.patch[0] = 0xE9;
+    memcpy(p.patch + 1, &rel32, 4);
+  }
+  memset(p.patch + jump_bytes, 0xCC, length - jump_bytes);  // int3: never executed
   p.trampoline = slot;
   *out = p;
   return true;
@@ -423,11 +459,14 @@ bool InlinePatcher::Prepare(void*, size_t, void*, InlinePatch*, char* why, size_
   Say(why, why_size, "in-place hooks are not available in this build");
   return false;
 }
+bool InlinePatcher::PrepareWith(size_t, void*, size_t, void*, InlinePatch*, char*, size_t, bool*) {
+  return false;
+}
 
 #endif
 
 bool InlinePatcher::Apply(const InlinePatch& p, char* why, size_t why_size) {
-  if (p.target == 0 || p.length < kJumpBytes || p.length > kMaxPatchBytes) {
+  if (p.target == 0 || p.length < kShortJumpBytes || p.length > kMaxPatchBytes) {
     Say(why, why_size, "not a prepared patch");
     return false;
   }
@@ -440,7 +479,7 @@ bool InlinePatcher::Apply(const InlinePatch& p, char* why, size_t why_size) {
 }
 
 bool InlinePatcher::Restore(const InlinePatch& p, char* why, size_t why_size) {
-  if (p.target == 0 || p.length < kJumpBytes || p.length > kMaxPatchBytes) {
+  if (p.target == 0 || p.length < kShortJumpBytes || p.length > kMaxPatchBytes) {
     Say(why, why_size, "not a prepared patch");
     return false;
   }

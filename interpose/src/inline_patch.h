@@ -6,14 +6,16 @@
 // the agent's wrapper (`jmp [rip+0]; .quad wrapper`, padded with int3 to an instruction
 // boundary), and a trampoline holds those instructions, relocated, followed by an absolute jump
 // back to the rest of the function. The wrapper calls the trampoline as "the real function".
+// A function shorter than that (many driver exports are a register move and a tail call) gets
+// a 5-byte `jmp rel32` to a relay beside its trampoline, which jumps on to the wrapper.
 //
 // Relocation (instructions decoded with Capstone, loaded with dlopen when first needed so the
 // preloaded agent keeps linking nothing but libc):
 // - RIP-relative memory operands (lea, mov, cmp, ...): the displacement is rewritten for the
 //   trampoline's address; trampolines are allocated within +-2 GiB of the function for this.
 // - Relative jmp/jcc/call: rewritten as absolute jumps/calls (any distance).
-// Refused (with the reason): a function shorter than the jump (by its ELF size, or ending in a
-// ret/jmp inside the first kJumpBytes), loop/jrcxz, a branch in the prologue that targets the
+// Refused (with the reason): a function shorter than 5 bytes (by its ELF size, or ending in a
+// ret/jmp inside its first 5 bytes), loop/jrcxz, a branch in the prologue that targets the
 // prologue, and any branch in the rest of the function (when its size is known) that jumps
 // into the overwritten bytes other than their first byte.
 //
@@ -30,14 +32,16 @@
 namespace fragscope::agent {
 
 inline constexpr size_t kJumpBytes = 14;      // jmp [rip+0] (6) + 8-byte address
+inline constexpr size_t kShortJumpBytes = 5;  // jmp rel32 to a relay (functions < 14 bytes)
 inline constexpr size_t kMaxPatchBytes = 32;  // whole instructions covering kJumpBytes
 inline constexpr size_t kTrampolineBytes = 192;
+inline constexpr size_t kRelayOffset = kTrampolineBytes - kJumpBytes;  // in the same slot
 
 struct InlinePatch {
   uintptr_t target = 0;  // the function's first byte
-  uint32_t length = 0;   // bytes replaced: whole instructions, >= kJumpBytes
+  uint32_t length = 0;   // bytes replaced: whole instructions, >= the jump
   uint8_t original[kMaxPatchBytes] = {};
-  uint8_t patch[kMaxPatchBytes] = {};  // the jump, then int3 up to `length`
+  uint8_t patch[kMaxPatchBytes] = {};  // the jump (14 or 5 bytes), then int3 up to `length`
   void* trampoline = nullptr;          // call this to run the original function
 };
 
@@ -74,6 +78,8 @@ class InlinePatcher {
     bool sealed;
   };
   uint8_t* TrampolineNear(uintptr_t target);
+  bool PrepareWith(size_t jump_bytes, void* target, size_t function_size, void* replacement,
+                   InlinePatch* out, char* why, size_t why_size, bool* too_short);
 
   void* capstone_ = nullptr;  // dlopen handle
   size_t handle_ = 0;         // csh

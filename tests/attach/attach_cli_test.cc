@@ -1,6 +1,6 @@
 // `fragscope attach PID`: against a program started with its agent dormant (the trace it keeps
 // ends in the state the fake driver reports), detaching after --duration, and the errors a user
-// meets (no such process, another user's, no agent, an agent that is not dormant).
+// meets (no such process, another user's, not a CUDA process, an agent that is not dormant).
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -163,16 +163,13 @@ TEST(AttachCliTest, ErrorsSayWhatIsWrongAndWhatToDo) {
   RunResult r = RunProgram(kCli, {"attach", std::to_string(gone)}, Cli(dir));
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_NE(r.err.find("no process with pid"), std::string::npos) << r.err;
-  // A process without the agent.
+  // A process that does not use CUDA: nothing to inject into (inject_test.cc covers a CUDA
+  // process started without the agent).
   {
-    LiveProcess plain(AppPath("agent_attach_app"), {}, RunOptions{false, {}});
-    ASSERT_TRUE(plain.WaitForLine("ready 1"));
+    LiveProcess plain("/bin/sleep", {"60"}, RunOptions{false, {}});
     r = RunProgram(kCli, {"attach", std::to_string(plain.pid())}, Cli(dir));
     EXPECT_EQ(r.exit_code, 3);
-    EXPECT_NE(r.err.find("injecting one into a running process is not implemented"),
-              std::string::npos)
-        << r.err;
-    EXPECT_NE(r.err.find("FRAGSCOPE_DORMANT=1"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("is not a CUDA process"), std::string::npos) << r.err;
   }
   // An agent that streams from the start has no control socket.
   {

@@ -17,6 +17,7 @@ int fs_test_branches(int x);   // x == 0 ? -1 : fs_test_helper() + 2 (relative j
 int fs_test_loop_back(int x);  // sum 1..x, its loop jumps back to byte 2
 int fs_test_jrcxz(int x);      // jrcxz first
 int fs_test_tiny(int x);       // 4 bytes
+int fs_test_tail(int x);       // add + tail call (8 bytes): x + 1 + 100
 extern int fs_test_value;
 }
 
@@ -83,6 +84,20 @@ fs_test_jrcxz:
   ret
   .size fs_test_jrcxz, .-fs_test_jrcxz
 
+  .globl fs_test_add_helper
+  .type fs_test_add_helper, @function
+fs_test_add_helper:
+  lea 100(%rdi), %eax
+  ret
+  .size fs_test_add_helper, .-fs_test_add_helper
+
+  .globl fs_test_tail
+  .type fs_test_tail, @function
+fs_test_tail:
+  add $1, %edi
+  jmp fs_test_add_helper
+  .size fs_test_tail, .-fs_test_tail
+
   .globl fs_test_tiny
   .type fs_test_tiny, @function
 fs_test_tiny:
@@ -132,7 +147,7 @@ void PatchCallRestore(InlinePatcher& patcher, Fn fn, size_t size, int arg, int e
                               reinterpret_cast<void*>(&Replacement), &p, why, sizeof(why)))
       << why;
   ASSERT_TRUE(patcher.Seal());
-  EXPECT_GE(p.length, kJumpBytes);
+  EXPECT_GE(p.length, kShortJumpBytes);
   EXPECT_EQ(std::memcmp(p.original, before, p.length), 0);
   // Prepare alone changes nothing.
   EXPECT_EQ(std::memcmp(reinterpret_cast<void*>(fn), before, sizeof(before)), 0);
@@ -165,6 +180,13 @@ TEST_F(InlinePatchTest, RipRelativeMovAndLeaAreRelocated) {
 TEST_F(InlinePatchTest, RelativeJccAndCallAreRelocated) {
   PatchCallRestore(patcher_, &fs_test_branches, 0, 3, 102);
   PatchCallRestore(patcher_, &fs_test_branches, 0, 0, -1);
+}
+
+// Shorter than the 14-byte jump, like most exported driver functions (a register move and a
+// tail call): a 5-byte jump to a relay.
+TEST_F(InlinePatchTest, ShortFunctionsGetARelativeJumpToARelay) {
+  PatchCallRestore(patcher_, &fs_test_tail, 8, 5, 106);
+  PatchCallRestore(patcher_, &fs_test_tail, 0, 1, 102);
 }
 
 TEST_F(InlinePatchTest, RefusesWhatItCannotRelocate) {
