@@ -1,6 +1,7 @@
 #include "fragscope/server/seq_orderer.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace fragscope {
 
@@ -47,33 +48,127 @@ bool SeqOrderer::Ready() const {
   return top.seq < next_ || (top.seq == next_ && top.owns_seq);
 }
 
+bool SeqOrderer::Fits(const v1::Frame& f) const {
+  if (f.has_free()) return f.free().result() != 0 || live_.count(f.free().address()) > 0;
+  if (!f.has_alloc()) return true;
+  const uint64_t begin = f.alloc().address();
+  const uint64_t end = begin + std::max<uint64_t>(f.alloc().size(), 1);
+  auto next = live_.lower_bound(begin);
+  if (next != live_.end() && next->first < end) return false;
+  return next == live_.begin() || std::prev(next)->first + std::prev(next)->second <= begin;
+}
+
+void SeqOrderer::Advance(uint64_t seq) {
+  if (seq > next_) missing_.emplace(next_, seq - 1);
+  next_ = std::max(next_, seq);
+}
+
+void SeqOrderer::Arrived(uint64_t seq) {
+  auto it = missing_.upper_bound(seq);
+  if (it == missing_.begin()) return;
+  --it;
+  const auto [first, last] = *it;
+  if (seq > last) return;
+  missing_.erase(it);
+  if (first < seq) missing_.emplace(first, seq - 1);
+  if (seq < last) missing_.emplace(seq + 1, last);
+}
+
+void SeqOrderer::NotMissingUpTo(uint64_t seq) {
+  while (!missing_.empty() && missing_.begin()->first <= seq) {
+    const uint64_t last = missing_.begin()->second;
+    missing_.erase(missing_.begin());
+    if (last > seq) missing_.emplace(seq + 1, last);
+  }
+}
+
+void SeqOrderer::Emit(Held h, const Sink& sink) {
+  if (h.seq < released_) ++late_;
+  released_ = std::max(released_, h.seq);
+  // A sample's seq is not its own: releasing it says nothing about that event.
+  Advance(h.seq);
+  if (h.owns_seq) next_ = std::max(next_, h.seq + 1);
+  if (h.frame.has_alloc()) {
+    live_[h.frame.alloc().address()] = h.frame.alloc().size();
+  } else if (h.frame.has_free() && h.frame.free().result() == 0) {
+    live_.erase(h.frame.free().address());
+  }
+  sink(h.frame);
+  if (!parked_.empty()) ReleaseParked(sink);
+}
+
+void SeqOrderer::Park(Held h) {
+  Advance(h.seq);  // it came: the seqs after it may go
+  next_ = std::max(next_, h.seq + 1);
+  const std::pair<uint64_t, uint64_t> key{h.seq, h.arrival};
+  parked_.emplace(key, std::move(h));
+}
+
+void SeqOrderer::ReleaseParked(const Sink& sink) {
+  if (emitting_parked_) return;
+  emitting_parked_ = true;
+  // In seq order, each as soon as it fits; all of them once nothing is missing any more (what
+  // still does not fit then is the model's to count).
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (auto it = parked_.begin(); it != parked_.end(); ++it) {
+      if (!missing_.empty() && !Fits(it->second.frame)) continue;
+      Held h = std::move(it->second);
+      parked_.erase(it);
+      Emit(std::move(h), sink);
+      progress = true;
+      break;
+    }
+  }
+  emitting_parked_ = false;
+}
+
 void SeqOrderer::Release(const Sink& sink) {
   Held h = std::move(const_cast<Held&>(held_.top()));
   held_.pop();
-  if (h.seq < released_) ++late_;
-  released_ = std::max(released_, h.seq);
-  // A sample's seq is not its own: releasing it (forced) says nothing about that event.
-  next_ = std::max(next_, h.owns_seq ? h.seq + 1 : h.seq);
-  sink(h.frame);
+  if (!missing_.empty() && !Fits(h.frame) && parked_.size() < window_ / 16 + 64) {
+    Park(std::move(h));
+    return;
+  }
+  Emit(std::move(h), sink);
 }
 
-void SeqOrderer::ReleaseUpTo(uint64_t seq, const Sink& sink) {
-  while (!held_.empty() && held_.top().seq <= seq) Release(sink);
+void SeqOrderer::OnSnapshot(const v1::Frame& frame, const Sink& sink) {
+  const uint64_t s = frame.snapshot().seq();
+  // Everything at or below the snapshot's seq goes first, in seq order, except an alloc or
+  // free that does not fit past a gap: the snapshot holds its effect.
+  while (!held_.empty() && held_.top().seq <= s) {
+    Held h = std::move(const_cast<Held&>(held_.top()));
+    held_.pop();
+    if ((h.seq > next_ || !missing_.empty()) && !Fits(h.frame)) {
+      ++covered_;
+      Advance(h.seq);
+      next_ = std::max(next_, h.seq + 1);
+    } else {
+      Emit(std::move(h), sink);
+    }
+  }
+  for (auto it = parked_.begin(); it != parked_.end() && it->first.first <= s;) {
+    ++covered_;  // parked: an alloc/free that still does not fit
+    it = parked_.erase(it);
+  }
+  floor_ = std::max(floor_, s);
+  next_ = std::max(next_, s + 1);
+  NotMissingUpTo(s);
+  sink(frame);
+  live_.clear();
+  for (const v1::LiveAllocation& a : frame.snapshot().allocations()) live_[a.address()] = a.size();
+  ReleaseParked(sink);
+  while (!held_.empty() && Ready()) Release(sink);
 }
 
 void SeqOrderer::Push(v1::Frame frame, const Sink& sink) {
   const uint64_t seq = EventSeq(frame);
   if (seq == 0) {
     switch (frame.body_case()) {
-      case v1::Frame::kSnapshot: {
-        // Everything at or below the snapshot's seq goes first (state events there are replaced
-        // by it anyway; failures and marks keep their place), then the snapshot.
-        const uint64_t s = frame.snapshot().seq();
-        ReleaseUpTo(s, sink);
-        floor_ = std::max(floor_, s);
-        next_ = std::max(next_, s + 1);
-        break;
-      }
+      case v1::Frame::kSnapshot:
+        OnSnapshot(frame, sink);
+        return;
       case v1::Frame::kDrops:
       case v1::Frame::kEnd:
         // Dropped seqs will never come, and End closes the stream: release everything.
@@ -90,11 +185,22 @@ void SeqOrderer::Push(v1::Frame frame, const Sink& sink) {
     return;
   }
   const bool owns = OwnsSeq(frame);
+  if (owns && seq < next_) Arrived(seq);  // a straggler
   held_.push(Held{seq, owns, arrivals_++, std::move(frame)});
-  while (!held_.empty() && (Ready() || held_.size() > window_)) Release(sink);
+  for (;;) {
+    while (!held_.empty() && Ready()) Release(sink);
+    if (held_.size() <= window_) break;
+    Advance(held_.top().seq);  // full: past the gap, whose seqs are remembered as missing
+    Release(sink);
+  }
 }
 
 void SeqOrderer::Flush(const Sink& sink) {
+  // Nothing is awaited any more: parked frames go back in seq order with the rest, and what
+  // still does not fit is the model's to count.
+  missing_.clear();
+  for (auto& [key, h] : parked_) held_.push(std::move(h));
+  parked_.clear();
   while (!held_.empty()) Release(sink);
 }
 

@@ -8,9 +8,17 @@
 namespace fragscope {
 namespace {
 
-v1::Frame Alloc(uint64_t seq) {
+v1::Frame Alloc(uint64_t seq, uint64_t address = 0, uint64_t size = 0) {
   v1::Frame f;
   f.mutable_alloc()->set_seq(seq);
+  f.mutable_alloc()->set_address(address != 0 ? address : seq << 20);
+  f.mutable_alloc()->set_size(size != 0 ? size : 512);
+  return f;
+}
+v1::Frame Free(uint64_t seq, uint64_t address) {
+  v1::Frame f;
+  f.mutable_free()->set_seq(seq);
+  f.mutable_free()->set_address(address);
   return f;
 }
 v1::Frame Failed(uint64_t seq) {
@@ -37,6 +45,7 @@ struct Recorder {
                   : f.has_failed()   ? 'F'
                   : f.has_hello()    ? 'H'
                   : f.has_mem_info() ? 'M'
+                  : f.has_free()     ? 'D'
                                      : 'A';
       seen.push_back({kind, f.has_snapshot() ? f.snapshot().seq() : EventSeq(f)});
     };
@@ -105,6 +114,48 @@ TEST(SeqOrderer, AMemInfoSampleDoesNotCountAsTheEventWhoseSeqItQuotes) {
   EXPECT_EQ(r.seen[2], std::make_pair('M', uint64_t{2}));
   EXPECT_EQ(r.seen[3], std::make_pair('A', uint64_t{3}));
   EXPECT_EQ(o.late(), 0u);
+}
+
+// A free whose seq was taken before the real call (which waited on the driver) comes after the
+// window filled. Events that do not depend on it go on; the alloc of the address it frees waits
+// (parked) and follows it.
+TEST(SeqOrderer, AFullWindowParksWhatDependsOnTheMissingSeq) {
+  SeqOrderer o(/*window=*/4);
+  Recorder r;
+  constexpr uint64_t kX = 0x7000;
+  o.Push(Alloc(1, kX), r.sink());
+  // seq 2 (free of kX) in flight; kX allocated again at 3, then unrelated events.
+  o.Push(Alloc(3, kX), r.sink());
+  for (uint64_t s = 4; s <= 8; ++s) o.Push(Alloc(s, s << 20, 4096), r.sink());
+  for (const auto& [kind, seq] : r.seen) EXPECT_NE(seq, 3u) << "released before the free of kX";
+  EXPECT_GE(r.seen.size(), 3u) << "the others go when the window is full";
+  o.Push(Free(2, kX), r.sink());
+  ASSERT_EQ(r.seen.size(), 8u) << "the straggler came: nothing is waiting any more";
+  size_t free_at = 0, realloc_at = 0;
+  for (size_t i = 0; i < r.seen.size(); ++i) {
+    if (r.seen[i].second == 2) free_at = i;
+    if (r.seen[i].second == 3) realloc_at = i;
+  }
+  EXPECT_LT(free_at, realloc_at);
+}
+
+// A frame released at a Snapshot past a gap that does not fit (here: the alloc of an address
+// whose free is still in flight) is dropped: the snapshot holds its effect.
+TEST(SeqOrderer, ASnapshotDropsWhatCannotBeAppliedPastAGap) {
+  SeqOrderer o;
+  Recorder r;
+  constexpr uint64_t kX = 0x7000;
+  o.Push(Alloc(1, kX), r.sink());
+  o.Push(Alloc(3, kX), r.sink());  // seq 2, the free of kX, still in flight
+  o.Push(Alloc(4), r.sink());
+  o.Push(Snapshot(4), r.sink());
+  o.Push(Free(2, kX), r.sink());  // a straggler the snapshot holds
+  o.Flush(r.sink());
+  ASSERT_EQ(r.seen.size(), 3u);
+  EXPECT_EQ(r.seen[0], std::make_pair('A', uint64_t{1}));
+  EXPECT_EQ(r.seen[1], std::make_pair('A', uint64_t{4}));
+  EXPECT_EQ(r.seen[2], std::make_pair('S', uint64_t{4}));
+  EXPECT_EQ(o.covered_by_snapshot(), 2u);
 }
 
 }  // namespace

@@ -12,12 +12,23 @@
 // which is another event's seq, possibly one still in flight: it waits until that event has
 // been released and never advances the expected seq itself (it once did, and the events after
 // it were then released over the gap, ahead of the one still in flight).
+//
+// A seq can stay in flight for long: the agent takes a release's seq before the real free,
+// which may wait on the driver's lock while other threads make tens of thousands of events. When
+// the window fills, the orderer releases past such a gap and remembers the seqs it skipped.
+// While any is missing, an alloc or free is released only if it fits the live allocations
+// released so far (an alloc over a live range, or a free of an address not live, depends on a
+// missing seq): one that does not is parked until it fits (its straggler came, late), a
+// Snapshot covers it, or the stream ends or drops events. At a Snapshot S, seqs at or below S
+// are no longer missing (it holds their effect), and an alloc/free at or below S that does not
+// fit is dropped rather than applied out of order (the model would count it as unplaceable).
 #ifndef FRAGSCOPE_SERVER_SEQ_ORDERER_H_
 #define FRAGSCOPE_SERVER_SEQ_ORDERER_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <queue>
 #include <vector>
 
@@ -25,7 +36,8 @@
 
 namespace fragscope {
 
-// Not thread-safe; one per stream. Memory: at most `window` frames.
+// Not thread-safe; one per stream. Memory: at most `window` frames held plus at most
+// `window` / 16 + 64 parked, and the live allocations (address, size) as released.
 class SeqOrderer {
  public:
   using Sink = std::function<void(const v1::Frame&)>;
@@ -37,7 +49,8 @@ class SeqOrderer {
   // Releases everything held (end of stream).
   void Flush(const Sink& sink);
 
-  // State events that arrived after a Snapshot already covering them (seq <= its seq): skipped.
+  // State events a Snapshot made redundant (seq <= its seq): those that arrived after it, and
+  // allocs/frees past a gap that did not fit when it came. Skipped.
   uint64_t covered_by_snapshot() const { return covered_; }
   // Events released before a smaller seq that was still in flight (a late straggler after a
   // forced release); they were applied late rather than dropped.
@@ -60,8 +73,20 @@ class SeqOrderer {
   };
   // Whether the top of the heap can go now: everything before it has been released.
   bool Ready() const;
+  // The top of the heap goes: to the sink, or parked if it does not fit while seqs are missing.
   void Release(const Sink& sink);
-  void ReleaseUpTo(uint64_t seq, const Sink& sink);
+  // Hands `h` to the sink and keeps the live allocations up to date; then releases what parked
+  // frames now fit.
+  void Emit(Held h, const Sink& sink);
+  void Park(Held h);
+  void ReleaseParked(const Sink& sink);
+  // Whether an alloc/free fits the live allocations released so far (others always do).
+  bool Fits(const v1::Frame& frame) const;
+  void OnSnapshot(const v1::Frame& frame, const Sink& sink);
+  // Moves the expected seq to `seq`, remembering the seqs skipped.
+  void Advance(uint64_t seq);
+  void Arrived(uint64_t seq);         // a skipped seq came after all
+  void NotMissingUpTo(uint64_t seq);  // a snapshot holds everything up to it
 
   std::size_t window_;
   std::priority_queue<Held, std::vector<Held>, Later> held_;
@@ -71,6 +96,10 @@ class SeqOrderer {
   uint64_t arrivals_ = 0;
   uint64_t covered_ = 0;
   uint64_t late_ = 0;
+  std::map<std::pair<uint64_t, uint64_t>, Held> parked_;  // by (seq, arrival)
+  std::map<uint64_t, uint64_t> live_;                     // allocation address -> size, as released
+  std::map<uint64_t, uint64_t> missing_;  // seqs skipped and not come: first -> last
+  bool emitting_parked_ = false;
 };
 
 // The seq of an event frame, or 0 for frames without one (metadata).
