@@ -168,8 +168,10 @@ class SnapshotWriter {
         w_.String("action");
         w_.String("oom");
         if (o->figures.device_free_bytes.value) {
-          // PyTorch keeps the device's free bytes in `addr` for an oom entry.
-          w_.String("addr");
+          // PyTorch's oom entry has no `addr`: the allocator's TraceEntry keeps the device's
+          // free bytes in addr_, and the snapshot names them `device_free` (torch.cuda.memory
+          // _snapshot's docstring; torch.cuda._memory_viz.trace and MemoryViz read that key).
+          w_.String("device_free");
           w_.Uint(*o->figures.device_free_bytes.value);
         }
         w_.String("size");
