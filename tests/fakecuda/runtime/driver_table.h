@@ -34,6 +34,7 @@
   X(ctxGetCurrent, cuCtxGetCurrent, 4000, 0, )                                      \
   X(ctxGetDevice, cuCtxGetDevice, 2000, 0, )                                        \
   X(ctxSynchronize, cuCtxSynchronize, 2000, 0, )                                    \
+  X(ctxGetStreamPriorityRange, cuCtxGetStreamPriorityRange, 5050, 0, )              \
   X(memGetInfo, cuMemGetInfo, 3020, 0, )                                            \
   X(memAlloc, cuMemAlloc, 3020, 0, )                                                \
   X(memAllocPitch, cuMemAllocPitch, 3020, 0, )                                      \
@@ -46,6 +47,9 @@
   X(memHostUnregister, cuMemHostUnregister, 4000, 0, )                              \
   X(memHostGetDevicePointer, cuMemHostGetDevicePointer, 3020, 0, )                  \
   X(memHostGetFlags, cuMemHostGetFlags, 2030, 0, )                                  \
+  X(ipcGetMemHandle, cuIpcGetMemHandle, 4010, 0, )                                  \
+  X(ipcOpenMemHandle, cuIpcOpenMemHandle, 11000, 0, )                               \
+  X(ipcCloseMemHandle, cuIpcCloseMemHandle, 4010, 0, )                              \
   X(pointerGetAttribute, cuPointerGetAttribute, 4000, 0, )                          \
   X(memAllocAsync, cuMemAllocAsync, 11020, 0, )                                     \
   X(memAllocAsync_ptsz, cuMemAllocAsync, 11020, 2, _ptsz)                           \
@@ -83,6 +87,7 @@
   X(streamQuery, cuStreamQuery, 2000, 0, )                                          \
   X(streamQuery_ptsz, cuStreamQuery, 7000, 2, _ptsz)                                \
   X(streamWaitEvent, cuStreamWaitEvent, 3020, 0, )                                  \
+  X(streamGetPriority, cuStreamGetPriority, 5050, 0, )                              \
   X(streamBeginCapture, cuStreamBeginCapture, 10010, 0, )                           \
   X(streamBeginCapture_ptsz, cuStreamBeginCapture, 10010, 2, _ptsz)                 \
   X(streamEndCapture, cuStreamEndCapture, 10000, 0, )                               \
