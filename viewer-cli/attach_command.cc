@@ -173,8 +173,13 @@ std::string AskAgent(const std::string& socket_path, const std::string& command)
     std::string line = command + "\n";
     if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size())) {
       char buffer[1024];
-      ssize_t n;
-      while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
+      // Ctrl-C right after the wake must not lose its answer (the handler only sets a flag).
+      for (;;) {
+        ssize_t n = read(fd, buffer, sizeof(buffer));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        answer.append(buffer, static_cast<size_t>(n));
+      }
     }
   }
   close(fd);

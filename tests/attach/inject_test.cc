@@ -1,0 +1,344 @@
+// `fragscope attach PID` on a CUDA program started WITHOUT the agent: the agent is injected
+// (ptrace + dlopen) and libcuda's tracked functions are patched in place. The program
+// (tests/agent/apps/attach_app.cc) caches cuMemAlloc/cuMemFree through
+// cudaGetDriverEntryPoint before the attach and allocates in phases the test releases one by
+// one. Checked against what the program printed and the fake driver's own live table
+// (FAKECUDA_LIVE_DUMP): the trace holds exactly the window's events, memory from before the
+// attach is unknown (never zero), and after the detach libcuda's bytes are the original ones and
+// the program runs on.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "ptrace_injector.h"
+#include "traced_process.h"
+
+namespace fragscope::agent_test {
+namespace {
+
+const std::string kCli = FRAGSCOPE_CLI_BIN;
+// Tracked driver functions whose bytes are compared before, during and after an attach.
+const char* const kWatched[] = {"cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemCreate",
+                                "cuLaunchKernel"};
+
+using LiveSet = std::map<uint64_t, uint64_t>;
+
+// Why this machine cannot run these tests, or "".
+std::string WhyNotPossible() {
+  std::ifstream scope_file("/proc/sys/kernel/yama/ptrace_scope");
+  int scope = 0;
+  if (scope_file >> scope) {
+    // `fragscope attach` runs as a sibling of the program here, not as its parent.
+    if (scope == 3 || (scope >= 1 && geteuid() != 0)) {
+      return "kernel.yama.ptrace_scope=" + std::to_string(scope) +
+             " does not let fragscope attach ptrace a process that is not its child";
+    }
+  }
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  std::string why;
+  if (ptrace(PTRACE_SEIZE, child, nullptr, nullptr) != 0) {
+    why = std::string("a trial PTRACE_SEIZE of a child failed: ") + strerror(errno) +
+          " (a container without SYS_PTRACE, or a seccomp profile)";
+  } else {
+    ptrace(PTRACE_DETACH, child, nullptr, nullptr);
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  if (!why.empty()) return why;
+  void* capstone = dlopen("libcapstone.so.4", RTLD_NOW | RTLD_LOCAL);
+  if (capstone == nullptr) capstone = dlopen("libcapstone.so.5", RTLD_NOW | RTLD_LOCAL);
+  if (capstone == nullptr) return "Capstone (libcapstone) is not installed";
+  return "";
+}
+
+#define SKIP_IF_IMPOSSIBLE()                                                   \
+  do {                                                                         \
+    if (std::string why = WhyNotPossible(); !why.empty()) GTEST_SKIP() << why; \
+  } while (0)
+
+RunOptions Plain(const TempDir& dir) {
+  return RunOptions{false,
+                    {{"XDG_RUNTIME_DIR", dir.path()}, {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}};
+}
+
+RunOptions Cli(const TempDir& dir) { return RunOptions{false, {{"XDG_RUNTIME_DIR", dir.path()}}}; }
+
+std::string AgentSocket(const TempDir& dir, int pid) {
+  return dir.path() + "/fragscope/agent-" + std::to_string(pid) + ".sock";
+}
+
+std::string Status(const std::string& socket_path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
+  std::string answer;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    ssize_t ignored = send(fd, "status\n", 7, MSG_NOSIGNAL);
+    (void)ignored;
+    char buffer[512];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
+  }
+  close(fd);
+  return answer;
+}
+
+bool WaitForStreaming(const std::string& socket_path) {
+  for (int i = 0; i < 6000; ++i) {  // safety net, not a timing assertion
+    if (Status(socket_path).rfind("ok streaming", 0) == 0) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+std::map<std::string, std::vector<uint8_t>> CodeBytes(int pid) {
+  std::map<std::string, std::vector<uint8_t>> bytes;
+  for (const char* name : kWatched) {
+    std::optional<uint64_t> at = cli::FindSymbolInProcess(pid, "libcuda.so", name);
+    if (!at) continue;
+    std::vector<uint8_t> b(32);
+    if (cli::ReadProcessMemory(pid, *at, b.data(), b.size())) bytes[name] = b;
+  }
+  return bytes;
+}
+
+// Allocations the program printed ("cudaMalloc 0x... size 0" / "cuMemAlloc 0x... size 0"),
+// by phase: the lines before "ready 1" are phase 1, and so on.
+std::vector<LiveSet> PrintedAllocations(const std::string& out) {
+  std::vector<LiveSet> phases(1);
+  for (const std::vector<std::string>& words : Lines(out)) {
+    if (words.size() == 2 && words[0] == "ready") {
+      phases.emplace_back();
+    } else if (words.size() == 4 && (words[0] == "cudaMalloc" || words[0] == "cuMemAlloc") &&
+               words[3] == "0") {
+      phases.back()[ParseAddress(words[1])] = std::stoull(words[2]);
+    }
+  }
+  return phases;
+}
+
+LiveSet GroundTruth(const std::string& path) {
+  LiveSet live;
+  std::istringstream in(ReadFile(path));
+  std::string kind, address;
+  uint64_t size = 0;
+  int device = 0;
+  while (in >> kind >> address >> size >> device) live[ParseAddress(address)] = size;
+  return live;
+}
+
+struct Window {
+  LiveSet allocs;            // successful AllocEvents
+  std::set<uint64_t> frees;  // successful FreeEvents
+  int failures = 0;          // FailedAlloc
+  LiveSet live;              // replayed from the snapshot on
+};
+
+Window Summarize(const Trace& trace) {
+  Window w;
+  for (const v1::Frame& f : trace.frames) {
+    if (f.has_snapshot()) {
+      w.live.clear();
+      for (const auto& a : f.snapshot().allocations()) w.live[a.address()] = a.size();
+    } else if (f.has_alloc() && f.alloc().result() == 0) {
+      w.allocs[f.alloc().address()] = f.alloc().size();
+      w.live[f.alloc().address()] = f.alloc().size();
+    } else if (f.has_free() && f.free().result() == 0) {
+      w.frees.insert(f.free().address());
+      w.live.erase(f.free().address());
+    } else if (f.has_failed()) {
+      ++w.failures;
+    }
+  }
+  return w;
+}
+
+void ExpectInjectedStream(const Trace& trace) {
+  ASSERT_TRUE(trace.clean) << trace.error;
+  ASSERT_NE(trace.hello(), nullptr);
+  EXPECT_TRUE(trace.hello()->attached());
+  EXPECT_EQ(trace.hello()->backend(), v1::Hello::BACKEND_INJECTED);
+  ASSERT_FALSE(trace.Snapshots().empty());
+  const v1::Snapshot* first = trace.Snapshots().front();
+  EXPECT_EQ(first->reason(), v1::Snapshot::REASON_STREAM_START);
+  EXPECT_FALSE(first->complete_history()) << "memory from before the attach is not known";
+  EXPECT_EQ(first->allocations_size(), 0);
+  EXPECT_NE(trace.end(), nullptr);
+}
+
+TEST(InjectTest, WindowIsExactPreAttachMemoryUnknownAndLibcudaRestored) {
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  LiveProcess app(AppPath("agent_attach_app"), {}, Plain(dir));
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const auto original = CodeBytes(app.pid());
+  ASSERT_EQ(original.size(), std::size(kWatched)) << "libcuda's symbols not found in the process";
+
+  LiveProcess attach(kCli,
+                     {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
+                      "json", "--report", dir.File("report.json")},
+                     Cli(dir));
+  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
+  for (const auto& [name, bytes] : CodeBytes(app.pid())) {
+    EXPECT_NE(bytes, original.at(name)) << name << " is not patched while attached";
+  }
+  app.Send("go");  // phase 2: through the runtime and the pointers cached before the attach
+  ASSERT_TRUE(app.WaitForLine("ready 2"));
+  kill(attach.pid(), SIGINT);  // Ctrl-C: detach
+  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  EXPECT_NE(attach.err().find("original bytes are restored"), std::string::npos) << attach.err();
+  EXPECT_EQ(CodeBytes(app.pid()), original) << "detach must put libcuda's bytes back";
+
+  // The program runs on, correctly, and nothing more reaches the trace.
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 3"));
+  app.Send("go");
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+  const std::vector<LiveSet> printed = PrintedAllocations(app.out());
+  ASSERT_EQ(printed.size(), 4u) << app.out();
+  ASSERT_EQ(printed[0].size(), 5u);
+  ASSERT_EQ(printed[1].size(), 2u);
+  ASSERT_EQ(printed[2].size(), 2u) << "allocations after the detach fail";
+
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ExpectInjectedStream(trace);
+  const Window w = Summarize(trace);
+  // Exactly phase 2: its two allocations (one through the cached cuMemAlloc pointer), the two
+  // frees of memory from before the attach (one through the cached cuMemFree), and the OOM.
+  EXPECT_EQ(w.allocs, printed[1]);
+  const uint64_t first_runtime = printed[0].begin()->first;  // a[0], lowest address
+  uint64_t driver_alloc = 0;
+  for (const auto& [address, size] : printed[0]) {
+    if (size == 3 * (1u << 20) + 512) driver_alloc = address;  // d1
+  }
+  EXPECT_EQ(w.frees, (std::set<uint64_t>{first_runtime, driver_alloc}));
+  EXPECT_EQ(w.failures, 1);
+  // The fake driver agrees: what the window allocated is still live at exit, as the trace says.
+  const LiveSet truth = GroundTruth(dir.File("truth"));
+  for (const auto& [address, size] : w.live) {
+    ASSERT_EQ(truth.count(address), 1u) << std::hex << address;
+    EXPECT_EQ(truth.at(address), size);
+  }
+
+  // Memory from before the attach is untracked: measured from the driver's free/total, or
+  // unknown with a reason, never zero.
+  nlohmann::json report = nlohmann::json::parse(ReadFile(dir.File("report.json")), nullptr, false);
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_EQ(report["process"]["history_complete"], false);
+  const nlohmann::json& device = report["devices"][0];
+  uint64_t before_still_live = 0;  // a[2], a[3]: allocated before, never freed
+  for (const auto& [address, size] : printed[0]) {
+    if (address != first_runtime && address != driver_alloc && truth.count(address)) {
+      before_still_live += size;
+    }
+  }
+  EXPECT_EQ(before_still_live, 7u << 20);
+  if (device["untracked_bytes"].is_null()) {
+    EXPECT_FALSE(device["untracked_null_reason"].get<std::string>().empty());
+  } else {
+    EXPECT_GE(device["untracked_bytes"].get<uint64_t>(), before_still_live) << device.dump();
+  }
+  EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), (5u + 7u) << 20);
+}
+
+TEST(InjectTest, UntilTheProcessEndsTheTraceIsTheDriverMinusWhatCameBefore) {
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  LiveProcess app(AppPath("agent_attach_app"), {}, Plain(dir));
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  LiveProcess attach(kCli, {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst")},
+                     Cli(dir));
+  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 2"));
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 3"));
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  EXPECT_NE(attach.err().find("the process ended"), std::string::npos) << attach.err();
+
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ExpectInjectedStream(trace);
+  // The driver's live set at exit, less what was allocated before the attach (which the agent
+  // cannot know), is what the trace replays to.
+  LiveSet expected = GroundTruth(dir.File("truth"));
+  const std::vector<LiveSet> printed = PrintedAllocations(app.out());
+  ASSERT_EQ(printed.size(), 4u) << app.out();
+  for (const auto& [address, size] : printed[0]) expected.erase(address);
+  EXPECT_EQ(Summarize(trace).live, expected);
+  EXPECT_EQ(expected.size(), 4u);
+}
+
+TEST(InjectTest, ASecondAttachPatchesAgainAndForgetsTheFirstWindow) {
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  LiveProcess app(AppPath("agent_attach_app"), {}, Plain(dir));
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const auto original = CodeBytes(app.pid());
+  {
+    LiveProcess first(kCli, {"attach", std::to_string(app.pid()), "-o", dir.File("1.fst")},
+                      Cli(dir));
+    ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << first.err();
+    app.Send("go");
+    ASSERT_TRUE(app.WaitForLine("ready 2"));
+    kill(first.pid(), SIGINT);
+    ASSERT_EQ(first.Finish(), 0) << first.err();
+  }
+  EXPECT_EQ(CodeBytes(app.pid()), original);
+  LiveProcess second(kCli, {"attach", std::to_string(app.pid()), "-o", dir.File("2.fst")},
+                     Cli(dir));
+  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << second.err();
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 3"));
+  kill(second.pid(), SIGINT);
+  ASSERT_EQ(second.Finish(), 0) << second.err();
+  EXPECT_EQ(CodeBytes(app.pid()), original);
+  app.Send("go");
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+
+  const std::vector<LiveSet> printed = PrintedAllocations(app.out());
+  ASSERT_EQ(printed.size(), 4u);
+  EXPECT_EQ(Summarize(ReadTrace(dir.File("1.fst"))).allocs, printed[1]);
+  Trace trace = ReadTrace(dir.File("2.fst"));
+  // The first window's allocations are not claimed live by the second stream: between the two
+  // the agent saw nothing, so its table started empty again.
+  ExpectInjectedStream(trace);
+  EXPECT_EQ(Summarize(trace).allocs, printed[2]);
+}
+
+TEST(InjectTest, ErrorsNameTheProcessAndTheWayOut) {
+  TempDir dir;
+  // A process that is gone.
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  waitpid(gone, nullptr, 0);
+  RunResult r = RunProgram(kCli, {"attach", std::to_string(gone)}, Cli(dir));
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.err.find("no process with pid " + std::to_string(gone)), std::string::npos) << r.err;
+  // A process without libcuda.
+  LiveProcess plain("/bin/sleep", {"60"}, RunOptions{false, {}});
+  r = RunProgram(kCli, {"attach", std::to_string(plain.pid())}, Cli(dir));
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.err.find("pid " + std::to_string(plain.pid()) + " is not a CUDA process"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace fragscope::agent_test
