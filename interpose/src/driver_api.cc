@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "recorder.h"
+
 namespace fragscope::agent {
 
 // The dlsym trampoline (dlsym_trampoline_*.S) jumps through this; set before its first use.
@@ -152,6 +154,7 @@ const DriverCalls& Driver() {
 }
 
 bool StreamCapturing(CUstream stream) {
+  if (!AgentMayCallDriver()) return false;  // a signal handler over agent code (recorder.h)
   const DriverCalls& d = Driver();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   return d.stream_is_capturing != nullptr &&
@@ -160,6 +163,7 @@ bool StreamCapturing(CUstream stream) {
 }
 
 uint64_t DeviceCurrentPool(int device) {
+  if (!AgentMayCallDriver()) return 0;  // a signal handler over agent code (recorder.h)
   const DriverCalls& d = Driver();
   CUmemoryPool pool = nullptr;
   if (device < 0 || d.device_get_mem_pool == nullptr ||

@@ -112,7 +112,7 @@ CUresult IpcOpen(DriverHookId id, CUdeviceptr* pdptr, CUipcMemHandle handle, uns
     CUdeviceptr base = 0;
     size_t size = 0;
     const DriverCalls& d = Driver();
-    if (address != 0 && d.mem_get_address_range != nullptr) {
+    if (address != 0 && d.mem_get_address_range != nullptr && AgentMayCallDriver()) {
       d.mem_get_address_range(&base, &size, address);
     }
     OnAcquire(id, r, address, size, MemoryKind::kIpcImport);
@@ -618,7 +618,7 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemPoolImportPointer, (CUdeviceptr * ptr_out, CUmemor
     CUdeviceptr base = 0;
     size_t size = 0;
     const DriverCalls& d = Driver();
-    if (address != 0 && d.mem_get_address_range != nullptr) {
+    if (address != 0 && d.mem_get_address_range != nullptr && AgentMayCallDriver()) {
       d.mem_get_address_range(&base, &size, address);
     }
     OnAcquire(id, r, address, size, MemoryKind::kIpcImport, 0, reinterpret_cast<uint64_t>(pool));

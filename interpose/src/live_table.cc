@@ -48,7 +48,9 @@ bool LiveTable::HoldsKey(const Slot& slot, LiveClass cls, uint64_t key) {
   // Atomic reads: a writer may be claiming the slot meanwhile; the caller's compare-and-swap
   // on the state word then fails and it looks again, so a stale answer does no harm.
   return __atomic_load_n(&slot.entry.address, __ATOMIC_RELAXED) == key &&
-         __atomic_load_n(&slot.entry.cls, __ATOMIC_RELAXED) == cls;
+         // (through the underlying byte: clang's __atomic builtins refuse enum pointers)
+         __atomic_load_n(reinterpret_cast<const uint8_t*>(&slot.entry.cls), __ATOMIC_RELAXED) ==
+             static_cast<uint8_t>(cls);
 }
 
 void LiveTable::Backoff(int attempt) {
@@ -65,8 +67,10 @@ LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* cla
   if (slots_mem_ == nullptr) return nullptr;
   const size_t mask = slots_ - 1;
   const uint64_t h = Hash(cls, key);
+  const void* const outer = t_live_slot_held;
   for (int probe = 0; probe < kMaxProbe; ++probe) {
     Slot& slot = slots_mem_[(h + static_cast<uint64_t>(probe)) & mask];
+    if (&slot == outer) continue;  // held by the code a signal handler interrupted
     for (int spin = 0;; ++spin) {
       uint64_t state = slot.state.load(std::memory_order_acquire);
       uint64_t kind = state & 3;
@@ -77,10 +81,12 @@ LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* cla
         continue;
       }
       if (!HoldsKey(slot, cls, key)) break;
+      t_live_slot_held = &slot;  // before the claim: a handler must never wait for it
       if (slot.state.compare_exchange_weak(state, Next(state, kBusy), std::memory_order_acquire)) {
         *claimed_state = Next(state, kBusy);
         return &slot;
       }
+      t_live_slot_held = outer;
     }
   }
   return nullptr;
@@ -90,11 +96,13 @@ bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
   if (slots_mem_ == nullptr) return false;
   const size_t mask = slots_ - 1;
   const uint64_t h = Hash(entry.cls, entry.address);
+  const void* const outer = t_live_slot_held;
   // One pass: the first free slot (empty, or a tombstone nobody needs) takes the entry, unless
   // the same key is met live on the way (an allocation whose release we never saw): then that
   // entry is replaced. Not looking further keeps inserts short however many tombstones pile up.
   for (int probe = 0; probe < kMaxProbe; ++probe) {
     Slot& slot = slots_mem_[(h + static_cast<uint64_t>(probe)) & mask];
+    if (&slot == outer) continue;  // held by the code a signal handler interrupted
     for (int spin = 0;; ++spin) {
       uint64_t s = slot.state.load(std::memory_order_acquire);
       uint64_t kind = s & 3;
@@ -105,12 +113,15 @@ bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
       bool replace = kind == kLive && HoldsKey(slot, entry.cls, entry.address);
       bool take = kind == kEmpty || (kind == kTombstone && Reusable(slot));
       if (!replace && !take) break;  // occupied: next slot
+      t_live_slot_held = &slot;      // before the claim: a handler must never wait for it
       if (!slot.state.compare_exchange_weak(s, Next(s, kBusy), std::memory_order_acquire)) {
+        t_live_slot_held = outer;
         continue;  // changed under us: look again
       }
       CopyEntry(&slot.entry, &entry);
       if (index != nullptr) *index = static_cast<size_t>(&slot - slots_mem_);
       slot.state.store(Next(Next(s, kBusy), kLive), std::memory_order_release);
+      t_live_slot_held = outer;
       if (take) live_.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
@@ -120,13 +131,18 @@ bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
 }
 
 bool LiveTable::Erase(LiveClass cls, uint64_t key, LiveEntry* out, size_t* index) {
+  const void* const outer = t_live_slot_held;
   uint64_t state;
   Slot* slot = ClaimLive(cls, key, &state);
-  if (slot == nullptr) return false;
+  if (slot == nullptr) {
+    t_live_slot_held = outer;
+    return false;
+  }
   if (out != nullptr) CopyEntry(out, &slot->entry);
   __atomic_store_n(&slot->removed_seq, index != nullptr ? kSeqPending : 0, __ATOMIC_RELAXED);
   if (index != nullptr) *index = static_cast<size_t>(slot - slots_mem_);
   slot->state.store(Next(state, kTombstone), std::memory_order_release);
+  t_live_slot_held = outer;
   live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
@@ -178,11 +194,16 @@ bool LiveTable::LiveAt(const Slot& slot, uint64_t at, LiveEntry* out) const {
 }
 
 bool LiveTable::Find(LiveClass cls, uint64_t key, LiveEntry* out) const {
+  const void* const outer = t_live_slot_held;
   uint64_t state;
   Slot* slot = ClaimLive(cls, key, &state);
-  if (slot == nullptr) return false;
+  if (slot == nullptr) {
+    t_live_slot_held = outer;
+    return false;
+  }
   CopyEntry(out, &slot->entry);
   slot->state.store(Next(state, kLive), std::memory_order_release);
+  t_live_slot_held = outer;
   return true;
 }
 

@@ -64,6 +64,13 @@ enum LiveFlags : uint8_t {
 
 inline constexpr uint64_t kSeqPending = ~uint64_t{0};
 
+// The slot this thread is claiming or holds busy, if any. A signal handler that interrupts the
+// holder on the same thread and uses the table itself (its CUDA calls are recorded) must not
+// wait for that slot: the holder cannot finish before the handler returns. It passes over it
+// instead, as if another key were there. initial-exec: no allocation in a handler.
+inline thread_local constinit const void* t_live_slot_held
+    __attribute__((tls_model("initial-exec"))) = nullptr;
+
 class LiveTable {
  public:
   // Probe limit: a table this full is treated as full (counted in overflows()).
@@ -123,7 +130,8 @@ class LiveTable {
   // yields, then sleeps (that thread may have been preempted).
   static void Backoff(int attempt);
   static bool HoldsKey(const Slot& slot, LiveClass cls, uint64_t key);
-  // Claims the live slot holding (cls, key): state becomes busy. Returns it or nullptr.
+  // Claims the live slot holding (cls, key): state becomes busy. Returns it or nullptr. Leaves
+  // t_live_slot_held naming it (or the last slot tried): the caller restores the value it had.
   Slot* ClaimLive(LiveClass cls, uint64_t key, uint64_t* claimed_state) const;
   // Whether an insert may take over tombstone `slot` now.
   bool Reusable(const Slot& slot) const;
@@ -141,11 +149,16 @@ class LiveTable {
 
 template <typename Fn>
 bool LiveTable::Update(LiveClass cls, uint64_t key, Fn&& fn) {
+  const void* const outer = t_live_slot_held;
   uint64_t state;
   Slot* slot = ClaimLive(cls, key, &state);
-  if (slot == nullptr) return false;
+  if (slot == nullptr) {
+    t_live_slot_held = outer;
+    return false;
+  }
   bool result = fn(slot->entry);
   slot->state.store(Next(state, kLive), std::memory_order_release);
+  t_live_slot_held = outer;
   return result;
 }
 

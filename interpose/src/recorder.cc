@@ -1,5 +1,8 @@
 #include "recorder.h"
 
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -8,6 +11,7 @@
 
 #include "drain.h"
 #include "driver_api.h"
+#include "hook_exports.h"
 #include "stack_capture.h"
 
 namespace fragscope::agent {
@@ -26,7 +30,7 @@ void StampStack(EventRecord& r) {
 }
 
 void EnsureDeviceInfo(int32_t device) {
-  if (device < 0 || device >= kMaxDevices) return;
+  if (device < 0 || device >= kMaxDevices || !AgentMayCallDriver()) return;
   DeviceSlot& slot = Agent().devices[device];
   int state = slot.state.load(std::memory_order_acquire);
   if (state != 0 || !slot.state.compare_exchange_strong(state, 1)) return;
@@ -53,8 +57,8 @@ void EnsureDeviceInfo(int32_t device) {
 bool ReadMemInfo(int32_t device, uint64_t* free_bytes, uint64_t* total_bytes) {
   const DriverCalls& d = Driver();
   size_t f = 0, t = 0;
-  if (d.mem_get_info == nullptr || device < 0 || CurrentDevice() != device ||
-      d.mem_get_info(&f, &t) != CUDA_SUCCESS) {
+  if (!AgentMayCallDriver() || d.mem_get_info == nullptr || device < 0 ||
+      CurrentDevice() != device || d.mem_get_info(&f, &t) != CUDA_SUCCESS) {
     return false;
   }
   *free_bytes = f;
@@ -81,9 +85,14 @@ uint64_t NowNs() {
 uint64_t NextSeq() { return Agent().seq.fetch_add(1, std::memory_order_seq_cst) + 1; }
 
 int32_t CurrentDevice() {
+  ThreadState& t = g_thread_state;
+  // In a handler over agent code: the context is per thread, so the device last read on this
+  // thread is the one a call in the handler allocates on (unless the handler switches it).
+  if (!AgentMayCallDriver()) return t.last_device - 1;
   const DriverCalls& d = Driver();
   CUdevice dev = -1;
-  if (d.ctx_get_device == nullptr || d.ctx_get_device(&dev) != CUDA_SUCCESS) return -1;
+  if (d.ctx_get_device == nullptr || d.ctx_get_device(&dev) != CUDA_SUCCESS) dev = -1;
+  t.last_device = dev + 1;
   return dev;
 }
 
@@ -254,6 +263,7 @@ void MaybeSampleMemInfo(int32_t device, uint64_t now_ns) {
 }
 
 void SamplePool(int32_t device, uint64_t pool) {
+  if (!AgentMayCallDriver()) return;
   const DriverCalls& d = Driver();
   if (pool == 0 || d.mem_pool_get_attribute == nullptr) return;
   if (!Agent().shipping.load(std::memory_order_relaxed)) return;
@@ -274,6 +284,196 @@ void SamplePool(int32_t device, uint64_t pool) {
   ReadMemInfo(device, &r.aux0, &r.aux1);
   r.seq = Agent().seq.load(std::memory_order_acquire);
   Submit(r);
+}
+
+// --- The program's signal handlers ---
+//
+// They run through the agent's dispatcher (sigaction and signal are interposed), so a handler
+// that interrupts a hook on its thread does not pass for a call nested in that hook.
+//
+// Why: only the outermost hook on a thread records (recorder.h, HookCall). A handler that runs
+// while its thread is inside a hook sees ThreadState::depth > 0, so its CUDA calls were taken
+// for the runtime -> driver nesting and were neither recorded nor counted as dropped, and their
+// driver result could overwrite the interrupted call's ThreadState::inner_result.
+//
+// Rule: the dispatcher sets the interrupted thread state aside while the program's handler
+// runs (depth 0, no inner result, no agent-code guard), so every CUDA call in the handler is an
+// event of its own, recorded like any other; it puts the state back when the handler returns.
+// While a handler runs over agent code (ThreadState::signal_over_hook), the agent makes no
+// driver calls of its own (AgentMayCallDriver) and the live table never waits for the slot the
+// interrupted code holds (live_table.h), so recording stays async-signal-safe: atomics, the
+// lock-free ring and tables, no locks, no allocation.
+//
+// Handlers installed by raw system calls, or before the agent was loaded, are not seen: their
+// calls over a hook stay uncounted, as before.
+
+namespace {
+
+using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
+using SignalFn = sighandler_t (*)(int, sighandler_t);
+
+constinit std::atomic<SigactionFn> g_real_sigaction{nullptr};
+constinit std::atomic<SignalFn> g_real_signal{nullptr};
+
+// The handler the program installed for each signal, while the kernel holds our dispatcher.
+struct ProgramHandler {
+  std::atomic<uintptr_t> fn;  // sa_handler or sa_sigaction; 0 while none is wrapped
+  std::atomic<int> flags;     // its sa_flags (SA_SIGINFO says which of the two)
+};
+constinit ProgramHandler g_handlers[_NSIG] = {};
+
+SigactionFn RealSigaction() {
+  SigactionFn f = g_real_sigaction.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    // First use is the program's first sigaction call, not a signal handler.
+    f = reinterpret_cast<SigactionFn>(RealDlsym()(RTLD_NEXT, "sigaction"));
+    g_real_sigaction.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+SignalFn RealSignal() {
+  SignalFn f = g_real_signal.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = reinterpret_cast<SignalFn>(RealDlsym()(RTLD_NEXT, "signal"));
+    g_real_signal.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+void Dispatch(int sig, siginfo_t* info, void* context) {
+  ThreadState& t = CurrentThread();
+  const ThreadState saved = t;
+  const bool over_agent = t.depth > 0 || t.guard > 0;
+  if (over_agent) {
+    t.depth = 0;
+    t.guard = 0;
+    t.inner_seen = false;
+    t.inner_result = 0;
+    ++t.signal_over_hook;
+  }
+  ProgramHandler& h = g_handlers[sig];
+  const uintptr_t fn = h.fn.load(std::memory_order_acquire);
+  const int flags = h.flags.load(std::memory_order_relaxed);
+  // The kernel has just reset the disposition; a query must say so.
+  if ((flags & SA_RESETHAND) != 0) h.fn.store(0, std::memory_order_release);
+  if (fn == reinterpret_cast<uintptr_t>(SIG_IGN)) {
+    // Changed to "ignore" while this signal was being delivered.
+  } else if (fn == 0 || fn == reinterpret_cast<uintptr_t>(SIG_DFL)) {
+    // Changed to the default meanwhile: take the default action once this handler returns.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    RealSigaction()(sig, &dfl, nullptr);
+    raise(sig);
+  } else if ((flags & SA_SIGINFO) != 0) {
+    reinterpret_cast<void (*)(int, siginfo_t*, void*)>(fn)(sig, info, context);
+  } else {
+    reinterpret_cast<void (*)(int)>(fn)(sig);
+  }
+  if (over_agent) {
+    t.depth = saved.depth;
+    t.guard = saved.guard;
+    t.inner_seen = saved.inner_seen;
+    t.inner_result = saved.inner_result;
+    t.signal_over_hook = saved.signal_over_hook;
+  }
+}
+
+void DispatchPlain(int sig) { Dispatch(sig, nullptr, nullptr); }
+
+bool Ours(uintptr_t fn) {
+  return fn == reinterpret_cast<uintptr_t>(&Dispatch) ||
+         fn == reinterpret_cast<uintptr_t>(&DispatchPlain);
+}
+
+// A handler the agent puts its dispatcher in front of: a function (not SIG_DFL/SIG_IGN) for a
+// signal that can be caught, while the agent records.
+bool Wrap(int sig, uintptr_t fn) {
+  return sig > 0 && sig < _NSIG && sig != SIGKILL && sig != SIGSTOP &&
+         fn != reinterpret_cast<uintptr_t>(SIG_DFL) && fn != reinterpret_cast<uintptr_t>(SIG_IGN) &&
+         fn != reinterpret_cast<uintptr_t>(SIG_ERR) && AgentRecording();
+}
+
+uintptr_t HandlerOf(const struct sigaction& sa) {
+  return (sa.sa_flags & SA_SIGINFO) != 0 ? reinterpret_cast<uintptr_t>(sa.sa_sigaction)
+                                         : reinterpret_cast<uintptr_t>(sa.sa_handler);
+}
+
+// What the kernel said was installed, as the program installed it.
+void Unwrap(struct sigaction* old, uintptr_t program_fn, int program_flags) {
+  if (old == nullptr || !Ours(HandlerOf(*old))) return;
+  if ((program_flags & SA_SIGINFO) != 0) {
+    old->sa_sigaction = reinterpret_cast<void (*)(int, siginfo_t*, void*)>(program_fn);
+  } else {
+    old->sa_handler = reinterpret_cast<sighandler_t>(program_fn);
+    old->sa_flags &= ~SA_SIGINFO;
+  }
+}
+
+}  // namespace
+
+extern "C" FRAGSCOPE_HIDDEN int fs_sigaction(int sig, const struct sigaction* act,
+                                             struct sigaction* old);
+FRAGSCOPE_EXPORT_AS("fs_sigaction", "sigaction");
+extern "C" int fs_sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  SigactionFn real = RealSigaction();
+  if (real == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  const bool valid = sig > 0 && sig < _NSIG;
+  const uintptr_t prev_fn = valid ? g_handlers[sig].fn.load(std::memory_order_acquire) : 0;
+  const int prev_flags = valid ? g_handlers[sig].flags.load(std::memory_order_relaxed) : 0;
+  if (act == nullptr || !Wrap(sig, HandlerOf(*act))) {
+    int r = real(sig, act, old);
+    if (r == 0) Unwrap(old, prev_fn, prev_flags);
+    if (r == 0 && act != nullptr && valid) g_handlers[sig].fn.store(0, std::memory_order_release);
+    return r;
+  }
+  // The handler first, then the dispatcher that reads it.
+  g_handlers[sig].flags.store(act->sa_flags, std::memory_order_relaxed);
+  g_handlers[sig].fn.store(HandlerOf(*act), std::memory_order_release);
+  struct sigaction ours = *act;
+  ours.sa_sigaction = &Dispatch;
+  ours.sa_flags |= SA_SIGINFO;
+  int r = real(sig, &ours, old);
+  if (r != 0) {
+    g_handlers[sig].flags.store(prev_flags, std::memory_order_relaxed);
+    g_handlers[sig].fn.store(prev_fn, std::memory_order_release);
+    return r;
+  }
+  Unwrap(old, prev_fn, prev_flags);
+  return 0;
+}
+
+// glibc's signal() installs through its internal sigaction, which the interposed one does not
+// see; wrapped here the same way, keeping glibc's own flags (BSD semantics, siginterrupt).
+extern "C" FRAGSCOPE_HIDDEN sighandler_t fs_signal(int sig, sighandler_t handler);
+FRAGSCOPE_EXPORT_AS("fs_signal", "signal");
+extern "C" sighandler_t fs_signal(int sig, sighandler_t handler) {
+  SignalFn real = RealSignal();
+  if (real == nullptr) {
+    errno = ENOSYS;
+    return SIG_ERR;
+  }
+  const bool valid = sig > 0 && sig < _NSIG;
+  const uintptr_t prev_fn = valid ? g_handlers[sig].fn.load(std::memory_order_acquire) : 0;
+  const int prev_flags = valid ? g_handlers[sig].flags.load(std::memory_order_relaxed) : 0;
+  const bool wrap = Wrap(sig, reinterpret_cast<uintptr_t>(handler));
+  if (wrap) {
+    g_handlers[sig].flags.store(0, std::memory_order_relaxed);
+    g_handlers[sig].fn.store(reinterpret_cast<uintptr_t>(handler), std::memory_order_release);
+  }
+  sighandler_t r = real(sig, wrap ? &DispatchPlain : handler);
+  if (r == SIG_ERR) {
+    if (wrap) {
+      g_handlers[sig].flags.store(prev_flags, std::memory_order_relaxed);
+      g_handlers[sig].fn.store(prev_fn, std::memory_order_release);
+    }
+    return r;
+  }
+  if (!wrap && valid) g_handlers[sig].fn.store(0, std::memory_order_release);
+  return Ours(reinterpret_cast<uintptr_t>(r)) ? reinterpret_cast<sighandler_t>(prev_fn) : r;
 }
 
 }  // namespace fragscope::agent

@@ -4,6 +4,8 @@
 // Nesting: a runtime call may reach the driver through our own wrapped pointer (cudaMalloc ->
 // cuMemAlloc_v2). Only the outermost hook on a thread records; inner hooks report their result
 // to it, so the event is named after the outermost API and carries the driver's result.
+// Signals: the program's handlers run through a dispatcher (recorder.cc) that sets the
+// interrupted thread state aside, so a handler's CUDA calls are outermost events of their own.
 //
 // Hot path: no locks, no heap, no system calls (clock_gettime is vDSO); the first event of a
 // thread reads its id and stack bounds once. Thread safety: everything is per thread or atomic.
@@ -27,6 +29,12 @@ struct ThreadState {
   bool inner_seen;       // an inner tracked driver call returned during the outer hook
   int32_t inner_result;  // its result
   uint32_t tid;          // cached gettid(), 0 until read
+  // > 0 while a program's signal handler runs on this thread over agent code it interrupted
+  // (recorder.cc). Its CUDA calls are events of their own (the handler starts at depth 0),
+  // and meanwhile the agent makes no driver calls of its own: the interrupted agent code may be
+  // inside one, and the driver need not be reentrant.
+  int signal_over_hook;
+  int32_t last_device;  // 1 + the device CurrentDevice() last read here (0: none yet)
 };
 
 // initial-exec: no __tls_get_addr (which may allocate) on the hot path. Small, so it fits the
@@ -34,6 +42,11 @@ struct ThreadState {
 extern thread_local constinit ThreadState g_thread_state __attribute__((tls_model("initial-exec")));
 inline ThreadState& CurrentThread() { return g_thread_state; }
 uint32_t CurrentTid();
+
+// False while a signal handler runs over agent code on this thread (see ThreadState): the
+// agent then calls no driver function of its own (device: the last one read on this thread;
+// no MemInfo samples, no capture or pool queries).
+inline bool AgentMayCallDriver() { return g_thread_state.signal_over_hook == 0; }
 
 // True for a call that nothing needs: a driver call inside an outer hook on this thread while
 // no stream is wanted (dormant, or no output). The outer hook keeps the live table and no
@@ -101,7 +114,7 @@ class HookCall {
 
 uint64_t NowNs();         // CLOCK_MONOTONIC
 uint64_t NextSeq();       // the next global sequence number (starts at 1)
-int32_t CurrentDevice();  // cuCtxGetDevice, -1 without a context
+int32_t CurrentDevice();  // cuCtxGetDevice, -1 without a context (see AgentMayCallDriver)
 
 // An allocation that succeeded: inserts into the live table, stamps seq, pushes AllocEvent.
 struct AllocInfo {

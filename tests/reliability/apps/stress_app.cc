@@ -152,6 +152,14 @@ int Signals(int threads, long n) {
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, nullptr);
+  // The agent installs its dispatcher in front of the handler; the program must still see its
+  // own handler and flags, through sigaction and through signal.
+  struct sigaction seen {};
+  if (sigaction(SIGUSR1, nullptr, &seen) != 0 || seen.sa_handler != OnSignal ||
+      (seen.sa_flags & SA_SIGINFO) != 0 || (seen.sa_flags & SA_RESTART) == 0) {
+    return 4;
+  }
+  if (signal(SIGUSR2, OnSignal) != SIG_DFL || signal(SIGUSR2, SIG_DFL) != OnSignal) return 4;
   std::atomic<int> running{threads};
   std::vector<pthread_t> ids(threads);
   std::vector<std::thread> pool;
