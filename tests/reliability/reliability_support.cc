@@ -164,6 +164,8 @@ Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq) {
     orderer.Push(frame, apply);
   }
   orderer.Flush(apply);
+  r.orderer_late = orderer.late();
+  r.orderer_covered = orderer.covered_by_snapshot();
   if (expect_resync) r.every_drop_followed_by_resync = false;
   for (const auto& [seq, change] : by_seq) {
     if (change.alloc) {

@@ -64,6 +64,10 @@ struct Reconciled {
   uint64_t model_unmatched_events = 0;
   // Event frames whose seq is below one already read: the stream is not in seq order there.
   uint64_t seq_inversions = 0;
+  // The SeqOrderer's counts (see seq_orderer.h): frames applied after a later seq (a release
+  // over a gap that later filled) and state events skipped as covered by a snapshot.
+  uint64_t orderer_late = 0;
+  uint64_t orderer_covered = 0;
   // With `replay_by_seq`: alloc/free frames replayed in seq order (address -> size), what the
   // trace says is live on device 0 when order is taken from seq rather than from the stream.
   std::map<uint64_t, uint64_t> seq_replay_live;
