@@ -541,6 +541,32 @@ absl::Status InjectAgent(pid_t pid, const std::string& agent_path, InjectedAgent
       "attach by injection is implemented for x86-64 only; start the program with the agent "
       "dormant (LD_PRELOAD=.../libfragscope.so FRAGSCOPE_DORMANT=1) and attach to that");
 #else
+  // Another tracer (a debugger, strace) makes PTRACE_SEIZE fail with EPERM, which would read
+  // as a permission problem.
+  {
+    std::istringstream status(ReadSmallFile(absl::StrFormat("/proc/%d/status", pid)));
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("TracerPid:", 0) != 0) continue;
+      const long tracer = std::strtol(line.c_str() + 10, nullptr, 10);
+      if (tracer != 0 && tracer != getpid()) {
+        std::string name = ReadSmallFile(absl::StrFormat("/proc/%ld/comm", tracer));
+        while (!name.empty() && name.back() == '\n') name.pop_back();
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "pid %d is already traced by pid %ld (%s: a debugger or strace?); detach that first",
+            pid, tracer, name.empty() ? "?" : name));
+      }
+    }
+  }
+  // A 32-bit program would need another calling convention (and CUDA has none for it).
+  {
+    char ident[EI_NIDENT] = {};
+    std::ifstream exe(absl::StrFormat("/proc/%d/exe", pid), std::ios::binary);
+    if (exe.read(ident, sizeof(ident)) && ident[EI_CLASS] != ELFCLASS64) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("pid %d is a 32-bit program; injection supports x86-64 only", pid));
+    }
+  }
   // Where dlopen is: libc (glibc 2.34 and later), else libdl if the program loaded it.
   std::optional<uint64_t> dlopen_at = FindSymbolInProcess(pid, "libc.so", "dlopen");
   std::optional<uint64_t> dlerror_at = FindSymbolInProcess(pid, "libc.so", "dlerror");

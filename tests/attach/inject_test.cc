@@ -401,6 +401,19 @@ TEST(InjectTest, ErrorsNameTheProcessAndTheWayOut) {
   EXPECT_NE(r.err.find("pid " + std::to_string(plain.pid()) + " is not a CUDA process"),
             std::string::npos)
       << r.err;
+  // A CUDA process another tracer (here: this test, as a debugger would) already holds.
+  if (WhyNotPossible().empty()) {
+    LiveProcess app(AppPath("agent_attach_app"), {}, Plain(dir));
+    ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+    ASSERT_EQ(ptrace(PTRACE_SEIZE, app.pid(), nullptr, nullptr), 0) << strerror(errno);
+    r = RunProgram(kCli, {"attach", std::to_string(app.pid())}, Cli(dir));
+    ptrace(PTRACE_DETACH, app.pid(), nullptr, nullptr);
+    EXPECT_EQ(r.exit_code, 3);
+    EXPECT_NE(r.err.find("is already traced by pid " + std::to_string(getpid())), std::string::npos)
+        << r.err;
+    app.Send("go");
+    ASSERT_TRUE(app.WaitForLine("ready 2")) << "the refused attach left the program broken";
+  }
 }
 
 }  // namespace
