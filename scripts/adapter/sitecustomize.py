@@ -111,14 +111,25 @@ def _build_extension(torch):
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fragscope")
     build_dir = os.path.join(cache_root, "torch-" + version)
     os.makedirs(build_dir, exist_ok=True)
-    return cpp_extension.load(
-        name="fragscope_torch_adapter_" + version,
-        sources=[os.path.join(_HERE, "fragscope_torch_adapter.cpp")],
-        extra_include_paths=[include],
-        build_directory=build_dir,
-        with_cuda=True,
-        verbose=False,
-    )
+    # with_cuda=True is for CUDA's headers and torch's CUDA libraries; the source has no device
+    # code, yet cpp_extension still computes nvcc arch flags and, without TORCH_CUDA_ARCH_LIST,
+    # takes them from the visible GPUs (none visible: IndexError in _get_cuda_arch_flags, seen
+    # with torch 2.15). Any valid arch will do, and it changes nothing that gets built.
+    arch_unset = "TORCH_CUDA_ARCH_LIST" not in os.environ
+    if arch_unset:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0"
+    try:
+        return cpp_extension.load(
+            name="fragscope_torch_adapter_" + version,
+            sources=[os.path.join(_HERE, "fragscope_torch_adapter.cpp")],
+            extra_include_paths=[include],
+            build_directory=build_dir,
+            with_cuda=True,
+            verbose=False,
+        )
+    finally:
+        if arch_unset:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
 
 
 def _snapshot_path():

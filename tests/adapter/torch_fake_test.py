@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""The PyTorch adapter with REAL PyTorch, on the fake CUDA device (no GPU).
+
+PyTorch's own CUDA caching allocator runs over tests/fakecuda: the fake libcudart.so.13 is
+preloaded (torch's libraries find NVIDIA's runtime through their RPATH, which LD_LIBRARY_PATH
+does not override; NVIDIA's runtime cannot run on the fake driver, see tests/fakecuda/README.md)
+and the fake libcuda.so.1 is on LD_LIBRARY_PATH. tests/adapter/torch_workload.py fragments the
+cache and runs out of memory under `fragscope run`; at each fragscope mark, fragscope's figures
+(replayed from the trace by fragscope_trace_marks) must equal what torch.cuda.memory_reserved()
+and memory_allocated() said at the same point:
+- primary path (the C++ extension and its allocator trace tracker): reserved and allocated;
+- fallback path (FRAGSCOPE_TORCH_ADAPTER=fallback): reserved, with PyTorch's segments opaque in
+  the live trace; the snapshot the fallback dumps, imported with `fragscope import`, gives
+  PyTorch's allocated bytes.
+
+Needs a python that imports torch (a CUDA build; CMake: -DFRAGSCOPE_TORCH_PYTHON=/path/to/python).
+Without one it exits 77, which CTest reports as skipped, and says why.
+
+usage: torch_fake_test.py FRAGSCOPE_CLI TRACE_MARKS FAKECUDA_LIB_DIR ADAPTER_DIR WORK_DIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+SKIP = 77
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLI = TRACE_MARKS = FAKE_LIB = ADAPTER_DIR = WORK = None
+MiB = 1 << 20
+
+
+def torch_version():
+    r = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def environment(extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FRAGSCOPE_", "FAKECUDA_", "PYTORCH_"))
+           and k not in ("LD_PRELOAD", "PYTHONPATH", "CUDA_VISIBLE_DEVICES")}
+    env.update({
+        "LD_PRELOAD": os.path.join(FAKE_LIB, "libcudart.so.13"),
+        "LD_LIBRARY_PATH": FAKE_LIB,
+        "FAKECUDA_CAPACITY": "768M",
+        "FRAGSCOPE_CACHE_DIR": os.path.join(WORK, "extension-cache"),
+        "FRAGSCOPE_ADAPTER_DIR": ADAPTER_DIR,
+        "PYTHONNOUSERSITE": "1",
+    })
+    env.update(extra)
+    return env
+
+
+def marks_in_trace(trace):
+    r = subprocess.run([TRACE_MARKS, trace], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise AssertionError("fragscope_trace_marks failed: " + r.stderr)
+    marks = {}
+    for line in r.stdout.splitlines():
+        words = line.split()
+        fields = dict(zip(words[4::2], map(int, words[5::2])))
+        if words[3] == "0":
+            marks[words[1]] = fields
+    return marks
+
+
+class TorchOnFakeCudaTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # Build the extension once, outside the traced runs (its compiler would otherwise run
+        # with the agent preloaded), exactly as sitecustomize.py builds it.
+        r = subprocess.run(
+            [sys.executable, "-c", "import sys, torch, sitecustomize as s; "
+             "print(s._build_extension(torch).__file__)"],
+            env=environment({"PYTHONPATH": ADAPTER_DIR, "LD_PRELOAD": ""}),
+            capture_output=True, text=True, timeout=900)
+        cls.extension_error = None if r.returncode == 0 else r.stdout + r.stderr
+
+    def run_workload(self, name, extra_env):
+        trace = os.path.join(WORK, name + ".fst")
+        result_path = os.path.join(WORK, name + ".json")
+        for path in (trace, result_path):
+            if os.path.exists(path):
+                os.remove(path)
+        r = subprocess.run(
+            [CLI, "run", "-o", trace, "--", sys.executable,
+             os.path.join(HERE, "torch_workload.py"), result_path],
+            env=environment(extra_env), capture_output=True, text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(result_path) as f:
+            result = json.load(f)
+        return trace, result, r
+
+    def check_torch_ran(self, result):
+        # Real PyTorch on the fake device: the workload's 400 MiB request does not fit in 768 MiB
+        # with the cache fragmented, and PyTorch says so with its own OOM.
+        self.assertIsNotNone(result["oom"])
+        self.assertIn("CUDA out of memory. Tried to allocate 400.00 MiB", result["oom"]["message"])
+        labels = [m[0] for m in result["marks"]]
+        self.assertEqual(labels, ["small", "odd", "whole", "filled", "holes", "freed_whole",
+                                  "after_oom"])
+        by_label = {m[0]: m for m in result["marks"]}
+        # What PyTorch's allocator does with these requests (rounding, unsplit remainder).
+        self.assertEqual(by_label["small"][1:], [2 * MiB, 1024])
+        self.assertEqual(by_label["odd"][2] - by_label["small"][2], 7 * MiB + 512)
+        self.assertEqual(by_label["whole"][2] - by_label["odd"][2], 20 * MiB)
+
+    def test_primary_path_tracker_matches_torch(self):
+        if self.extension_error:
+            self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
+        trace, result, _ = self.run_workload("primary", {})
+        self.assertEqual(result["state"], "tracker")
+        self.check_torch_ran(result)
+        fragscope = marks_in_trace(trace)
+        for label, reserved, allocated in result["marks"]:
+            with self.subTest(mark=label):
+                self.assertIn(label, fragscope)
+                self.assertEqual(fragscope[label]["reserved"], reserved)
+                self.assertEqual(fragscope[label]["allocated"], allocated)
+                self.assertEqual(fragscope[label]["opaque"], 0)
+                self.assertEqual(fragscope[label]["cached"], reserved - allocated)
+        report = subprocess.run([CLI, "report", trace, "--format", "json"], capture_output=True,
+                                text=True, timeout=120)
+        self.assertEqual(report.returncode, 0, report.stderr)
+        ooms = json.loads(report.stdout)["ooms"]
+        self.assertEqual(len(ooms), 1)
+
+    def test_fallback_path(self):
+        snapshot = os.path.join(WORK, "fallback.pickle")
+        if os.path.exists(snapshot):
+            os.remove(snapshot)
+        trace, result, _ = self.run_workload(
+            "fallback", {"FRAGSCOPE_TORCH_ADAPTER": "fallback",
+                         "FRAGSCOPE_TORCH_SNAPSHOT": snapshot})
+        self.assertEqual(result["state"], "fallback (FRAGSCOPE_TORCH_ADAPTER=fallback): "
+                                          "OOM observer, memory history")
+        self.check_torch_ran(result)
+        fragscope = marks_in_trace(trace)
+        for label, reserved, _allocated in result["marks"]:
+            with self.subTest(mark=label):
+                self.assertEqual(fragscope[label]["reserved"], reserved)
+                # No blocks in the live trace: PyTorch's segments are opaque.
+                self.assertEqual(fragscope[label]["opaque"], reserved)
+                self.assertEqual(fragscope[label]["allocated"], 0)
+        # The snapshot written at exit: PyTorch's own view, imported.
+        imported = os.path.join(WORK, "fallback-imported.fst")
+        r = subprocess.run([CLI, "import", snapshot, "-o", imported], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        report = subprocess.run([CLI, "report", imported, "--format", "json"],
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(report.returncode, 0, report.stderr)
+        device = json.loads(report.stdout)["devices"][0]
+        _, reserved, allocated = result["marks"][-1]
+        self.assertEqual(device["reserved_bytes"], reserved)
+        self.assertEqual(device["allocated_bytes"], allocated)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 6:
+        sys.exit(__doc__)
+    CLI, TRACE_MARKS, FAKE_LIB, ADAPTER_DIR, WORK = (os.path.abspath(a) for a in sys.argv[1:6])
+    version = torch_version()
+    if version is None:
+        print("SKIP: %s cannot import torch; configure with -DFRAGSCOPE_TORCH_PYTHON=<a python "
+              "with torch> (README, PyTorch)" % sys.executable)
+        sys.exit(SKIP)
+    print("torch %s from %s" % (version, sys.executable))
+    os.makedirs(WORK, exist_ok=True)
+    unittest.main(argv=[sys.argv[0]] + sys.argv[6:], verbosity=2)

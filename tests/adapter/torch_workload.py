@@ -1,0 +1,54 @@
+"""A PyTorch program that fragments the CUDA caching allocator's cache and then runs out of
+memory, for tests/adapter/torch_fake_test.py. Runs with real torch on the fake CUDA device.
+
+At each step it calls fragscope's mark (sitecustomize.mark) and records what PyTorch itself says
+at that point: torch.cuda.memory_reserved() and memory_allocated(). Writes them to the JSON file
+named by argv[1] as {"marks": [[label, reserved, allocated], ...], "oom": {...}}.
+"""
+import json
+import sys
+
+import sitecustomize
+import torch
+
+MiB = 1 << 20
+marks = []
+
+
+def mark(label):
+    torch.cuda.synchronize()
+    sitecustomize.mark(label)
+    marks.append([label, torch.cuda.memory_reserved(), torch.cuda.memory_allocated()])
+
+
+def floats(nbytes):
+    return torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
+
+
+result = {"state_at_start": sitecustomize.STATE}
+small = floats(1000)  # small pool: a 2 MiB segment, a 1024-byte block (rounded from 1000)
+mark("small")
+result["state"] = sitecustomize.STATE
+odd = floats(7 * MiB + 100)  # large pool, 20 MiB segment, block rounded up to 512 bytes
+mark("odd")
+whole = floats(19 * MiB + 512 * 1024)  # own 20 MiB segment; the 512 KiB remainder stays in it
+mark("whole")
+# Six MiB tensors, three to a 20 MiB segment; then free the first and last of each three: every
+# segment keeps its middle tensor, so its free bytes (6 + 8 MiB) cannot be given back or merged.
+tensors = [floats(6 * MiB) for _ in range(30)]
+mark("filled")
+kept = [t for i, t in enumerate(tensors) if i % 3 == 1]
+del tensors
+mark("holes")
+del whole
+mark("freed_whole")
+try:
+    big = floats(400 * MiB)
+    result["oom"] = None
+except torch.OutOfMemoryError as error:
+    result["oom"] = {"message": str(error).splitlines()[0]}
+mark("after_oom")
+result["marks"] = marks
+result["snapshot_segments"] = len(torch.cuda.memory_snapshot())
+with open(sys.argv[1], "w") as f:
+    json.dump(result, f)
