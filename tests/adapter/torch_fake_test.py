@@ -94,10 +94,10 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         return trace, result, r
 
     def check_torch_ran(self, result):
-        # Real PyTorch on the fake device: the workload's 400 MiB request does not fit in 768 MiB
+        # Real PyTorch on the fake device: the workload's 300 MiB request does not fit in 768 MiB
         # with the cache fragmented, and PyTorch says so with its own OOM.
         self.assertIsNotNone(result["oom"])
-        self.assertIn("CUDA out of memory. Tried to allocate 400.00 MiB", result["oom"]["message"])
+        self.assertIn("CUDA out of memory. Tried to allocate 300.00 MiB", result["oom"]["message"])
         labels = [m[0] for m in result["marks"]]
         self.assertEqual(labels, ["small", "odd", "whole", "filled", "holes", "freed_whole",
                                   "after_oom"])
@@ -126,6 +126,27 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.assertEqual(report.returncode, 0, report.stderr)
         ooms = json.loads(report.stdout)["ooms"]
         self.assertEqual(len(ooms), 1)
+        # Device free + PyTorch's cached bytes would hold 300 MiB; no free range does.
+        self.assertEqual(ooms[0]["class"], "fragmentation", ooms[0]["explanation"])
+        self.assertEqual(ooms[0]["requested_bytes"], 300 * MiB)
+        # The trace exported as a PyTorch snapshot reads in PyTorch's own tooling: at exit the
+        # program's tensors are gone and its cache (the reserved bytes after the OOM) is left.
+        snapshot = os.path.join(WORK, "primary-export.pickle")
+        r = subprocess.run([CLI, "export", trace, "--torch-snapshot", snapshot],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = subprocess.run(
+            [sys.executable, "-c",
+             "import pickle, sys\n"
+             "from torch.cuda import _memory_viz as viz\n"
+             "data = pickle.load(open(sys.argv[1], 'rb'))\n"
+             "viz.segsum(data)  # raises unless blocks tile segments and the sums agree\n"
+             "print(sum(s['total_size'] for s in data['segments']),\n"
+             "      sum(b['size'] for s in data['segments'] for b in s['blocks']\n"
+             "          if b['state'] == 'active_allocated'))\n", snapshot],
+            capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.split(), [str(result["marks"][-1][1]), "0"])
 
     def test_fallback_path(self):
         snapshot = os.path.join(WORK, "fallback.pickle")

@@ -43,7 +43,7 @@ mark("holes")
 del whole
 mark("freed_whole")
 try:
-    big = floats(400 * MiB)
+    big = floats(300 * MiB)
     result["oom"] = None
 except torch.OutOfMemoryError as error:
     result["oom"] = {"message": str(error).splitlines()[0]}
