@@ -1,8 +1,6 @@
 // fragscope export TRACE [--perfetto OUT.json] [--torch-snapshot OUT.pickle]
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -17,6 +15,7 @@
 #include "fragscope/export/torch_snapshot_writer.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
+#include "fragscope/trace/output_file.h"
 #include "trace_loading.h"
 
 namespace fragscope::cli {
@@ -36,15 +35,7 @@ constexpr char kUsage[] =
 constexpr std::size_t kTorchMaxSegmentsPerDevice = std::size_t{1} << 20;
 
 absl::Status WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("%s: cannot write: %s", path, std::strerror(errno)));
-  }
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.flush();
-  if (!out) return absl::DataLossError(absl::StrFormat("%s: write failed", path));
-  return absl::OkStatus();
+  return WriteOutputFile(path, bytes);  // 0644 at most, whatever the umask
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "exit_codes.h"
 #include "fragscope/model/format_bytes.h"
+#include "fragscope/trace/output_file.h"
 #include "gate_check.h"
 #include "trace_loading.h"
 
@@ -137,10 +138,10 @@ int GateCommand(const std::vector<std::string>& args) {
   }
   std::vector<GateCheck> checks = EvaluateGate(loaded->summary, limits);
   if (!junit.empty()) {
-    std::ofstream out(junit, std::ios::trunc);
-    out << GateJunitXml(checks, path);
-    if (!out) {
-      std::fprintf(stderr, "fragscope gate: %s: cannot write JUnit XML\n", junit.c_str());
+    // 0644 at most, whatever the umask.
+    if (absl::Status s = WriteOutputFile(junit, GateJunitXml(checks, path)); !s.ok()) {
+      std::fprintf(stderr, "fragscope gate: cannot write JUnit XML: %s\n",
+                   std::string(s.message()).c_str());
       return kExitBadInput;
     }
   }

@@ -1,15 +1,14 @@
 #include "report_output.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "fragscope/export/html_report.h"
 #include "fragscope/report/report_json.h"
 #include "fragscope/report/report_text.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
+#include "fragscope/trace/output_file.h"
 
 namespace fragscope::cli {
 
@@ -47,14 +46,9 @@ absl::Status WriteReportFile(const ModelSummary& summary, ReportFormat format,
     WriteReport(summary, format, std::cout);
     return absl::OkStatus();
   }
-  std::ofstream out(path, std::ios::trunc);
-  if (!out) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("%s: cannot write report: %s", path, std::strerror(errno)));
-  }
+  std::ostringstream out;
   WriteReport(summary, format, out);
-  if (!out) return absl::DataLossError(absl::StrFormat("%s: write failed", path));
-  return absl::OkStatus();
+  return WriteOutputFile(path, out.str());  // 0644 at most, whatever the umask
 }
 
 }  // namespace fragscope::cli
@@ -68,15 +62,9 @@ absl::Status WriteHtmlReportFile(const exporter::ExportInput& input, const std::
     std::cout.flush();
     return absl::OkStatus();
   }
-  std::ofstream out(path, std::ios::trunc);
-  if (!out) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("%s: cannot write report: %s", path, std::strerror(errno)));
-  }
+  std::ostringstream out;
   exporter::RenderHtml(input, symbolizer, out);
-  out.flush();
-  if (!out) return absl::DataLossError(absl::StrFormat("%s: write failed", path));
-  return absl::OkStatus();
+  return WriteOutputFile(path, out.str());
 }
 
 }  // namespace fragscope::cli

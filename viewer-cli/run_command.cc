@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "commands.h"
 #include "exit_codes.h"
 #include "fragscope/server/session_server.h"
+#include "fragscope/trace/output_file.h"
 #include "install_layout.h"
 #include "report_output.h"
 
@@ -233,18 +235,12 @@ int RunCommand(const std::vector<std::string>& args) {
   std::stable_partition(streams.begin(), streams.end(), [&](const CollectedStream& s) {
     return s.session->hello() && static_cast<pid_t>(s.session->hello()->pid()) == child;
   });
-  std::ofstream report_file;
+  std::ostringstream report_file;  // written at the end by WriteOutputFile (0644 at most)
   std::ostream* out = &std::cerr;
   if (report_path == "-") {
     out = &std::cout;
   } else if (!report_path.empty()) {
-    report_file.open(report_path, std::ios::trunc);
-    if (!report_file) {
-      std::fprintf(stderr, "fragscope run: cannot write report %s: %s\n", report_path.c_str(),
-                   std::strerror(errno));
-    } else {
-      out = &report_file;
-    }
+    out = &report_file;
   }
   for (const CollectedStream& s : streams) {
     if (!s.outcome.trace_error.empty()) {
@@ -263,6 +259,12 @@ int RunCommand(const std::vector<std::string>& args) {
       *out << absl::StrFormat("==== process %d ====\n", static_cast<int>(s.peer_pid));
     }
     WriteReport(s.session->Summarize(), format, *out);
+  }
+  if (out == &report_file) {
+    if (absl::Status st = WriteOutputFile(report_path, report_file.str()); !st.ok()) {
+      std::fprintf(stderr, "fragscope run: cannot write report: %s\n",
+                   std::string(st.message()).c_str());
+    }
   }
   if (!trace_path.empty()) {
     for (const CollectedStream& s : streams) {

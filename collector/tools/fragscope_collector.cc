@@ -9,7 +9,6 @@
 // Runs until SIGINT/SIGTERM. Memory stays O(live blocks + distinct stacks) of the processes
 // still connected: an ended stream's model is released once its final report is written.
 // Exit: 0 after a signal, 2 usage, 3 cannot listen or write.
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,6 +29,7 @@
 #include "fragscope/server/session_server.h"
 #include "fragscope/server/socket_listener.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
+#include "fragscope/trace/output_file.h"
 
 namespace {
 
@@ -58,20 +58,10 @@ std::string StreamName(const fragscope::v1::Hello& h, pid_t peer) {
   return name;
 }
 
-// 0644 whatever the umask (std::ofstream would create 0666 under umask 0): reports may hold
-// paths and stacks of a user's job, and must never be writable by others.
+// 0644 at most whatever the umask (fragscope::WriteOutputFile): reports may hold paths and
+// stacks of a user's job, and must never be writable by others.
 bool WriteFile(const std::string& path, const std::string& text) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  bool ok = fchmod(fd, 0644) == 0;
-  size_t done = 0;
-  while (ok && done < text.size()) {
-    ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
-  return close(fd) == 0 && ok;
+  return fragscope::WriteOutputFile(path, text).ok();
 }
 
 std::string Render(const fragscope::ModelSummary& s, bool json) {

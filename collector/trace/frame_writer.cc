@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "fragscope/trace/output_file.h"
 #include "fragscope/trace/trace_format.h"
 
 namespace fragscope {
@@ -25,12 +26,9 @@ void AppendVarint(uint64_t v, std::string* out) {
 }  // namespace
 
 absl::StatusOr<FrameWriter> FrameWriter::CreateFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(absl::StrFormat(
-        "%s: cannot create trace: %s; choose a writable path with -o", path, std::strerror(errno)));
-  }
-  FrameWriter writer(fd, path);
+  absl::StatusOr<int> fd = CreateOutputFile(path);
+  if (!fd.ok()) return fd.status();
+  FrameWriter writer(*fd, path);
   unsigned char header[kTraceHeaderBytes];
   EncodeTraceHeader(kFormatMajor, kFormatMinor, header);
   writer.pending_.append(reinterpret_cast<const char*>(header), sizeof(header));

@@ -256,10 +256,13 @@ TEST(ReliabilityFaults, DlopenedLlvmOpenMpRunsUnchanged) {
 }
 
 // Issue 10: "no file is created world-writable", even under a umask of 0: the agent's trace
-// file, and everything the collector writes (socket, its directory, traces, reports).
+// file, everything the collector writes (socket, its directory, traces, reports), and every
+// file the `fragscope` command writes (report -o in each format, export, import, gate --junit,
+// run -o and --report).
 //
-// This failed until the collector wrote its reports with an explicit 0644 (std::ofstream gave
-// 0666 under umask 0).
+// This failed until every writer created its file through fragscope::CreateOutputFile
+// (collector/trace/output_file.h), mode 0644 at most: std::ofstream gave 0666 under umask 0 to
+// the collector's reports and post-mortems and to all the command's outputs.
 TEST(ReliabilityFaults, NoFileCreatedWorldWritableEvenWithUmaskZero) {
   TempDir dir;
   const mode_t saved = umask(0);  // inherited by the programs started below
@@ -284,10 +287,39 @@ TEST(ReliabilityFaults, NoFileCreatedWorldWritableEvenWithUmaskZero) {
   });
   collector->Kill(SIGTERM);
   collector->Wait();
+  // The command's outputs, each kind once. A file an older fragscope left 0666 is narrowed.
+  const std::string cli = dir.File("cli");
+  mkdir(cli.c_str(), 0755);  // the test's own directory
+  { std::ofstream(cli + "/old-0666.txt") << "old"; }
+  chmod((cli + "/old-0666.txt").c_str(), 0666);
+  const std::string trace = dir.File("agent.fst");
+  const std::vector<std::vector<std::string>> commands{
+      {"report", trace, "-o", cli + "/report.txt"},
+      {"report", trace, "--format", "json", "-o", cli + "/report.json"},
+      {"report", trace, "--format", "html", "-o", cli + "/report.html"},
+      {"report", trace, "-o", cli + "/old-0666.txt"},
+      {"export", trace, "--perfetto", cli + "/perfetto.json", "--torch-snapshot",
+       cli + "/snapshot.pickle"},
+      {"import", cli + "/snapshot.pickle", "-o", cli + "/imported.fst"},
+      {"gate", trace, "--max-fragmentation", "0.99", "--junit", cli + "/gate.xml"},
+      {"run", "-o", cli + "/run.fst", "--report", cli + "/run.txt", "--",
+       RelApp("reliability_stress_app"), "load", "1", "10", "1"},
+  };
+  std::vector<RunResult> cli_runs;
+  for (const auto& args : commands) {
+    cli_runs.push_back(agent_test::RunProgram(CliBin(), args, RunOptions{false, {}}));
+  }
   umask(saved);
   ASSERT_TRUE(up);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   ASSERT_EQ(via_socket.exit_code, 0) << via_socket.err;
+  for (size_t i = 0; i < commands.size(); ++i) {
+    // gate may fail its checks (exit 1); everything else succeeds.
+    const int code = cli_runs[i].exit_code;
+    EXPECT_TRUE(code == 0 || (commands[i][0] == "gate" && code == 1))
+        << commands[i][0] << " exit " << code << "\n"
+        << cli_runs[i].err;
+  }
   std::vector<std::string> checked;
   for (const auto& e : fs::recursive_directory_iterator(dir.path())) {
     const std::string name = e.path().filename();
@@ -295,9 +327,16 @@ TEST(ReliabilityFaults, NoFileCreatedWorldWritableEvenWithUmaskZero) {
     struct stat st;
     ASSERT_EQ(lstat(e.path().c_str(), &st), 0);
     checked.push_back(name);
-    EXPECT_EQ(st.st_mode & S_IWOTH, 0u) << e.path() << " mode " << std::oct << st.st_mode;
+    EXPECT_EQ(st.st_mode & (S_IWOTH | S_IWGRP), 0u)
+        << e.path() << " mode " << std::oct << st.st_mode;
   }
-  EXPECT_GE(checked.size(), 3u);  // agent.fst, out/, the collector's trace and reports
+  // agent.fst, out/, the collector's trace and reports, cli/ and its 11 files.
+  EXPECT_GE(checked.size(), 16u);
+  for (const char* name :
+       {"report.txt", "report.json", "report.html", "old-0666.txt", "perfetto.json",
+        "snapshot.pickle", "imported.fst", "gate.xml", "run.fst", "run.txt"}) {
+    EXPECT_TRUE(fs::exists(cli + "/" + name)) << name;
+  }
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace fragscope {
 // Not thread-safe. Owns its file descriptor. Buffers internally; Flush() or Close() to push.
 class FrameWriter {
  public:
-  // Creates (truncates) `path` with mode 0644 and writes the header.
+  // Creates (truncates) `path` with mode 0644 at most (CreateOutputFile) and writes the header.
   static absl::StatusOr<FrameWriter> CreateFile(const std::string& path);
 
   FrameWriter(FrameWriter&& other) noexcept;

@@ -1,0 +1,51 @@
+#include "fragscope/trace/output_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+
+namespace fragscope {
+
+absl::StatusOr<int> CreateOutputFile(const std::string& path, mode_t mode) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "%s: cannot create: %s; choose a writable path", path, std::strerror(errno)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 07777 & ~mode) != 0) {
+    // A file that existed before with more bits. Not ours (EPERM): left as it is, like any
+    // file the user points us at.
+    (void)::fchmod(fd, st.st_mode & 07777 & mode);
+  }
+  return fd;
+}
+
+absl::Status WriteOutputFile(const std::string& path, std::string_view bytes, mode_t mode) {
+  absl::StatusOr<int> fd = CreateOutputFile(path, mode);
+  if (!fd.ok()) return fd.status();
+  std::size_t done = 0;
+  int err = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(*fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(*fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    return absl::DataLossError(absl::StrFormat("%s: write failed after %d of %d bytes: %s", path,
+                                               done, bytes.size(), std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fragscope
