@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "fragscope/trace/frame_limits.h"
 #include "fragscope/trace/trace_format.h"
 
 namespace fragscope {
@@ -59,6 +60,7 @@ absl::StatusOr<FrameReader> FrameReader::OpenFile(const std::string& path) {
 }
 
 absl::StatusOr<FrameReader> FrameReader::FromFd(int fd, std::string name) {
+  SilenceProtobufLogging();  // our messages name the file and offset; libprotobuf's do not
   FrameReader reader(fd, std::move(name));
   if (absl::Status s = reader.ReadHeader(); !s.ok()) return s;
   return reader;
@@ -157,6 +159,15 @@ FrameReader::Result FrameReader::Next(v1::Frame* out) {
     return Result::kTruncated;
   }
   const unsigned char* body = buffer_.data() + pos_ + varint_bytes;
+  // Before parsing: libprotobuf would make an object per repeated entry (frame_limits.h).
+  if (std::string over = FrameLimitViolation(body, length); !over.empty()) {
+    error_ = absl::StrFormat(
+        "%s: frame at byte %d refused: %s (proto/README.md, \"Reader limits\"); no fragscope "
+        "agent writes such a frame, so the trace is corrupt or crafted; read %d whole frames up "
+        "to byte %d",
+        name_, consumed_ + pos_, over, frames_read_, good_offset_);
+    return Result::kError;
+  }
   if (!out->ParseFromArray(body, static_cast<int>(length))) {
     error_ = absl::StrFormat("%s: malformed frame at byte %d (%d bytes do not parse as a Frame)",
                              name_, consumed_ + pos_, length);

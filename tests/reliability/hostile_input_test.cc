@@ -6,15 +6,18 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "fragscope/trace/frame_limits.h"
 #include "fragscope/trace/frame_reader.h"
 #include "fragscope/trace/trace_format.h"
 #include "reliability_support.h"
@@ -22,6 +25,7 @@
 namespace fragscope::reliability_test {
 namespace {
 
+namespace fs = std::filesystem;
 using agent_test::TempDir;
 
 void WriteBytes(const std::string& path, const std::string& bytes) {
@@ -48,14 +52,12 @@ void ExpectReportSurvives(const std::string& file, const std::string& what, bool
   ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << what << " exit " << r.exit_code << "\n"
                                                     << r.err;
   if (r.exit_code == 3) {
-    // A line of its own; libprotobuf may log its own complaint (invalid UTF-8 in a string
-    // field) before it.
-    EXPECT_TRUE(r.err.rfind("fragscope report: ", 0) == 0 ||
-                r.err.find("\nfragscope report: ") != std::string::npos)
-        << what << "\n"
-        << r.err;
+    // Only fragscope speaks: libprotobuf's own "[libprotobuf ERROR ...]" line (invalid UTF-8 in
+    // a string field) used to come first.
+    EXPECT_EQ(r.err.rfind("fragscope report: ", 0), 0u) << what << "\n" << r.err;
     EXPECT_GT(r.err.size(), std::string("fragscope report: ").size() + 10) << what;
   }
+  EXPECT_EQ(r.err.find("libprotobuf"), std::string::npos) << what << "\n" << r.err;
 }
 
 TEST(ReliabilityHostileInput, TruncatedTracesThroughReportCommand) {
@@ -235,28 +237,150 @@ Outcome CraftedStackRss(const TempDir& dir) {
   return ReportPeakRss(file);
 }
 
-// DISABLED: fails. The 48 MiB Snapshot frame (24 M empty LiveAllocation entries, 2 bytes each)
-// took `fragscope report` to a peak RSS of 2551 MiB here (53x the input): FrameReader bounds the
-// frame's bytes (kMaxFrameBytes, 64 MiB) but protobuf parsing then creates one message object
-// per entry, and nothing limits the entry count (the torch importer caps its snapshots at
-// 1,000,000 entries; the trace reader has no such cap). At the 64 MiB limit this is ~3.4 GiB.
-TEST(ReliabilityHostileInput, DISABLED_CraftedSnapshotCountsCannotBlowUpReaderMemory) {
+// The 48 MiB Snapshot frame (24 M empty LiveAllocation entries, 2 bytes each) took
+// `fragscope report` to a peak RSS of 2551 MiB (53x the input): FrameReader bounded the frame's
+// bytes (kMaxFrameBytes, 64 MiB) but protobuf parsing then created one message object per entry.
+// Fixed by FrameLimitViolation (collector/trace/frame_limits.h): the frame is refused before it
+// is parsed, over the limit of 4 Mi repeated entries per frame.
+TEST(ReliabilityHostileInput, CraftedSnapshotCountsCannotBlowUpReaderMemory) {
   if (UnderSanitizer()) GTEST_SKIP() << "RSS bounds are meaningless under a sanitizer";
   TempDir dir;
   Outcome o = CraftedSnapshotRss(dir);
   EXPECT_EQ(o.signal, 0);
+  EXPECT_EQ(o.exit_code, 3);
   EXPECT_LT(o.max_rss_mib, kRssLimitMib) << "peak RSS of fragscope report, MiB";
 }
 
-// DISABLED: fails. A 48 MiB StackTable frame holding one Stack with 48 M one-byte packed pcs
-// reached a peak RSS of 823 MiB (17x): each pc becomes a uint64 in the parsed message, and the
-// stack's length is not limited below the frame size (the agent never sends more than 64).
-TEST(ReliabilityHostileInput, DISABLED_CraftedStackLengthCannotBlowUpReaderMemory) {
+// A 48 MiB StackTable frame holding one Stack with 48 M one-byte packed pcs reached a peak RSS
+// of 823 MiB (17x): each pc became a uint64 in the parsed message. Fixed by the limit of 64 Ki
+// return addresses per stack (the agent records at most 64).
+TEST(ReliabilityHostileInput, CraftedStackLengthCannotBlowUpReaderMemory) {
   if (UnderSanitizer()) GTEST_SKIP() << "RSS bounds are meaningless under a sanitizer";
   TempDir dir;
   Outcome o = CraftedStackRss(dir);
   EXPECT_EQ(o.signal, 0);
+  EXPECT_EQ(o.exit_code, 3);
   EXPECT_LT(o.max_rss_mib, kRssLimitMib) << "peak RSS of fragscope report, MiB";
+}
+
+// Unknown fields are kept one object each by libprotobuf too: 16 M unknown varint fields
+// (3 bytes each) inside a Snapshot.
+TEST(ReliabilityHostileInput, CraftedUnknownFieldsCannotBlowUpReaderMemory) {
+  if (UnderSanitizer()) GTEST_SKIP() << "RSS bounds are meaningless under a sanitizer";
+  TempDir dir;
+  std::string fields;
+  fields.reserve(kCraftedFrameBytes);
+  const std::string one = Varint((99u << 3) | 0) + std::string(1, '\x01');  // field 99 = 1
+  while (fields.size() + one.size() <= kCraftedFrameBytes) fields += one;
+  const std::string file = dir.File("unknown-bomb.fst");
+  WriteBytes(file, Header() + FrameWith(13, fields));
+  Outcome o = ReportPeakRss(file);
+  EXPECT_EQ(o.signal, 0);
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_LT(o.max_rss_mib, kRssLimitMib) << "peak RSS of fragscope report, MiB";
+}
+
+// The limit is not a cliff: a frame at it (4 Mi empty entries, the most objects a frame may
+// make) is read, within the same memory bound.
+TEST(ReliabilityHostileInput, FrameAtTheEntryLimitIsReadWithinTheMemoryBound) {
+  if (UnderSanitizer()) GTEST_SKIP() << "RSS bounds are meaningless under a sanitizer";
+  TempDir dir;
+  std::string entries;
+  for (uint64_t i = 0; i < FrameLimits{}.max_entries_per_frame; ++i) entries.append("\x42\x00", 2);
+  const std::string file = dir.File("at-limit.fst");
+  WriteBytes(file, Header() + FrameWith(13, entries));
+  Outcome o = ReportPeakRss(file);
+  EXPECT_EQ(o.signal, 0);
+  EXPECT_EQ(o.exit_code, 0);
+  EXPECT_LT(o.max_rss_mib, kRssLimitMib) << "peak RSS of fragscope report, MiB";
+}
+
+// What the user sees: the frames before the refused one are reported (exit 3 and a warning,
+// as for a cut trace), and the warning names the file, the offset, the field, the count and
+// the limit. Only fragscope speaks.
+TEST(ReliabilityHostileInput, RefusedFrameIsNamedAndWhatCameBeforeIsReported) {
+  TempDir dir;
+  const std::string trace = DemoTrace(dir);
+  std::string entries;
+  for (int i = 0; i < 5'000'000; ++i) entries.append("\x22\x00", 2);
+  const std::string file = dir.File("real-then-bomb.fst");
+  WriteBytes(file, trace + FrameWith(13, entries));
+  RunResult r = agent_test::RunProgram(CliBin(), {"report", file}, RunOptions{false, {}});
+  EXPECT_EQ(r.signal, 0);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.out.find("OOM"), std::string::npos) << "the demo's report, up to the bomb:\n"
+                                                  << r.out;
+  const std::string expected = "fragscope report: warning: " + file + ": frame at byte " +
+                               std::to_string(trace.size()) + " refused: Snapshot.allocations " +
+                               "holds 5000000 entries (5000000 repeated entries in the frame), " +
+                               "over the limit of 4194304 repeated entries per frame";
+  EXPECT_EQ(r.err.rfind(expected, 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find("libprotobuf"), std::string::npos) << r.err;
+}
+
+// A `string` field that is not UTF-8 (Hello.agent_version stays a string) makes libprotobuf
+// refuse the frame and, before fragscope's own message, print "[libprotobuf ERROR ...String
+// field 'fragscope.v1.Hello.agent_version' contains invalid UTF-8 data...]". Only our message.
+TEST(ReliabilityHostileInput, ProtobufDoesNotPrintItsOwnErrors) {
+  TempDir dir;
+  const std::string hello = "\x18\x07" + std::string("\x42\x02\xff\xfe");  // pid 7, version
+  const std::string file = dir.File("bad-utf8.fst");
+  WriteBytes(file, Header() + FrameWith(1, hello));
+  for (bool json : {false, true}) {
+    std::vector<std::string> args{"report", file};
+    if (json) args.insert(args.end(), {"--format", "json"});
+    RunResult r = agent_test::RunProgram(CliBin(), args, RunOptions{false, {}});
+    EXPECT_EQ(r.exit_code, 3);
+    EXPECT_EQ(r.err.rfind("fragscope report: " + file + ": malformed frame at byte 16", 0), 0u)
+        << r.err;
+    EXPECT_EQ(r.err.find("libprotobuf"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line:\n" << r.err;
+  }
+}
+
+// Linux paths are bytes. A program started from a directory whose name is not UTF-8 used to
+// give a trace whose Hello (exe, argv) and ModuleMap (the program's path) frames libprotobuf
+// refused as invalid `string`s, so nothing could be read. These fields are `bytes` now.
+TEST(ReliabilityHostileInput, NonUtf8PathsGiveAReadableTraceAndReport) {
+  TempDir dir;
+  const std::string weird = dir.File("bin-\xff\xfe");
+  ASSERT_EQ(mkdir(weird.c_str(), 0755), 0);
+  const std::string app = weird + "/app-\xc3\x28";  // an invalid 2-byte sequence too
+  fs::copy_file(RelApp("reliability_stress_app"), app);
+  ASSERT_EQ(chmod(app.c_str(), 0755), 0);
+  const std::string trace = dir.File("weird.fst");
+  RunResult run = agent_test::RunProgram(app, {"load", "2", "100", "1"},
+                                         RunOptions{true, {{"FRAGSCOPE_OUTPUT", trace}}});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+
+  absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(trace);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  v1::Frame frame;
+  FrameReader::Result last;
+  bool saw_exe = false, saw_argv0 = false, saw_module = false, saw_end = false;
+  while ((last = reader->Next(&frame)) == FrameReader::Result::kFrame) {
+    if (frame.has_hello()) {
+      saw_exe = frame.hello().exe() == app;
+      saw_argv0 = frame.hello().argv_size() > 0 && frame.hello().argv(0) == app;
+    }
+    for (const v1::Module& m : frame.module_map().modules()) saw_module |= m.path() == app;
+    saw_end |= frame.has_end();
+  }
+  EXPECT_EQ(last, FrameReader::Result::kEnd) << reader->error();
+  EXPECT_TRUE(saw_exe);
+  EXPECT_TRUE(saw_argv0);
+  EXPECT_TRUE(saw_module);
+  EXPECT_TRUE(saw_end);
+
+  for (const char* format : {"text", "json", "html"}) {
+    RunResult r = agent_test::RunProgram(CliBin(), {"report", trace, "--format", format},
+                                         RunOptions{false, {}});
+    EXPECT_EQ(r.exit_code, 0) << format << "\n" << r.err;
+    EXPECT_EQ(r.err, "") << format;
+    EXPECT_FALSE(r.out.empty()) << format;
+  }
+  RunResult dump = agent_test::RunProgram(FRAGSCOPE_REL_DUMP_BIN, {trace}, RunOptions{false, {}});
+  EXPECT_EQ(dump.exit_code, 0) << dump.err;
 }
 
 }  // namespace
