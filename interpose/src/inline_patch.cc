@@ -327,6 +327,16 @@ bool InlinePatcher::PrepareWith(size_t jump_bytes, void* target_fn, size_t funct
       emitted += in.size;
     }
     length += in.size;
+    if (is_call && length < jump_bytes) {
+      // A thread inside the callee when the jump is written would return into the middle of
+      // it. Only a call that is the last instruction overwritten returns past the jump.
+      Say(why, why_size,
+          "the call at +%zu would return to +%zu, inside the overwritten bytes (a thread in "
+          "the callee would return into the jump)",
+          at, length);
+      ok = false;
+      break;
+    }
   }
   if (ok && length < jump_bytes) {
     Say(why, why_size, "only %zu bytes of instructions could be decoded at %p", length, target_fn);

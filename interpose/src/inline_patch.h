@@ -16,8 +16,9 @@
 // - Relative jmp/jcc/call: rewritten as absolute jumps/calls (any distance).
 // Refused (with the reason): a function shorter than 5 bytes (by its ELF size, or ending in a
 // ret/jmp inside its first 5 bytes), loop/jrcxz, a branch in the prologue that targets the
-// prologue, and any branch in the rest of the function (when its size is known) that jumps
-// into the overwritten bytes other than their first byte.
+// prologue, a call in the prologue other than its last instruction (a thread inside the callee
+// would return into the jump), and any branch in the rest of the function (when its size is
+// known) that jumps into the overwritten bytes other than their first byte.
 //
 // Writing the jump: Apply()/Restore() do it in this process (mprotect + memcpy), which is only
 // safe when no other thread can be executing those bytes (the unit tests; the injected agent

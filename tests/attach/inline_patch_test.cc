@@ -12,12 +12,13 @@
 
 #if defined(__x86_64__)
 extern "C" {
-int fs_test_riprel(int x);     // 2 * fs_test_value + x, through rip-relative mov and lea
-int fs_test_branches(int x);   // x == 0 ? -1 : fs_test_helper() + 2 (relative jcc and call)
-int fs_test_loop_back(int x);  // sum 1..x, its loop jumps back to byte 2
-int fs_test_jrcxz(int x);      // jrcxz first
-int fs_test_tiny(int x);       // 4 bytes
-int fs_test_tail(int x);       // add + tail call (8 bytes): x + 1 + 100
+int fs_test_riprel(int x);      // 2 * fs_test_value + x, through rip-relative mov and lea
+int fs_test_branches(int x);    // x == 0 ? -1 : fs_test_helper() + 2 (relative jcc and call)
+int fs_test_loop_back(int x);   // sum 1..x, its loop jumps back to byte 2
+int fs_test_jrcxz(int x);       // jrcxz first
+int fs_test_early_call(int x);  // calls through a register first: returns inside the jump
+int fs_test_tiny(int x);        // 4 bytes
+int fs_test_tail(int x);        // add + tail call (8 bytes): x + 1 + 100
 extern int fs_test_value;
 }
 
@@ -97,6 +98,16 @@ fs_test_tail:
   add $1, %edi
   jmp fs_test_add_helper
   .size fs_test_tail, .-fs_test_tail
+
+  .globl fs_test_early_call
+  .type fs_test_early_call, @function
+fs_test_early_call:
+  call *%rdi
+  add $1, %eax
+  nopl 0(%rax,%rax,1)
+  nopl 0(%rax,%rax,1)
+  ret
+  .size fs_test_early_call, .-fs_test_early_call
 
   .globl fs_test_tiny
   .type fs_test_tiny, @function
@@ -197,6 +208,7 @@ TEST_F(InlinePatchTest, RefusesWhatItCannotRelocate) {
   } cases[] = {
       {&fs_test_loop_back, 20, "inside the overwritten bytes"},
       {&fs_test_jrcxz, 0, "cannot be relocated"},
+      {&fs_test_early_call, 16, "would return to +2, inside the overwritten bytes"},
       {&fs_test_tiny, 4, "shorter than"},
       {&fs_test_tiny, 0, "may end after"},
   };
