@@ -41,6 +41,7 @@ std::string ReadSmallFile(const std::string& path) {
   return s.str();
 }
 
+#if defined(__x86_64__)
 // What to tell the user when ptrace is refused.
 std::string PermissionAdvice(pid_t pid) {
   std::string why = PtraceRestriction(pid);
@@ -52,6 +53,7 @@ std::string PermissionAdvice(pid_t pid) {
       "(LD_PRELOAD=.../libfragscope.so FRAGSCOPE_DORMANT=1) so attach needs no ptrace",
       pid);
 }
+#endif
 
 struct Mapping {
   uint64_t start = 0, end = 0, offset = 0;
@@ -152,6 +154,8 @@ ElfSymbolResult LookUpElf(const std::string& path, const std::string& symbol) {
   if (!have_load) r.found = false;
   return r;
 }
+
+#if defined(__x86_64__)  // the injector proper; other machines are refused below
 
 // --- threads under ptrace ---
 
@@ -473,6 +477,8 @@ absl::Status WriteAll(pid_t pid, const InjectedAgent& agent, Write what) {
   return absl::OkStatus();
 }
 
+#endif  // __x86_64__
+
 }  // namespace
 
 bool ReadProcessMemory(pid_t pid, uint64_t address, void* out, size_t size) {
@@ -673,7 +679,12 @@ absl::Status InjectAgent(pid_t pid, const std::string& agent_path, InjectedAgent
 
 absl::Status RemovePatches(pid_t pid, const InjectedAgent& agent) {
   if (agent.patches.empty()) return absl::OkStatus();
+#if defined(__x86_64__)
   return WriteAll(pid, agent, Write::kOriginal);
+#else
+  (void)pid;
+  return absl::UnimplementedError("attach by injection is implemented for x86-64 only");
+#endif
 }
 
 }  // namespace fragscope::cli

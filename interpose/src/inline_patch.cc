@@ -26,7 +26,7 @@ void Say(char* why, size_t why_size, const char* format, ...) {
 }
 
 // Writes `jmp [rip+0]; .quad to` at `at`; returns the bytes written.
-size_t EmitAbsoluteJump(uint8_t* at, uint64_t to) {
+[[maybe_unused]] size_t EmitAbsoluteJump(uint8_t* at, uint64_t to) {
   static const uint8_t kJmp[6] = {0xFF, 0x25, 0, 0, 0, 0};
   memcpy(at, kJmp, sizeof(kJmp));
   memcpy(at + 6, &to, 8);
