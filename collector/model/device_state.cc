@@ -98,28 +98,11 @@ void DeviceState::DepositPool(const PoolState& p) {
   pool_blocks_ += p.blocks;
 }
 
-void DeviceState::SavePeakSitesIfDue() {
-  if (!peak_sites_due_) return;
-  // Unsorted: SitesAtPeak sorts when (if ever) the copy is read, and a stream that keeps
-  // reaching new peaks would otherwise sort the whole table on every site change.
-  sites_.CopyTo(&peak_sites_);
-  peak_sites_due_ = false;
-}
+void DeviceState::AddSite(uint64_t stack_id, uint64_t bytes) { sites_.Add(stack_id, bytes); }
 
-void DeviceState::AddSite(uint64_t stack_id, uint64_t bytes) {
-  SavePeakSitesIfDue();
-  sites_.Add(stack_id, bytes);
-}
+void DeviceState::RemoveSite(uint64_t stack_id, uint64_t bytes) { sites_.Remove(stack_id, bytes); }
 
-void DeviceState::RemoveSite(uint64_t stack_id, uint64_t bytes) {
-  SavePeakSitesIfDue();
-  sites_.Remove(stack_id, bytes);
-}
-
-std::vector<SiteEntry> DeviceState::SitesAtPeak(std::size_t n) const {
-  if (peak_sites_due_) return sites_.Top(n);
-  return TopSites(peak_sites_, n);
-}
+std::vector<SiteEntry> DeviceState::SitesAtPeak(std::size_t n) const { return sites_.TopAtMark(n); }
 
 DeviceMetrics DeviceState::Metrics(bool with_reasons) const {
   DeviceMetrics m;
@@ -161,14 +144,6 @@ DeviceMetrics DeviceState::Metrics(bool with_reasons) const {
   return m;
 }
 
-std::optional<double> DeviceState::FragmentationValue(uint64_t cached,
-                                                      uint64_t largest_free) const {
-  if (opaque_segments_ != 0 || cached == 0 || cached < options_->fragmentation_floor_bytes) {
-    return std::nullopt;
-  }
-  return 1.0 - static_cast<double>(largest_free) / static_cast<double>(cached);
-}
-
 void DeviceState::AfterEvent(uint64_t seq, uint64_t time_ns) {
   // The per-event path: only the figures peaks and the timeline need, the same sums Metrics()
   // uses (not all of Metrics: untracked, stranded and pool_free are not needed here).
@@ -180,7 +155,7 @@ void DeviceState::AfterEvent(uint64_t seq, uint64_t time_ns) {
   if (reserved > peak_reserved_) {
     peak_reserved_ = reserved;
     peak_reserved_seq_ = seq;
-    peak_sites_due_ = true;
+    sites_.Mark();
   }
   peak_allocated_ = std::max(peak_allocated_, allocated);
   if (fragmentation) {
@@ -190,14 +165,7 @@ void DeviceState::AfterEvent(uint64_t seq, uint64_t time_ns) {
 }
 
 void DeviceState::RecordEvent(const RecentEvent& e) {
-  const std::size_t capacity = options_->recent_events;
-  if (capacity == 0) return;
-  if (recent_.size() < capacity) {
-    recent_.push_back(e);
-    return;
-  }
-  recent_[recent_head_] = e;
-  recent_head_ = recent_head_ + 1 == capacity ? 0 : recent_head_ + 1;
+  if (RecentEvent* slot = NextRecentSlot()) *slot = e;
 }
 
 std::vector<RecentEvent> DeviceState::RecentEvents() const {
@@ -209,7 +177,6 @@ std::vector<RecentEvent> DeviceState::RecentEvents() const {
 }
 
 void DeviceState::ResetLive() {
-  SavePeakSitesIfDue();
   seg_allocated_ = seg_opaque_ = seg_cached_ = seg_pending_ = 0;
   segments_ = exact_segments_ = annotated_segments_ = opaque_segments_ = 0;
   seg_blocks_ = free_ranges_ = 0;
@@ -222,7 +189,7 @@ void DeviceState::ResetLive() {
   }
   pool_reserved_ = pool_used_ = pool_pending_ = pool_blocks_ = 0;
   for (const auto& [id, p] : pools_) DepositPool(p);
-  sites_ = SiteTable();
+  sites_.ClearKeepingMark();
 }
 
 void DeviceState::FillSummary(DeviceSummary* out) const {

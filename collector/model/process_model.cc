@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
@@ -89,12 +91,12 @@ class ProcessModel::Impl {
   const StackInfo* FindStack(uint64_t id) const { return id == 0 ? nullptr : stacks_.Find(id); }
 
  private:
-  DeviceState& Device(int ordinal) {
-    // Most streams have one device and every event asks for it several times: remember the
-    // last one (std::map nodes stay put, and devices are never erased), in a path small
-    // enough to inline.
+  // Called several times by every event: forced inline, the common case is two compares.
+  [[gnu::always_inline]] DeviceState& Device(int ordinal) {
+    // Most streams have one device: remember the last one (std::map nodes stay put, and
+    // devices are never erased).
     if (last_device_ != nullptr && last_device_->ordinal() == ordinal) [[likely]] {
-      if (touched_.empty() || touched_.back() != last_device_) Touch(last_device_);
+      if (!last_device_->touched) Touch(last_device_);
       return *last_device_;
     }
     return FindDevice(ordinal);
@@ -107,13 +109,18 @@ class ProcessModel::Impl {
     return *last_device_;
   }
   void Touch(DeviceState* d) {
-    if (std::find(touched_.begin(), touched_.end(), d) == touched_.end()) touched_.push_back(d);
+    if (d->touched) return;
+    d->touched = true;
+    touched_.push_back(d);
   }
   void FinishEvent(uint64_t seq, uint64_t time_ns);
-  void Record(int device, const RecentEvent& e) {
+  // The event's RecentEvent, on `device`.
+  template <typename Event>
+  void Record(int device, const Event& e, EventKind kind) {
     // An event the model could not place on any device must not invent a "device -1".
     if (device < 0 && !devices_.contains(device)) return;
-    Device(device).RecordEvent(e);
+    Device(device).RecordEvent(e.seq(), e.time_ns(), kind, e.api(), e.address(), e.size(),
+                               e.result(), e.stack_id());
   }
 
   Segment* SegmentContaining(uint64_t address);
@@ -121,7 +128,16 @@ class ProcessModel::Impl {
   // is taken out of its device, the change applied, and the new one put in.
   template <typename F>
   void Change(Segment& segment, F&& mutate);
-  void EraseSegment(std::map<uint64_t, Segment>::iterator it);
+  // A segment in the index, with its size beside its start: lookups and overlap checks read
+  // both in the index node without touching the segment (a cache miss each, in a long trace).
+  struct IndexedSegment {
+    uint64_t size = 0;
+    std::unique_ptr<Segment> segment;
+    Segment* operator->() const { return segment.get(); }
+    Segment& operator*() const { return *segment; }
+  };
+  using SegmentIndex = absl::btree_map<uint64_t, IndexedSegment, AddressOrder>;
+  void EraseSegment(SegmentIndex::iterator it);
   void ClassifyPendingSegments();
 
   void DepositHandle(const PhysicalHandle& h, int sign);
@@ -171,9 +187,10 @@ class ProcessModel::Impl {
   std::map<int, DeviceState> devices_;
   DeviceState* last_device_ = nullptr;  // the one Device() returned last
   std::vector<DeviceState*> touched_;   // by this event, in the order first touched
-  // UVA: one address space for every device, so segments are indexed by address alone.
-  // std::map keeps references stable while other segments come and go.
-  std::map<uint64_t, Segment> segments_;
+  // UVA: one address space for every device, so segments are indexed by address alone. A
+  // B-tree of pointers: a lookup touches a few small contiguous nodes (std::map: one node per
+  // level), and the segments themselves stay put while others come and go.
+  SegmentIndex segments_;
   // The segment SegmentContaining() found last: consecutive block events mostly land in the
   // same segment. Cleared whenever a segment leaves segments_.
   Segment* last_segment_ = nullptr;
@@ -213,7 +230,7 @@ class ProcessModel::Impl {
 // the one exception is a range at the same address as a known segment, whose free was lost.
 bool ProcessModel::Impl::CanPlaceSegment(uint64_t address, uint64_t size) const {
   return RangeFits(address, size) &&
-         !OverlapsOther(segments_, address, size, [](const Segment& s) { return s.size(); });
+         !OverlapsOther(segments_, address, size, [](const IndexedSegment& s) { return s.size; });
 }
 
 Segment* ProcessModel::Impl::SegmentContaining(uint64_t address) {
@@ -225,8 +242,8 @@ Segment* ProcessModel::Impl::SegmentContaining(uint64_t address) {
   auto it = segments_.upper_bound(address);
   if (it == segments_.begin()) return nullptr;
   --it;
-  if (address >= it->second.end()) return nullptr;
-  last_segment_ = &it->second;
+  if (address - it->first >= it->second.size) return nullptr;
+  last_segment_ = it->second.segment.get();
   return last_segment_;
 }
 
@@ -258,8 +275,8 @@ void ProcessModel::Impl::Change(Segment& segment, F&& mutate) {
   }
 }
 
-void ProcessModel::Impl::EraseSegment(std::map<uint64_t, Segment>::iterator it) {
-  Segment& s = it->second;
+void ProcessModel::Impl::EraseSegment(SegmentIndex::iterator it) {
+  Segment& s = *it->second;
   DeviceState& device = Device(s.device());
   device.Retract(s.Contribution());
   if (s.kind() == SegmentKind::kDriverAllocation) {
@@ -267,7 +284,8 @@ void ProcessModel::Impl::EraseSegment(std::map<uint64_t, Segment>::iterator it) 
     if (s.coverage() != Coverage::kAnnotated) device.RemoveSite(s.stack_id(), s.size());
   }
   // Blocks die with their segment.
-  for (const auto& [address, block] : s.blocks()) device.RemoveSite(block.stack_id, block.size);
+  s.ForEachBlock(
+      [&](uint64_t, const SubBlock& block) { device.RemoveSite(block.stack_id, block.size); });
   // Mappings still in a freed reservation no longer hold their handles.
   for (const auto& [address, mapping] : s.mappings()) SetHandleMappings(mapping.handle, -1);
   if (last_segment_ == &s) last_segment_ = nullptr;
@@ -279,12 +297,12 @@ void ProcessModel::Impl::ClassifyPendingSegments() {
   for (uint64_t begin : unclassified_segments_) {
     auto it = segments_.find(begin);
     if (it == segments_.end()) continue;
-    const std::optional<bool> via = stacks_.PassesThroughCachingAllocator(it->second.stack_id());
+    const std::optional<bool> via = stacks_.PassesThroughCachingAllocator(it->second->stack_id());
     if (!via) {
       still_pending.push_back(begin);
       continue;
     }
-    Change(it->second, [&](Segment& s) { s.set_via_caching_allocator(via); });
+    Change(*it->second, [&](Segment& s) { s.set_via_caching_allocator(via); });
   }
   unclassified_segments_ = std::move(still_pending);
 }
@@ -329,9 +347,10 @@ Segment* ProcessModel::Impl::Reserve(uint64_t address, uint64_t size, int device
     ++unmatched_;  // its free was lost
     EraseSegment(old);
   }
-  auto [it, inserted] =
-      segments_.try_emplace(address, SegmentKind::kVmmReservation, address, size, device, stack_id);
-  Segment& s = it->second;
+  auto [it, inserted] = segments_.try_emplace(
+      address, IndexedSegment{size, std::make_unique<Segment>(SegmentKind::kVmmReservation, address,
+                                                              size, device, stack_id)});
+  Segment& s = *it->second;
   s.set_via_caching_allocator(stacks_.PassesThroughCachingAllocator(stack_id));
   if (!s.via_caching_allocator()) unclassified_segments_.push_back(address);
   Device(device).Deposit(s.Contribution());
@@ -477,7 +496,10 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
 void ProcessModel::Impl::FinishEvent(uint64_t seq, uint64_t time_ns) {
   if (seq != 0) SeenSeq(seq);
   last_time_ns_ = std::max(last_time_ns_, time_ns);
-  for (DeviceState* d : touched_) d->AfterEvent(seq, time_ns);
+  for (DeviceState* d : touched_) {
+    d->AfterEvent(seq, time_ns);
+    d->touched = false;
+  }
   touched_.clear();
 }
 
@@ -501,15 +523,7 @@ void ProcessModel::Impl::OnAlloc(const v1::AllocEvent& e, bool from_snapshot) {
   if (e.result() != 0) return;  // nothing changed; failures come as FailedAlloc
   const MemoryKind kind = ResolveKind(e.kind(), e.api(), e.in_capture());
   PlaceAllocation(e.address(), e.size(), e.device(), e.stack_id(), e.pool(), kind);
-  Record(e.device(), {e.seq(),
-                      e.time_ns(),
-                      EventKind::kAlloc,
-                      e.api(),
-                      e.address(),
-                      e.size(),
-                      e.result(),
-                      e.stack_id(),
-                      {}});
+  Record(e.device(), e, EventKind::kAlloc);
   if (!from_snapshot && kind != v1::MEMORY_KIND_IPC_IMPORT) {
     analyzer_.OnSuccess(e.device(), e.size(), e.seq());
   }
@@ -553,19 +567,32 @@ bool ProcessModel::Impl::PlaceAllocation(uint64_t address, uint64_t size, int de
     default:
       break;
   }
-  // A driver allocation: a segment of its own.
-  if (!CanPlaceSegment(address, size)) {
+  // A driver allocation: a segment of its own. CanPlaceSegment's test written out, so that its
+  // search also finds a segment at the same address and gives the insertion hint.
+  auto next = segments_.lower_bound(address);
+  const bool same_address = next != segments_.end() && next->first == address;
+  const bool overlaps = !RangeFits(address, size) ||
+                        (next != segments_.begin() &&
+                         std::prev(next)->first + std::prev(next)->second.size > address) ||
+                        [&] {
+                          auto after = same_address ? std::next(next) : next;
+                          return after != segments_.end() && after->first < address + size;
+                        }();
+  if (overlaps) {
     ++unmatched_;
     return false;
   }
-  auto old = segments_.find(address);
-  if (old != segments_.end()) {
+  IndexedSegment segment{size, std::make_unique<Segment>(SegmentKind::kDriverAllocation, address,
+                                                         size, device, stack_id)};
+  SegmentIndex::iterator it;
+  if (same_address) {
     ++unmatched_;  // its free was lost
-    EraseSegment(old);
+    EraseSegment(next);
+    it = segments_.try_emplace(address, std::move(segment)).first;
+  } else {
+    it = segments_.emplace_hint(next, address, std::move(segment));
   }
-  auto [it, inserted] = segments_.try_emplace(address, SegmentKind::kDriverAllocation, address,
-                                              size, device, stack_id);
-  Segment& s = it->second;
+  Segment& s = *it->second;
   s.set_via_caching_allocator(stacks_.PassesThroughCachingAllocator(stack_id));
   if (!s.via_caching_allocator()) unclassified_segments_.push_back(address);
   DeviceState& d = Device(device);
@@ -598,8 +625,8 @@ void ProcessModel::Impl::OnFree(const v1::FreeEvent& e) {
   const bool async = IsAsyncFree(e.api());
   int device = e.device();
   auto seg = segments_.find(e.address());
-  if (seg != segments_.end() && seg->second.kind() == SegmentKind::kDriverAllocation) {
-    device = seg->second.device();
+  if (seg != segments_.end() && seg->second->kind() == SegmentKind::kDriverAllocation) {
+    device = seg->second->device();
     EraseSegment(seg);
   } else if (auto it = allocations_.find(e.address()); it != allocations_.end()) {
     LiveAllocation& a = it->second;
@@ -640,15 +667,7 @@ void ProcessModel::Impl::OnFree(const v1::FreeEvent& e) {
   } else {
     ++unmatched_;  // allocated before the agent saw it, or the alloc was dropped
   }
-  Record(device, {e.seq(),
-                  e.time_ns(),
-                  async ? EventKind::kFreeAsync : EventKind::kFree,
-                  e.api(),
-                  e.address(),
-                  e.size(),
-                  e.result(),
-                  e.stack_id(),
-                  {}});
+  Record(device, e, async ? EventKind::kFreeAsync : EventKind::kFree);
 }
 
 void ProcessModel::Impl::OnMap(const v1::MapEvent& e) {
@@ -663,8 +682,8 @@ void ProcessModel::Impl::OnMap(const v1::MapEvent& e) {
     case v1::MapEvent::OP_FREE_RANGE: {
       kind = EventKind::kFreeRange;
       auto it = segments_.find(e.address());
-      if (it != segments_.end() && it->second.kind() == SegmentKind::kVmmReservation) {
-        device = it->second.device();
+      if (it != segments_.end() && it->second->kind() == SegmentKind::kVmmReservation) {
+        device = it->second->device();
         EraseSegment(it);
       } else {
         ++unmatched_;
@@ -693,9 +712,7 @@ void ProcessModel::Impl::OnMap(const v1::MapEvent& e) {
       ++unmatched_;
       break;
   }
-  Record(
-      device,
-      {e.seq(), e.time_ns(), kind, e.api(), e.address(), e.size(), e.result(), e.stack_id(), {}});
+  Record(device, e, kind);
 }
 
 void ProcessModel::Impl::OnHandle(const v1::HandleEvent& e) {
@@ -754,15 +771,13 @@ void ProcessModel::Impl::OnHandle(const v1::HandleEvent& e) {
       ++unmatched_;
       break;
   }
-  Record(
-      device,
-      {e.seq(), e.time_ns(), kind, e.api(), e.address(), e.size(), e.result(), e.stack_id(), {}});
+  Record(device, e, kind);
 }
 
 void ProcessModel::Impl::MarkSubAllocated(uint64_t segment_base) {
   auto it = segments_.find(segment_base);
   if (it == segments_.end()) return;  // not a segment (e.g. a pool allocation): nothing to carve
-  Change(it->second, [](Segment& seg) { seg.BecomeAnnotated(); });
+  Change(*it->second, [](Segment& seg) { seg.BecomeAnnotated(); });
 }
 
 Segment* ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block, int device,
@@ -774,7 +789,7 @@ Segment* ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block,
     ++orphans_total_;
     return nullptr;
   }
-  SubBlock replaced;
+  BlockSite replaced;
   Segment::Placement placement = Segment::Placement::kRejected;
   // A rejected block changes nothing, so the contribution put back is the one taken out.
   Change(*s, [&](Segment& seg) { placement = seg.AllocBlock(address, block, &replaced); });
@@ -821,7 +836,7 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
       }
       device = s->device();
       bool found = false;
-      SubBlock freed;
+      BlockSite freed;
       Change(*s, [&](Segment& seg) {
         found = pending ? seg.MarkPendingFree(e.address()) : seg.FreeBlock(e.address(), &freed);
       });
@@ -836,9 +851,7 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
       ++unmatched_;
       break;
   }
-  Record(
-      device,
-      {e.seq(), e.time_ns(), kind, e.api(), e.address(), e.size(), e.result(), e.stack_id(), {}});
+  Record(device, e, kind);
 }
 
 OomFigures ProcessModel::Impl::FiguresAt(int device, uint64_t requested, uint64_t stream,
@@ -869,13 +882,14 @@ OomFigures ProcessModel::Impl::FiguresAt(int device, uint64_t requested, uint64_
   f.largest_free_range_bytes = m.largest_free;
   f.largest_free_range_if_pending_completed_bytes = m.largest_free;
   // Only failures look at individual segments: O(segments), off the per-event path.
-  for (const auto& [begin, s] : segments_) {
+  for (const auto& [begin, segment] : segments_) {
+    const Segment& s = *segment;
     if (s.device() != device || s.coverage() != Coverage::kAnnotated) continue;
     const auto sp = s.stream_and_pool();
     // A segment shared by several streams/pools (or without blocks yet) may serve anyone.
     if (!sp || (sp->first == stream && sp->second == pool)) {
       f.largest_compatible_free_range_bytes =
-          std::max(f.largest_compatible_free_range_bytes, s.free_ranges().largest_bytes());
+          std::max(f.largest_compatible_free_range_bytes, s.largest_free_bytes());
     }
     f.largest_free_range_if_pending_completed_bytes = std::max(
         f.largest_free_range_if_pending_completed_bytes, s.LargestFreeIfPendingCompleted());
@@ -1094,7 +1108,7 @@ std::vector<SegmentLayout> ProcessModel::Impl::SegmentLayouts(int device,
                                                               std::size_t max_segments) const {
   std::vector<const Segment*> held;
   for (const auto& [begin, s] : segments_) {
-    if (s.device() == device && s.Contribution().counted) held.push_back(&s);
+    if (s->device() == device && s->Contribution().counted) held.push_back(s.segment.get());
   }
   if (held.size() > max_segments) {
     // Keep the largest, then restore address order.
@@ -1129,12 +1143,12 @@ std::vector<SegmentLayout> ProcessModel::Impl::SegmentLayouts(int device,
       }
     }
     if (l.coverage == Coverage::kAnnotated) {
-      for (const auto& [address, b] : s->blocks()) {
+      s->ForEachBlock([&](uint64_t address, const SubBlock& b) {
         l.blocks.push_back({address, b.size, b.stack_id, b.stream, b.pool, b.pending_free});
-      }
-      for (const auto& [begin, end] : s->free_ranges().ranges()) {
+      });
+      s->ForEachFreeRange([&](uint64_t begin, uint64_t end) {
         l.free_ranges.push_back({begin, end - begin});
-      }
+      });
     }
     out.push_back(std::move(l));
   }

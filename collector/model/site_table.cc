@@ -6,27 +6,58 @@ namespace fragscope {
 
 void SiteTable::Add(uint64_t stack_id, uint64_t bytes) {
   Live& live = sites_[stack_id];
+  SaveMarked(live);
   live.bytes += bytes;
   ++live.count;
 }
 
 void SiteTable::Remove(uint64_t stack_id, uint64_t bytes) {
   auto it = sites_.find(stack_id);
-  if (it == sites_.end()) return;
-  it->second.bytes -= std::min(it->second.bytes, bytes);
-  if (--it->second.count == 0) sites_.erase(it);
+  // Not live (a site kept only for the mark is not live either): nothing to remove.
+  if (it == sites_.end() || it->second.count == 0) return;
+  Live& live = it->second;
+  SaveMarked(live);
+  live.bytes -= std::min(live.bytes, bytes);
+  if (--live.count > 0) return;
+  // Dead: a later Add starts from nothing (sizes removed need not match those added).
+  live.bytes = 0;
+  if (live.marked_count == 0) sites_.erase(it);
+}
+
+void SiteTable::ClearKeepingMark() {
+  for (auto it = sites_.begin(); it != sites_.end();) {
+    Live& live = it->second;
+    SaveMarked(live);
+    live.bytes = 0;
+    live.count = 0;
+    if (live.marked_count == 0) {
+      sites_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
 }
 
 std::vector<SiteEntry> SiteTable::Top(std::size_t n) const {
   std::vector<SiteEntry> entries;
   entries.reserve(sites_.size());
-  for (const auto& [id, live] : sites_) entries.push_back({id, live.bytes, live.count});
+  for (const auto& [id, live] : sites_) {
+    if (live.count > 0) entries.push_back({id, live.bytes, live.count});
+  }
   return TopSites(std::move(entries), n);
 }
 
-void SiteTable::CopyTo(std::vector<SiteEntry>* out) const {
-  out->clear();
-  for (const auto& [id, live] : sites_) out->push_back({id, live.bytes, live.count});
+std::vector<SiteEntry> SiteTable::TopAtMark(std::size_t n) const {
+  std::vector<SiteEntry> entries;
+  if (mark_ == 0) return entries;
+  entries.reserve(sites_.size());
+  for (const auto& [id, live] : sites_) {
+    // Not changed since the mark: the live figures are the ones at the mark.
+    const bool saved = live.mark == mark_;
+    const uint64_t count = saved ? live.marked_count : live.count;
+    if (count > 0) entries.push_back({id, saved ? live.marked_bytes : live.bytes, count});
+  }
+  return TopSites(std::move(entries), n);
 }
 
 std::vector<SiteEntry> TopSites(std::vector<SiteEntry> entries, std::size_t n) {

@@ -6,9 +6,7 @@ namespace fragscope {
 
 Timeline::Timeline(std::size_t max_points) : max_points_(std::max<std::size_t>(max_points, 2)) {}
 
-void Timeline::Offer(const TimelinePoint& point) {
-  // stride_ is a power of two: a mask instead of a division on this per-event path.
-  if ((offered_++ & (stride_ - 1)) != 0) return;
+void Timeline::Keep(const TimelinePoint& point) {
   points_.push_back(point);
   if (points_.size() < max_points_) return;
   // Keep points 0, 2, 4, ...: those are exactly the offers that a doubled stride would keep.

@@ -55,6 +55,8 @@ class DeviceState {
   DeviceState(int ordinal, const ModelOptions& options);
 
   int ordinal() const { return ordinal_; }
+  // Touched by the event being applied (the model's bookkeeping: AfterEvent is due).
+  bool touched = false;
 
   // Identity and samples.
   std::string uuid_hex;
@@ -119,6 +121,22 @@ class DeviceState {
   uint64_t peak_reserved() const { return peak_reserved_; }
 
   void RecordEvent(const RecentEvent& e);
+  // The same without building a RecentEvent first (the per-event path): fills the ring's slot
+  // in place, label empty.
+  void RecordEvent(uint64_t seq, uint64_t time_ns, EventKind kind, int api, uint64_t address,
+                   uint64_t size, int result, uint64_t stack_id) {
+    RecentEvent* slot = NextRecentSlot();
+    if (slot == nullptr) return;
+    slot->seq = seq;
+    slot->time_ns = time_ns;
+    slot->kind = kind;
+    slot->api = api;
+    slot->address = address;
+    slot->size = size;
+    slot->result = result;
+    slot->stack_id = stack_id;
+    slot->label.clear();
+  }
   // Oldest first.
   std::vector<RecentEvent> RecentEvents() const;
 
@@ -131,10 +149,25 @@ class DeviceState {
  private:
   void RetractPool(const PoolState& p);
   void DepositPool(const PoolState& p);
-  void SavePeakSitesIfDue();
+  // The ring slot the next recent event goes in, or nullptr when recent events are off.
+  RecentEvent* NextRecentSlot() {
+    const std::size_t capacity = options_->recent_events;
+    if (recent_.size() == capacity) [[likely]] {
+      if (capacity == 0) return nullptr;
+      RecentEvent* slot = &recent_[recent_head_];
+      recent_head_ = recent_head_ + 1 == capacity ? 0 : recent_head_ + 1;
+      return slot;
+    }
+    return &recent_.emplace_back();
+  }
   // The fragmentation ratio when it is reportable (DESIGN.md: cached at or above the floor and
   // no opaque segment), else nullopt.
-  std::optional<double> FragmentationValue(uint64_t cached, uint64_t largest_free) const;
+  std::optional<double> FragmentationValue(uint64_t cached, uint64_t largest_free) const {
+    if (opaque_segments_ != 0 || cached == 0 || cached < options_->fragmentation_floor_bytes) {
+      return std::nullopt;
+    }
+    return 1.0 - static_cast<double>(largest_free) / static_cast<double>(cached);
+  }
 
   int ordinal_;
   const ModelOptions* options_;
@@ -158,12 +191,7 @@ class DeviceState {
   uint64_t pool_pending_ = 0;
   uint64_t pool_blocks_ = 0;
 
-  SiteTable sites_;
-  // Sites at the moment of peak reserved, unsorted. Copied lazily: a new peak only sets the flag,
-  // and the copy is taken just before the next site change (or read as the live table if none
-  // came).
-  std::vector<SiteEntry> peak_sites_;
-  bool peak_sites_due_ = false;
+  SiteTable sites_;  // marked at each new peak reserved: sites at peak
 
   uint64_t peak_reserved_ = 0;
   uint64_t peak_reserved_seq_ = 0;

@@ -48,6 +48,16 @@ class MaxMultiset {
     ShrinkIfOversized();
     std::make_heap(values_.begin(), values_.end());
   }
+  // The same from a callback that calls push(value) once per live value: for owners whose live
+  // values are not a range of their own (no temporary list). O(n).
+  template <typename ForEachLive>
+  void RebuildFrom(ForEachLive&& for_each_live) {
+    values_.clear();
+    erased_.clear();
+    for_each_live([this](uint64_t v) { values_.push_back(v); });
+    ShrinkIfOversized();
+    std::make_heap(values_.begin(), values_.end());
+  }
   // The same without an outside list: values minus erased, by sorting. O(n log n).
   void Compact();
   bool empty() const { return values_.empty(); }

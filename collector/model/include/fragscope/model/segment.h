@@ -7,12 +7,13 @@
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
-#include "fragscope/model/free_range_set.h"
+#include "fragscope/model/max_multiset.h"
 
 namespace fragscope {
 
@@ -36,6 +37,12 @@ struct SubBlock {
   bool pending_free = false;
 };
 
+// What the model needs of a block that leaves its segment: its bytes and its allocation site.
+struct BlockSite {
+  uint64_t size = 0;
+  uint64_t stack_id = 0;
+};
+
 // Physical memory of `handle` (from `offset`) mapped at a VA range of a reservation.
 struct Mapping {
   uint64_t size = 0;
@@ -57,6 +64,14 @@ struct SegmentContribution {
   uint64_t largest_free = 0;
   uint64_t blocks = 0;
   uint64_t free_ranges = 0;
+};
+
+// Address order for the model's B-trees, searching a node by bisection: for integer keys absl
+// scans a node linearly by default, which on these nodes (10 to 15 keys) executes about twice
+// the instructions of a bisection.
+struct AddressOrder {
+  using absl_btree_prefer_linear_node_search = std::false_type;
+  bool operator()(uint64_t a, uint64_t b) const { return a < b; }
 };
 
 // Whether [address, address + size) ends inside the 64-bit address space. A range that wraps
@@ -102,12 +117,17 @@ class Segment {
   // yet, treated as "no" until it is).
   std::optional<bool> via_caching_allocator() const { return via_caching_allocator_; }
   void set_via_caching_allocator(std::optional<bool> v) { via_caching_allocator_ = v; }
-  Coverage coverage() const;
+  Coverage coverage() const {
+    if (annotated_) return Coverage::kAnnotated;
+    return via_caching_allocator_.value_or(false) ? Coverage::kOpaque : Coverage::kExact;
+  }
 
   // Physical bytes behind the segment: the whole range for a driver allocation; for a
   // reservation, the sizes of the distinct non-imported handles mapped into it (a handle mapped
   // twice counts once).
-  uint64_t backing_bytes() const;
+  uint64_t backing_bytes() const {
+    return kind_ == SegmentKind::kDriverAllocation ? size_ : handle_bytes_;
+  }
   // Non-imported VA bytes mapped in a reservation (what annotated blocks can be placed in).
   uint64_t mapped_bytes() const { return mapped_bytes_; }
 
@@ -131,31 +151,65 @@ class Segment {
   // the same address was still there (its free was lost); it is forgotten and returned in
   // `replaced`.
   enum class Placement { kRejected, kPlaced, kReplaced };
-  Placement AllocBlock(uint64_t address, const SubBlock& block, SubBlock* replaced);
+  Placement AllocBlock(uint64_t address, const SubBlock& block, BlockSite* replaced);
   // Return false when the event does not match the known blocks (free of an unknown address).
-  bool FreeBlock(uint64_t address, SubBlock* freed);
+  // Only the size and site of the freed block come back: they are in the map entry the search
+  // finds, where the rest of the block would cost another cache miss.
+  bool FreeBlock(uint64_t address, BlockSite* freed);
   bool MarkPendingFree(uint64_t address);
   // Whether a block at [address, address + size) can be placed consistently: inside the
   // segment and overlapping no block but the one it replaces at the same address. Two blocks
   // sharing bytes would make freeing one free bytes the other still holds, so callers reject
-  // such a block rather than place it.
-  bool CanPlaceBlock(uint64_t address, uint64_t size) const {
-    return Encloses(address, size) &&
-           !OverlapsOther(blocks_, address, size, [](const SubBlock& b) { return b.size; });
-  }
-  const absl::btree_map<uint64_t, SubBlock>& blocks() const { return blocks_; }
+  // such a block rather than place it. A zero-size block overlaps a block whose inside it lies
+  // in. O(log n).
+  bool CanPlaceBlock(uint64_t address, uint64_t size) const;
+  // The blocks, in address order: f(address, const SubBlock&). O(blocks + free ranges).
+  template <typename F>
+  void ForEachBlock(F&& f) const;
+  std::size_t block_count() const { return block_count_; }
 
   // The stream/pool the sub-allocator keeps this segment for (from its blocks); nullopt before
   // the first block, or when blocks of several streams/pools share it.
   std::optional<std::pair<uint64_t, uint64_t>> stream_and_pool() const;
 
-  const FreeRangeSet& free_ranges() const { return free_; }
+  // Free ranges: the backed bytes no block covers, as maximal runs (touching free bytes are
+  // always one range), annotated segments only. f(begin, end) in address order.
+  template <typename F>
+  void ForEachFreeRange(F&& f) const;
+  uint64_t free_bytes() const { return free_total_; }
+  uint64_t largest_free_bytes() const { return free_sizes_.Max(); }  // O(1)
+  std::size_t free_range_count() const { return free_count_; }
   // Largest free run if every pending free inside completed (pending blocks merged with the
   // free ranges touching them; adjacent pending blocks are not merged with each other, so this
   // is a lower bound).
   uint64_t LargestFreeIfPendingCompleted() const;
 
-  SegmentContribution Contribution() const;
+  // Inline: every event that changes a segment takes it twice (before and after).
+  SegmentContribution Contribution() const {
+    SegmentContribution c;
+    c.coverage = coverage();
+    c.backing = backing_bytes();
+    // A reservation with nothing mapped is address space, not a segment (yet).
+    c.counted = kind_ == SegmentKind::kDriverAllocation || mapped_bytes_ > 0 || block_count_ > 0;
+    switch (c.coverage) {
+      case Coverage::kExact:
+        c.allocated = c.backing;
+        c.blocks = c.backing > 0 ? 1 : 0;
+        break;
+      case Coverage::kOpaque:
+        c.opaque = c.backing;
+        break;
+      case Coverage::kAnnotated:
+        c.allocated = live_block_bytes_;
+        c.pending = pending_block_bytes_;
+        c.cached = free_total_;
+        c.largest_free = free_sizes_.Max();
+        c.blocks = block_count_;
+        c.free_ranges = free_count_;
+        break;
+    }
+    return c;
+  }
 
   // A sub-allocator declared that it carves this segment (an imported allocator snapshot):
   // annotated from now on, and every backed byte without a block is free. The first block does
@@ -182,14 +236,97 @@ class Segment {
   absl::flat_hash_map<uint64_t, uint64_t> pieces_by_handle_;  // non-imported handles only
   uint64_t handle_bytes_ = 0;  // distinct non-imported handles mapped here
 
-  absl::btree_map<uint64_t, SubBlock> blocks_;
+  // The inside of an annotated segment: one ordered map of extents, each a block or a free
+  // range, so that a block event finds the block and the free ranges around it with one
+  // search (a map of blocks plus a map of free ranges took two, and twice the inserts).
+  // Extents never overlap; free extents never touch each other (they are maximal runs); bytes
+  // in no extent are unbacked (unmapped VA of a reservation). Zero-size blocks own no bytes and
+  // may lie inside a free range, so they live apart in zero_blocks_ (rare).
+  // A block's size, site and pending state sit in its map entry (what frees and the figures
+  // read); the rest of it (stream, pool) in block_data_ (read for layouts).
+  static constexpr uint32_t kFreeExtent = std::numeric_limits<uint32_t>::max();
+  struct Extent {
+    uint64_t size = 0;
+    uint64_t stack_id = 0;
+    uint32_t block = kFreeExtent;  // index into block_data_, or kFreeExtent
+    bool pending_free = false;
+    bool is_free() const { return block == kFreeExtent; }
+  };
+  static Extent FreeExtent(uint64_t size) { return Extent{size, 0, kFreeExtent, false}; }
+  static Extent BlockExtent(const SubBlock& b, uint32_t data) {
+    return Extent{b.size, b.stack_id, data, b.pending_free};
+  }
+  using ExtentMap = absl::btree_map<uint64_t, Extent, AddressOrder>;
+
+  // The general (slower) paths: the first block, a replaced block, zero-size blocks, blocks
+  // over unbacked bytes or several free ranges.
+  Placement AllocBlockSlow(uint64_t address, const SubBlock& block, BlockSite* replaced);
+  // A block slot in block_data_ (reused after frees). Slots of freed blocks are given back
+  // (CompactBlockData) once they outnumber the live ones twice over, so block_data_ stays
+  // O(live blocks), at O(1) amortized per free.
+  uint32_t NewBlockData(const SubBlock& block);
+  void ReleaseBlockData(uint32_t index) {
+    spare_block_data_.push_back(index);
+    if (spare_block_data_.size() > 2 * block_count_ + 64) CompactBlockData();
+  }
+  void CompactBlockData();
+  void AccountPlaced(const SubBlock& block);
+  void AccountRemoved(uint64_t size, bool pending_free);
+  // Marks every byte of [begin, end) that no block holds free (callers pass backed bytes only).
+  void InsertFree(uint64_t begin, uint64_t end);
+  // Marks the free bytes of [begin, end) not free.
+  void EraseFree(uint64_t begin, uint64_t end);
+  // Free-range bookkeeping of one free extent entering or leaving the map.
+  void CountFreeAdded(uint64_t size) {
+    free_total_ += size;
+    ++free_count_;
+    free_sizes_.Insert(size);
+  }
+  void CountFreeRemoved(uint64_t size) {
+    free_total_ -= size;
+    --free_count_;
+    free_sizes_.Erase(size);
+  }
+  // Drops the sizes of free ranges that are gone once they outnumber the live ones.
+  void TrimFreeSizes() {
+    if (free_sizes_.Wasteful()) RebuildFreeSizes();
+  }
+  void RebuildFreeSizes();
+
+  ExtentMap extents_;
+  std::vector<SubBlock> block_data_;
+  std::vector<uint32_t> spare_block_data_;
+  absl::btree_map<uint64_t, SubBlock> zero_blocks_;
+  std::size_t block_count_ = 0;
   uint64_t live_block_bytes_ = 0;
   uint64_t pending_block_bytes_ = 0;
   uint64_t pending_blocks_ = 0;
   std::optional<std::pair<uint64_t, uint64_t>> stream_and_pool_;
   bool mixed_streams_ = false;
-  FreeRangeSet free_;  // backed bytes minus blocks, annotated segments only
+  uint64_t free_total_ = 0;
+  std::size_t free_count_ = 0;
+  MaxMultiset free_sizes_;  // of the free extents, for largest_free_bytes()
 };
+
+template <typename F>
+void Segment::ForEachBlock(F&& f) const {
+  // Two address-ordered sequences, merged (an address holds at most one block).
+  auto zero = zero_blocks_.begin();
+  for (const auto& [address, extent] : extents_) {
+    if (extent.is_free()) continue;
+    for (; zero != zero_blocks_.end() && zero->first < address; ++zero)
+      f(zero->first, zero->second);
+    f(address, block_data_[extent.block]);
+  }
+  for (; zero != zero_blocks_.end(); ++zero) f(zero->first, zero->second);
+}
+
+template <typename F>
+void Segment::ForEachFreeRange(F&& f) const {
+  for (const auto& [address, extent] : extents_) {
+    if (extent.is_free()) f(address, address + extent.size);
+  }
+}
 
 }  // namespace fragscope
 

@@ -10,25 +10,46 @@
 
 namespace fragscope {
 
-// Memory O(distinct live sites). Not thread-safe; owned by its device.
+// Also remembers the table as it was at one moment (Mark, the device's peak), in O(1) per Mark
+// and per change: each site keeps its figures from the moment of the latest Mark beside the
+// live ones, saved the first time it changes after that Mark. (Copying the table at each new
+// peak cost O(sites) per peak, and a stream climbing to new peaks reaches many.)
+// Memory O(distinct sites live now or at the mark). Not thread-safe; owned by its device.
 class SiteTable {
  public:
   void Add(uint64_t stack_id, uint64_t bytes);
-  void Remove(uint64_t stack_id, uint64_t bytes);  // a site reaching count 0 is dropped
+  // A site at count 0 is dropped, unless it was live at the mark.
+  void Remove(uint64_t stack_id, uint64_t bytes);
+  // Every site at count 0 (a Snapshot's fresh start); what was live at the mark stays readable.
+  void ClearKeepingMark();
+
+  // Remembers the table as it is now for TopAtMark. O(1).
+  void Mark() { ++mark_; }
+  bool marked() const { return mark_ != 0; }
 
   // Largest live_bytes first (ties: smaller stack id first), at most `n`. O(sites log n).
   std::vector<SiteEntry> Top(std::size_t n) const;
-  // Every live site, in no particular order, into `out` (its capacity is reused). O(sites), no
-  // sort: for copies kept in case they are read later (sites at peak), sorted when read.
-  void CopyTo(std::vector<SiteEntry>* out) const;
-  std::size_t size() const { return sites_.size(); }
+  // The same for the table as it was at the latest Mark (empty before any). O(sites log n).
+  std::vector<SiteEntry> TopAtMark(std::size_t n) const;
 
  private:
   struct Live {
     uint64_t bytes = 0;
     uint64_t count = 0;
+    uint64_t marked_bytes = 0;  // the figures at mark `mark`: valid when mark == mark_
+    uint64_t marked_count = 0;
+    uint64_t mark = 0;
   };
+  // Keeps the figures at the latest Mark before the first change after it.
+  void SaveMarked(Live& live) const {
+    if (live.mark == mark_) return;
+    live.marked_bytes = live.bytes;
+    live.marked_count = live.count;
+    live.mark = mark_;
+  }
+
   absl::flat_hash_map<uint64_t, Live> sites_;
+  uint64_t mark_ = 0;
 };
 
 // Top `n` of `entries` by the same order as SiteTable::Top.

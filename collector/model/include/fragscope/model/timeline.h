@@ -16,10 +16,17 @@ namespace fragscope {
 class Timeline {
  public:
   explicit Timeline(std::size_t max_points);
-  void Offer(const TimelinePoint& point);
+  // Inline: every event offers a point, and most are not kept.
+  void Offer(const TimelinePoint& point) {
+    // stride_ is a power of two: a mask instead of a division on this per-event path.
+    if ((offered_++ & (stride_ - 1)) != 0) return;
+    Keep(point);
+  }
   const std::vector<TimelinePoint>& points() const { return points_; }
 
  private:
+  void Keep(const TimelinePoint& point);
+
   std::size_t max_points_;
   uint64_t stride_ = 1;
   uint64_t offered_ = 0;
