@@ -17,7 +17,9 @@
 // Replay is one pass (Iterations(1)): read + Apply every frame, counters events_per_s (wall),
 // events_per_cpu_s (process CPU time: the figure "on one core" on a shared machine) and
 // peak_rss_mb (getrusage, the process's peak; run each benchmark in its own process so the
-// figure is the replay's). BM_ReadOnly reads without applying, to separate decoding from model.
+// figure is the replay's). BM_ReadOnly reads without applying, to separate decoding from model;
+// both read through ArenaFrameReader. BM_ReadHeapFrames reads into a heap Frame instead (what
+// StreamSession still does), to show what the arena saves.
 //
 // On a loaded machine even CPU time moves by 10 % between runs; for before/after comparisons of
 // the model, count instructions instead, which do not depend on load (RESULTS.md):
@@ -41,6 +43,7 @@
 #include "fragscope.pb.h"
 #include "fragscope/model/model_summary.h"
 #include "fragscope/model/process_model.h"
+#include "fragscope/trace/arena_frame_reader.h"
 #include "fragscope/trace/frame_reader.h"
 #include "fragscope/trace/frame_writer.h"
 
@@ -299,6 +302,25 @@ double CpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// One pass over `path` reading into a heap v1::Frame, as StreamSession does (its SeqOrderer
+// takes frames by value): what ArenaFrameReader saves, in BM_ReadOnly's terms.
+void ReadHeapFrames(benchmark::State& state, const std::string& path) {
+  for (auto _ : state) {
+    absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(path);
+    if (!reader.ok()) {
+      state.SkipWithError(std::string(reader.status().message()).c_str());
+      return;
+    }
+    v1::Frame frame;
+    uint64_t frames = 0;
+    const double cpu_start = CpuSeconds();
+    while (reader->Next(&frame) == FrameReader::Result::kFrame) ++frames;
+    const double cpu_seconds = CpuSeconds() - cpu_start;
+    state.counters["frames"] = static_cast<double>(frames);
+    state.counters["cpu_seconds"] = cpu_seconds;
+  }
+}
+
 // One pass over `path`; applies frames to a model when `apply`.
 void ReplayOnce(benchmark::State& state, const std::string& path, bool apply) {
   for (auto _ : state) {
@@ -308,12 +330,17 @@ void ReplayOnce(benchmark::State& state, const std::string& path, bool apply) {
       return;
     }
     ProcessModel model;
-    v1::Frame frame;
+    // The replay loop of the collector (StreamSession without the seq orderer): frames parsed
+    // into an arena, applied, let go.
+    ArenaFrameReader frames_in(*reader);
+    const v1::Frame* frame = nullptr;
     uint64_t frames = 0;
+    uint64_t events_recorded = 0;
     const double cpu_start = CpuSeconds();
     const auto start = std::chrono::steady_clock::now();
-    while (reader->Next(&frame) == FrameReader::Result::kFrame) {
-      if (apply) model.Apply(frame);
+    while (frames_in.Next(&frame) == FrameReader::Result::kFrame) {
+      if (apply) model.Apply(*frame);
+      if (frame->has_end()) events_recorded = frame->end().events_recorded();
       ++frames;
     }
     const double seconds =
@@ -321,8 +348,8 @@ void ReplayOnce(benchmark::State& state, const std::string& path, bool apply) {
     const double cpu_seconds = CpuSeconds() - cpu_start;
     state.SetIterationTime(seconds);
     // Events as the agent counts them: End.events_recorded of the last frame.
-    const double events = frame.has_end() ? static_cast<double>(frame.end().events_recorded())
-                                          : static_cast<double>(frames);
+    const double events =
+        events_recorded > 0 ? static_cast<double>(events_recorded) : static_cast<double>(frames);
     state.counters["events"] = events;
     state.counters["frames"] = static_cast<double>(frames);
     state.counters["seconds"] = seconds;
@@ -464,6 +491,10 @@ int main(int argc, char** argv) {
                                  [trace](benchmark::State& s) { ReplayOnce(s, trace, false); })
         ->Iterations(1)
         ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("BM_ReadHeapFrames",
+                                 [trace](benchmark::State& s) { ReadHeapFrames(s, trace); })
+        ->Iterations(1)
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark("BM_Replay",
                                  [trace](benchmark::State& s) { ReplayOnce(s, trace, true); })
