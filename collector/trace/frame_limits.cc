@@ -95,8 +95,7 @@ class Schema {
       fi.counter = names_.size();
       names_.push_back(absl::StrFormat("%s.%s", d->name(), f->name()));
     }
-    // After this message's own fields are in place: the schema has no cycles, but Get may be
-    // re-entered for a type already being built, which then returns it unfinished and is fine.
+    // Sub-message types last: a type already in messages_ (met before, or this one) is reused.
     for (FieldInfo& fi : info->by_number) {
       if (fi.field != nullptr && fi.field->type() == FieldDescriptor::TYPE_MESSAGE) {
         fi.message = Get(fi.field->message_type());
