@@ -216,6 +216,111 @@ class AdapterTest(unittest.TestCase):
         self.assertIn(bytes([7 << 3]) + bytes(varint), data)
 
 
+class SnapshotDiffTest(unittest.TestCase):
+    """The fallback's snapshot diff (_SnapshotForwarder) against a recording stand-in for the
+    agent's annotate API: which events, in which order, for which snapshot changes."""
+
+    CODE = textwrap.dedent('''
+        import json, sys, sitecustomize as s
+        steps = json.load(sys.stdin)
+        class Api:
+            log = []
+            def __getattr__(self, name):
+                return lambda *args: Api.log.append([name] + [a for a in args])
+        class Cuda:
+            segments, frees, allocs = [], 0, 0
+            @staticmethod
+            def memory_snapshot(include_traces=True):
+                return Cuda.segments
+            @staticmethod
+            def memory_stats(device):
+                return {"num_device_free": Cuda.frees, "num_device_alloc": Cuda.allocs}
+        class Torch:
+            cuda = Cuda
+        forwarder = s._SnapshotForwarder(Torch, Api())
+        for segments, frees, allocs in steps:
+            Cuda.segments, Cuda.frees, Cuda.allocs = segments, frees, allocs
+            Api.log.append("sync")
+            forwarder.sync("test")
+        print(json.dumps(Api.log))
+    ''')
+
+    def diff(self, steps):
+        environment = {k: v for k, v in os.environ.items()
+                       if not k.startswith("FRAGSCOPE_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
+        environment["PYTHONPATH"] = ADAPTER_DIR
+        import json
+        r = subprocess.run([sys.executable, "-c", self.CODE], input=json.dumps(steps),
+                           env=environment, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stderr, "")
+        log = json.loads(r.stdout)
+        out, current = [], None
+        for entry in log:
+            if entry == "sync":
+                current = []
+                out.append(current)
+            else:
+                current.append(tuple(entry))
+        return out
+
+    @staticmethod
+    def segment(address, blocks, stream=0, pool=(0, 0), device=0):
+        return {"device": device, "address": address, "stream": stream,
+                "segment_pool_id": list(pool),
+                "total_size": sum(size for size, _ in blocks), "blocks": [
+                    {"address": address + sum(size for size, _ in blocks[:i]), "size": size,
+                     "state": state} for i, (size, state) in enumerate(blocks)]}
+
+    def test_blocks_frees_before_allocs_pending_and_blockless_segments(self):
+        A, B, MiB = 1 << 32, 2 << 32, 1 << 20
+        seg = self.segment
+        steps = [
+            # a 1 KiB block in a small segment; a large segment with nothing in it
+            [[seg(A, [(1024, "active_allocated"), (2 * MiB - 1024, "inactive")]),
+              seg(B, [(20 * MiB, "inactive")], stream=7, pool=(3, 0))], 0, 2],
+            # the 1 KiB block freed and a 4 KiB one at its address; a pending block in B
+            [[seg(A, [(4096, "active_allocated"), (2 * MiB - 4096, "inactive")]),
+              seg(B, [(6 * MiB, "active_pending_free"), (14 * MiB, "inactive")], stream=7,
+                  pool=(3, 0))], 0, 2],
+            # nothing changed
+            [[seg(A, [(4096, "active_allocated"), (2 * MiB - 4096, "inactive")]),
+              seg(B, [(6 * MiB, "active_pending_free"), (14 * MiB, "inactive")], stream=7,
+                  pool=(3, 0))], 0, 2],
+            # the pending free completed and B was given back, nothing taken (as PyTorch
+            # releases its cache before an OOM): A's block cannot have moved
+            [[seg(A, [(4096, "active_allocated"), (2 * MiB - 4096, "inactive")])], 1, 2],
+            # memory given back and taken: A may be a new segment at the same address, and its
+            # block a new block
+            [[seg(A, [(4096, "active_allocated"), (2 * MiB - 4096, "inactive")])], 2, 3],
+        ]
+        pool3 = 3 | (1 << 63)
+        self.assertEqual(self.diff(steps), [
+            [("block_alloc", A, 1024, 0, 0, 0),
+             ("block_alloc", B, 0, 0, 7, pool3), ("block_free", B, 0, 7)],
+            [("block_free", A, 0, 0),
+             ("block_alloc", A, 4096, 0, 0, 0),
+             ("block_alloc", B, 6 * MiB, 0, 7, pool3), ("block_free_pending", B, 0, 7)],
+            [],
+            [("block_free", B, 0, 7)],
+            [("block_free", A, 0, 0), ("block_alloc", A, 4096, 0, 0, 0)],
+        ])
+
+    def test_allocated_then_pending_then_reused(self):
+        A, MiB = 1 << 32, 1 << 20
+        seg = self.segment
+        steps = [
+            [[seg(A, [(MiB, "active_allocated"), (MiB, "inactive")])], 0, 1],
+            [[seg(A, [(MiB, "active_pending_free"), (MiB, "inactive")])], 0, 1],
+            [[seg(A, [(MiB, "active_allocated"), (MiB, "inactive")])], 0, 1],
+        ]
+        self.assertEqual(self.diff(steps), [
+            [("block_alloc", A, MiB, 0, 0, 0)],
+            [("block_free_pending", A, 0, 0)],
+            [("block_free", A, 0, 0), ("block_alloc", A, MiB, 0, 0, 0)],
+        ])
+
+
 class ScriptSyntaxTest(unittest.TestCase):
     """scripts/gpu-check only runs on a GPU machine; here it must at least parse."""
 
