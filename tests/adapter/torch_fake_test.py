@@ -9,9 +9,10 @@ cache and runs out of memory under `fragscope run`; at each fragscope mark, frag
 (replayed from the trace by fragscope_trace_marks) must equal what torch.cuda.memory_reserved()
 and memory_allocated() said at the same point:
 - primary path (the C++ extension and its allocator trace tracker): reserved and allocated;
-- fallback path (FRAGSCOPE_TORCH_ADAPTER=fallback): reserved, with PyTorch's segments opaque in
-  the live trace; the snapshot the fallback dumps, imported with `fragscope import`, gives
-  PyTorch's allocated bytes.
+- fallback path (FRAGSCOPE_TORCH_ADAPTER=fallback): reserved and allocated too, from the
+  torch.cuda.memory_snapshot() diffs the adapter forwards before each mark and at the OOM; no
+  PyTorch segment is opaque at a mark, and the OOM is classified as on the primary path. The
+  snapshot the fallback dumps at exit, imported with `fragscope import`, agrees as well.
 
 Needs a python that imports torch (a CUDA build; CMake: -DFRAGSCOPE_TORCH_PYTHON=/path/to/python).
 Without one it exits 77, which CTest reports as skipped, and says why.
@@ -100,20 +101,27 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.assertIn("CUDA out of memory. Tried to allocate 300.00 MiB", result["oom"]["message"])
         labels = [m[0] for m in result["marks"]]
         self.assertEqual(labels, ["small", "odd", "whole", "filled", "holes", "freed_whole",
-                                  "after_oom"])
+                                  "transient", "after_oom"])
         by_label = {m[0]: m for m in result["marks"]}
         # What PyTorch's allocator does with these requests (rounding, unsplit remainder).
         self.assertEqual(by_label["small"][1:], [2 * MiB, 1024])
         self.assertEqual(by_label["odd"][2] - by_label["small"][2], 7 * MiB + 512)
         self.assertEqual(by_label["whole"][2] - by_label["odd"][2], 20 * MiB)
+        # The transient tensor's segment stays cached, empty.
+        self.assertEqual(by_label["transient"][1] - by_label["freed_whole"][1], 40 * MiB)
+        self.assertEqual(by_label["transient"][2], by_label["freed_whole"][2])
 
-    def test_primary_path_tracker_matches_torch(self):
-        if self.extension_error:
-            self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
-        trace, result, _ = self.run_workload("primary", {})
-        self.assertEqual(result["state"], "tracker")
-        self.check_torch_ran(result)
+    def check_marks(self, trace, result):
+        """fragscope's figures at each mark are torch's, with no opaque PyTorch segment."""
         fragscope = marks_in_trace(trace)
+        table = ["%-12s %12s %12s %12s %12s %7s" % ("mark", "torch resv", "fragscope", "torch alloc",
+                                                    "fragscope", "opaque")]
+        for label, reserved, allocated in result["marks"]:
+            got = fragscope.get(label, {})
+            table.append("%-12s %12d %12d %12d %12d %7d" % (
+                label, reserved, got.get("reserved", -1), allocated, got.get("allocated", -1),
+                got.get("opaque", -1)))
+        print("\n" + "\n".join(table), file=sys.stderr)
         for label, reserved, allocated in result["marks"]:
             with self.subTest(mark=label):
                 self.assertIn(label, fragscope)
@@ -121,14 +129,26 @@ class TorchOnFakeCudaTest(unittest.TestCase):
                 self.assertEqual(fragscope[label]["allocated"], allocated)
                 self.assertEqual(fragscope[label]["opaque"], 0)
                 self.assertEqual(fragscope[label]["cached"], reserved - allocated)
+
+    def check_oom_report(self, trace):
         report = subprocess.run([CLI, "report", trace, "--format", "json"], capture_output=True,
                                 text=True, timeout=120)
         self.assertEqual(report.returncode, 0, report.stderr)
         ooms = json.loads(report.stdout)["ooms"]
-        self.assertEqual(len(ooms), 1)
+        self.assertEqual(len(ooms), 1, ooms)
         # Device free + PyTorch's cached bytes would hold 300 MiB; no free range does.
         self.assertEqual(ooms[0]["class"], "fragmentation", ooms[0]["explanation"])
         self.assertEqual(ooms[0]["requested_bytes"], 300 * MiB)
+        return ooms[0]
+
+    def test_primary_path_tracker_matches_torch(self):
+        if self.extension_error:
+            self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
+        trace, result, _ = self.run_workload("primary", {})
+        self.assertEqual(result["state"], "tracker")
+        self.check_torch_ran(result)
+        self.check_marks(trace, result)
+        self.check_oom_report(trace)
         # The trace exported as a PyTorch snapshot reads in PyTorch's own tooling: at exit the
         # program's tensors are gone and its cache (the reserved bytes after the OOM) is left.
         snapshot = os.path.join(WORK, "primary-export.pickle")
@@ -156,15 +176,12 @@ class TorchOnFakeCudaTest(unittest.TestCase):
             "fallback", {"FRAGSCOPE_TORCH_ADAPTER": "fallback",
                          "FRAGSCOPE_TORCH_SNAPSHOT": snapshot})
         self.assertEqual(result["state"], "fallback (FRAGSCOPE_TORCH_ADAPTER=fallback): "
-                                          "OOM observer, memory history")
+                                          "OOM observer, snapshot diffs, memory history")
         self.check_torch_ran(result)
-        fragscope = marks_in_trace(trace)
-        for label, reserved, _allocated in result["marks"]:
-            with self.subTest(mark=label):
-                self.assertEqual(fragscope[label]["reserved"], reserved)
-                # No blocks in the live trace: PyTorch's segments are opaque.
-                self.assertEqual(fragscope[label]["opaque"], reserved)
-                self.assertEqual(fragscope[label]["allocated"], 0)
+        # The snapshot diffs forwarded before each mark: PyTorch's blocks, not opaque segments.
+        self.check_marks(trace, result)
+        # ... and before the OOM observer's failure: judged as on the primary path.
+        self.check_oom_report(trace)
         # The snapshot written at exit: PyTorch's own view, imported.
         imported = os.path.join(WORK, "fallback-imported.fst")
         r = subprocess.run([CLI, "import", snapshot, "-o", imported], capture_output=True,

@@ -42,6 +42,11 @@ del tensors
 mark("holes")
 del whole
 mark("freed_whole")
+# A tensor that comes and goes between two marks: its own 40 MiB segment, cached and empty at
+# the next mark. The fallback never sees a block in it and must still not leave it opaque.
+transient = floats(40 * MiB)
+del transient
+mark("transient")
 try:
     big = floats(300 * MiB)
     result["oom"] = None
