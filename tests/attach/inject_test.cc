@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -119,6 +120,38 @@ std::map<std::string, std::vector<uint8_t>> CodeBytes(int pid) {
   return bytes;
 }
 
+// The bytes at `address` of the process as the file it maps there has them on disk.
+std::vector<uint8_t> FileBytesAt(int pid, uint64_t address, size_t n) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    unsigned long long start = 0, end = 0, offset = 0;
+    int path_at = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx %*s %llx %*s %*s %n", &start, &end, &offset,
+                    &path_at) < 3 ||
+        address < start || address >= end || path_at <= 0) {
+      continue;
+    }
+    std::ifstream file(line.substr(path_at), std::ios::binary);
+    file.seekg(static_cast<std::streamoff>(offset + (address - start)));
+    std::vector<uint8_t> bytes(n);
+    if (file.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(n))) {
+      return bytes;
+    }
+  }
+  return {};
+}
+
+// The watched functions' bytes in libcuda's file.
+std::map<std::string, std::vector<uint8_t>> CodeBytesOnDisk(int pid) {
+  std::map<std::string, std::vector<uint8_t>> bytes;
+  for (const char* name : kWatched) {
+    std::optional<uint64_t> at = cli::FindSymbolInProcess(pid, "libcuda.so", name);
+    if (at) bytes[name] = FileBytesAt(pid, *at, 32);
+  }
+  return bytes;
+}
+
 // Allocations the program printed ("cudaMalloc 0x... size 0" / "cuMemAlloc 0x... size 0"),
 // by phase: the lines before "ready 1" are phase 1, and so on.
 std::vector<LiveSet> PrintedAllocations(const std::string& out) {
@@ -209,6 +242,7 @@ TEST(InjectTest, WindowIsExactPreAttachMemoryUnknownAndLibcudaRestored) {
   ASSERT_EQ(attach.Finish(), 0) << attach.err();
   EXPECT_NE(attach.err().find("original bytes are restored"), std::string::npos) << attach.err();
   EXPECT_EQ(CodeBytes(app.pid()), original) << "detach must put libcuda's bytes back";
+  EXPECT_EQ(CodeBytes(app.pid()), CodeBytesOnDisk(app.pid())) << "as the file has them";
 
   // The program runs on, correctly, and nothing more reaches the trace.
   app.Send("go");
