@@ -134,7 +134,11 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         report = subprocess.run([CLI, "report", trace, "--format", "json"], capture_output=True,
                                 text=True, timeout=120)
         self.assertEqual(report.returncode, 0, report.stderr)
-        ooms = json.loads(report.stdout)["ooms"]
+        summary = json.loads(report.stdout)
+        # Every block event fit the segments fragscope saw (the fallback's diffs included).
+        self.assertEqual(summary["unmatched_events"], 0)
+        self.assertEqual(summary["orphan_blocks_total"], 0)
+        ooms = summary["ooms"]
         self.assertEqual(len(ooms), 1, ooms)
         # Device free + PyTorch's cached bytes would hold 300 MiB; no free range does.
         self.assertEqual(ooms[0]["class"], "fragmentation", ooms[0]["explanation"])
