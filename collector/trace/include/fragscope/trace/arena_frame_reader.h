@@ -14,6 +14,10 @@
 // parsed into it since the last reset span kResetBytes of input, so it holds at most about
 // kResetBytes plus one frame (bounded by kMaxFrameBytes) of input, times the in-memory
 // expansion of protobuf messages; the first kInitialBlockBytes are allocated once and reused.
+// The reset distance is small on purpose: the arena hands out fresh memory on every parse, and
+// over 128 KiB of input that memory had left the cache before it was reused (cachegrind, 2 MiB
+// last level, 300 000-event replay: 633 k last-level write misses with 128 KiB, 432 k with
+// 4 KiB).
 // Errors and offsets are the wrapped FrameReader's. Not thread-safe.
 #ifndef FRAGSCOPE_TRACE_ARENA_FRAME_READER_H_
 #define FRAGSCOPE_TRACE_ARENA_FRAME_READER_H_
@@ -31,8 +35,8 @@ namespace fragscope {
 
 class ArenaFrameReader {
  public:
-  static constexpr std::size_t kInitialBlockBytes = std::size_t{1} << 20;
-  static constexpr uint64_t kResetBytes = uint64_t{128} << 10;
+  static constexpr std::size_t kInitialBlockBytes = std::size_t{64} << 10;
+  static constexpr uint64_t kResetBytes = uint64_t{4} << 10;
 
   // `reader` must outlive this object.
   explicit ArenaFrameReader(FrameReader& reader)
