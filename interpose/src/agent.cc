@@ -1,5 +1,6 @@
 #include "agent.h"
 
+#include <errno.h>
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
@@ -17,18 +18,12 @@
 extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso_handle);
 
 namespace fragscope::agent {
+
+constinit AgentStorage g_agent_storage;
+constinit std::atomic<int> g_agent_init{0};  // 0 not started, 1 running, 2 done
+
 namespace {
 
-// Constant-initialized and never destroyed: hooks may run before our constructor and after
-// every destructor.
-union AgentStorage {
-  constexpr AgentStorage() : state() {}
-  ~AgentStorage() {}
-  AgentState state;
-};
-constinit AgentStorage g_storage;
-
-constinit std::atomic<int> g_init{0};  // 0 not started, 1 running, 2 done
 thread_local constinit bool t_initializing __attribute__((tls_model("initial-exec"))) = false;
 
 uint64_t ClockNs(clockid_t clock) {
@@ -68,7 +63,7 @@ void FindOwnText() {
 
 void ChildAfterFork() {
   AgentState& a = Agent();
-  if (g_init.load() != 2) return;
+  if (g_agent_init.load() != 2) return;
   // Only this thread exists now. Nothing the parent had in flight is ours.
   CurrentThread().tid = 0;
   DrainAfterFork();
@@ -102,7 +97,7 @@ void ChildAfterFork() {
 
 // The last of our exit steps for a preloaded agent (see Initialize): the End frame.
 void AtExit(void*) {
-  if (g_init.load() != 2 || !Agent().recording.load()) return;
+  if (g_agent_init.load() != 2 || !Agent().recording.load()) return;
   DrainWriteEnd();
 }
 
@@ -144,7 +139,7 @@ __attribute__((constructor)) void AgentLoad() { AgentRecording(); }
 // after it. Stops the drain thread; AtExit writes End (or, if it already ran because the agent
 // was loaded late, this only ships what came since).
 __attribute__((destructor)) void AgentUnload() {
-  if (g_init.load() != 2 || !Agent().recording.load()) return;
+  if (g_agent_init.load() != 2 || !Agent().recording.load()) return;
   if (Agent().injected) {
     // Loaded last, so finalized first: libraries finalized after us may still free memory.
     // Close the stream here (as a detach would) and ship nothing after its End.
@@ -156,8 +151,6 @@ __attribute__((destructor)) void AgentUnload() {
 }
 
 }  // namespace
-
-AgentState& Agent() { return g_storage.state; }
 
 bool AgentStartInjected() {
   AgentRecording();  // the constructor already ran; this only waits for it
@@ -181,24 +174,27 @@ bool AgentStartInjected() {
   return true;
 }
 
-bool AgentRecording() {
-  if (g_init.load(std::memory_order_acquire) == 2) {
-    return g_storage.state.recording.load(std::memory_order_relaxed);
+bool AgentRecordingSlow() {
+  if (g_agent_init.load(std::memory_order_acquire) == 2) {
+    return g_agent_storage.state.recording.load(std::memory_order_relaxed);
   }
   if (t_initializing) return false;  // a hook reached from our own initialization
+  // Initialization may set errno; a hook that records nothing does not save and restore it.
+  const int saved_errno = errno;
   int expected = 0;
-  if (g_init.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+  if (g_agent_init.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     t_initializing = true;
     {
       AgentCodeScope agent_code;
       Initialize();
     }
     t_initializing = false;
-    g_init.store(2, std::memory_order_release);
+    g_agent_init.store(2, std::memory_order_release);
   } else {
-    while (g_init.load(std::memory_order_acquire) != 2) sched_yield();
+    while (g_agent_init.load(std::memory_order_acquire) != 2) sched_yield();
   }
-  return g_storage.state.recording.load(std::memory_order_relaxed);
+  errno = saved_errno;
+  return g_agent_storage.state.recording.load(std::memory_order_relaxed);
 }
 
 }  // namespace fragscope::agent

@@ -57,12 +57,31 @@ struct AgentState {
   DeviceSlot devices[kMaxDevices] = {};
 };
 
+// Constant-initialized and never destroyed: hooks may run before our constructor and after
+// every destructor.
+union AgentStorage {
+  constexpr AgentStorage() : state() {}
+  ~AgentStorage() {}
+  AgentState state;
+};
+// Defined in agent.cc. Hidden and reached inline: every hook reads them, and an out-of-line
+// accessor (or a GOT load) is a measurable part of a dormant hook's cost.
+extern __attribute__((visibility("hidden"))) constinit AgentStorage g_agent_storage;
+extern __attribute__((visibility("hidden"))) constinit std::atomic<int> g_agent_init;  // 2: done
+
 // The one instance; never destroyed (hooks may run during and after exit).
-AgentState& Agent();
+inline AgentState& Agent() { return g_agent_storage.state; }
+
+bool AgentRecordingSlow();
 
 // Initializes on first use (reads the configuration, maps the ring and tables). Returns whether
-// hooks should record. Cheap after the first call.
-bool AgentRecording();
+// hooks should record. After the first call: two loads, inline.
+inline bool AgentRecording() {
+  if (__builtin_expect(g_agent_init.load(std::memory_order_acquire) == 2, 1)) {
+    return g_agent_storage.state.recording.load(std::memory_order_relaxed);
+  }
+  return AgentRecordingSlow();
+}
 
 // An agent dlopen()ed into a running process (not preloaded) starts here instead of from its
 // environment: dormant, like FRAGSCOPE_DORMANT=1, with an empty live table and its control

@@ -48,11 +48,19 @@ void OnAcquire(DriverHookId id, CUresult r, uint64_t address, uint64_t size, Mem
   }
 }
 
-// A plain release of an allocation (free, IPC close).
+// First statement of a hot wrapper: the inner layer of a runtime call (recorder.h,
+// InnerLayer) returns here. The rest of the wrapper (which records) is a separate noinline
+// function, so this path does not pay for that body's frame and saved registers.
+#define FRAGSCOPE_INNER_LAYER(id, Fn, ...)                                                    \
+  if (InnerLayer()) {                                                                         \
+    if (auto inner_real = reinterpret_cast<Fn>(DriverRealIfKnown(id)); inner_real != nullptr) \
+      return CallInner(inner_real, __VA_ARGS__);                                              \
+  }
+
+// A plain release of an allocation (free, IPC close), outermost or not ready for the inner path.
 template <typename Fn, typename Ptr>
-CUresult Release(DriverHookId id, Fn real, Ptr ptr, uint64_t stream,
-                 CUresult (*call)(Fn, Ptr, uint64_t)) {
-  if (PassThroughInner()) return call(real, ptr, stream);
+[[gnu::noinline]] CUresult ReleaseHook(DriverHookId id, Fn real, Ptr ptr, uint64_t stream,
+                                       CUresult (*call)(Fn, Ptr, uint64_t)) {
   HookCall hook;
   if (!hook.record() || ptr == 0) {
     CUresult r = call(real, ptr, stream);
@@ -66,8 +74,15 @@ CUresult Release(DriverHookId id, Fn real, Ptr ptr, uint64_t stream,
   return r;
 }
 
-CUresult AllocAsync(DriverHookId id, CUdeviceptr* dptr, size_t size, CUstream stream,
-                    CUmemoryPool pool, bool from_pool) {
+template <typename Fn, typename Ptr>
+CUresult Release(DriverHookId id, Fn real, Ptr ptr, uint64_t stream,
+                 CUresult (*call)(Fn, Ptr, uint64_t)) {
+  if (InnerLayer()) return CallInner(call, real, ptr, stream);
+  return ReleaseHook(id, real, ptr, stream, call);
+}
+
+[[gnu::noinline]] CUresult AllocAsync(DriverHookId id, CUdeviceptr* dptr, size_t size,
+                                      CUstream stream, CUmemoryPool pool, bool from_pool) {
   HookCall hook;
   CUresult r;
   if (from_pool) {
@@ -157,9 +172,8 @@ int32_t HandleDevice(uint64_t handle) {
 
 // --- plain allocations ---
 
-FRAGSCOPE_DRIVER_WRAPPER(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize)) {
-  if (PassThroughInner())
-    return Real<PFN_cuMemAlloc_v3020>(DriverHookId::k_cuMemAlloc_v2)(dptr, bytesize);
+namespace {
+[[gnu::noinline]] CUresult MemAllocHook(CUdeviceptr* dptr, size_t bytesize) {
   HookCall hook;
   auto real = Real<PFN_cuMemAlloc_v3020>(DriverHookId::k_cuMemAlloc_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
@@ -170,6 +184,12 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize)) {
               MemoryKind::kDevice);
   }
   return r;
+}
+}  // namespace
+
+FRAGSCOPE_DRIVER_WRAPPER(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize)) {
+  FRAGSCOPE_INNER_LAYER(DriverHookId::k_cuMemAlloc_v2, PFN_cuMemAlloc_v3020, dptr, bytesize)
+  return MemAllocHook(dptr, bytesize);
 }
 
 // Legacy ABI: 32-bit pointer and size.
@@ -253,17 +273,25 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemAllocManaged,
 // --- stream-ordered ---
 
 FRAGSCOPE_DRIVER_WRAPPER(cuMemAllocAsync, (CUdeviceptr * dptr, size_t bytesize, CUstream s)) {
+  FRAGSCOPE_INNER_LAYER(DriverHookId::k_cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, dptr, bytesize,
+                        s)
   return AllocAsync(DriverHookId::k_cuMemAllocAsync, dptr, bytesize, s, nullptr, false);
 }
 FRAGSCOPE_DRIVER_WRAPPER(cuMemAllocAsync_ptsz, (CUdeviceptr * dptr, size_t bytesize, CUstream s)) {
+  FRAGSCOPE_INNER_LAYER(DriverHookId::k_cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020, dptr,
+                        bytesize, s)
   return AllocAsync(DriverHookId::k_cuMemAllocAsync_ptsz, dptr, bytesize, s, nullptr, false);
 }
 FRAGSCOPE_DRIVER_WRAPPER(cuMemAllocFromPoolAsync,
                          (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream s)) {
+  FRAGSCOPE_INNER_LAYER(DriverHookId::k_cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020,
+                        dptr, bytesize, pool, s)
   return AllocAsync(DriverHookId::k_cuMemAllocFromPoolAsync, dptr, bytesize, s, pool, true);
 }
 FRAGSCOPE_DRIVER_WRAPPER(cuMemAllocFromPoolAsync_ptsz,
                          (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream s)) {
+  FRAGSCOPE_INNER_LAYER(DriverHookId::k_cuMemAllocFromPoolAsync_ptsz,
+                        PFN_cuMemAllocFromPoolAsync_v11020, dptr, bytesize, pool, s)
   return AllocAsync(DriverHookId::k_cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, s, pool, true);
 }
 FRAGSCOPE_DRIVER_WRAPPER(cuMemFreeAsync, (CUdeviceptr dptr, CUstream s)) {

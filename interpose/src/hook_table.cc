@@ -1,6 +1,7 @@
 #include "hook_table.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 
 #include <atomic>
@@ -24,6 +25,10 @@
 #undef FRAGSCOPE_RUNTIME_HOOK
 
 namespace fragscope::agent {
+
+constinit std::atomic<void*> g_driver_real[kDriverHookCount];
+constinit std::atomic<void*> g_runtime_real[kRuntimeHookCount][kRuntimeAbiCount];
+
 namespace {
 
 const DriverHook kDriverHooks[] = {
@@ -45,9 +50,6 @@ const RuntimeHook kRuntimeHooks[] = {
 #undef FRAGSCOPE_RUNTIME_HOOK
 };
 static_assert(sizeof(kRuntimeHooks) / sizeof(kRuntimeHooks[0]) == kRuntimeHookCount);
-
-constinit std::atomic<void*> g_driver_real[kDriverHookCount];
-constinit std::atomic<void*> g_runtime_real[kRuntimeHookCount][kRuntimeAbiCount];
 
 // Driver hook ids sorted by symbol, computed at compile time, for binary search.
 constexpr const char* kDriverSymbols[] = {
@@ -145,10 +147,12 @@ void SetDriverReal(DriverHookId id, void* real) {
   g_driver_real[static_cast<size_t>(id)].compare_exchange_strong(expected, real);
 }
 
-void* DriverReal(DriverHookId id) {
+void* DriverRealSlow(DriverHookId id) {
   std::atomic<void*>& slot = g_driver_real[static_cast<size_t>(id)];
   void* real = slot.load(std::memory_order_acquire);
   if (real != nullptr) return real;
+  // dlsym may set errno; a hook that records nothing does not save and restore it.
+  const int saved_errno = errno;
   const char* symbol = kDriverHooks[static_cast<size_t>(id)].symbol;
   real = RealDlsym()(RTLD_NEXT, symbol);
   if (real == nullptr || IsAgentWrapper(real)) {
@@ -156,6 +160,7 @@ void* DriverReal(DriverHookId id) {
     real = lib != nullptr ? RealDlsym()(lib, symbol) : nullptr;
   }
   SetDriverReal(id, real);
+  errno = saved_errno;
   return slot.load(std::memory_order_acquire);
 }
 
@@ -192,14 +197,17 @@ void* FindInLocalRuntime(const char* symbol, const char* version) {
 
 }  // namespace
 
-void* RuntimeReal(RuntimeHookId id, int abi) {
+void* RuntimeRealSlow(RuntimeHookId id, int abi) {
   std::atomic<void*>& slot = g_runtime_real[static_cast<size_t>(id)][abi];
   void* real = slot.load(std::memory_order_acquire);
   if (real != nullptr) return real;
+  // dlvsym/dlopen may set errno; a hook that records nothing does not save and restore it.
+  const int saved_errno = errno;
   const char* symbol = kRuntimeHooks[static_cast<size_t>(id)].symbol;
   const char* version = RuntimeAbiVersion(abi);
   real = version != nullptr ? dlvsym(RTLD_NEXT, symbol, version) : RealDlsym()(RTLD_NEXT, symbol);
   if (real == nullptr || IsAgentWrapper(real)) real = FindInLocalRuntime(symbol, version);
+  errno = saved_errno;
   if (real == nullptr || IsAgentWrapper(real)) return nullptr;
   slot.store(real, std::memory_order_release);
   return real;

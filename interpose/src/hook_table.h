@@ -7,6 +7,7 @@
 #ifndef FRAGSCOPE_INTERPOSE_HOOK_TABLE_H_
 #define FRAGSCOPE_INTERPOSE_HOOK_TABLE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -64,15 +65,36 @@ const DriverHook* FindDriverHookBySymbol(const char* symbol);
 // else the version map's answer. nullptr when `base` is not wrapped.
 const DriverHook* DriverHookForLookup(const char* base, int version, uint64_t flags, void* real);
 
+// The resolved real pointers, read by every wrapper call (hook_table.cc). Hidden: a wrapper
+// loads its pointer with one PC-relative instruction, no GOT and no call.
+extern __attribute__((visibility("hidden"))) constinit std::atomic<void*>
+    g_driver_real[kDriverHookCount];
+extern __attribute__((visibility("hidden"))) constinit std::atomic<void*>
+    g_runtime_real[kRuntimeHookCount][kRuntimeAbiCount];
+void* DriverRealSlow(DriverHookId id);
+void* RuntimeRealSlow(RuntimeHookId id, int abi);
+
 // Real driver function behind a wrapper: the pointer a lookup returned, else the next
 // definition after the agent (RTLD_NEXT), else the symbol in libcuda. nullptr if none.
-void* DriverReal(DriverHookId id);
+// Inline: after the first call it is one load (acquire is a plain load on x86-64).
+inline void* DriverReal(DriverHookId id) {
+  void* real = g_driver_real[static_cast<size_t>(id)].load(std::memory_order_acquire);
+  return __builtin_expect(real != nullptr, 1) ? real : DriverRealSlow(id);
+}
 // Remembers `real` as the function behind hook `id` (first pointer wins; our own ignored).
 void SetDriverReal(DriverHookId id, void* real);
 
+// The real pointer if already resolved, else nullptr (one load, never a call).
+inline void* DriverRealIfKnown(DriverHookId id) {
+  return g_driver_real[static_cast<size_t>(id)].load(std::memory_order_acquire);
+}
+
 // Real runtime function behind wrapper (`id`, `abi`); nullptr when the process has no runtime
-// with that version.
-void* RuntimeReal(RuntimeHookId id, int abi);
+// with that version. Inline like DriverReal.
+inline void* RuntimeReal(RuntimeHookId id, int abi) {
+  void* real = g_runtime_real[static_cast<size_t>(id)][abi].load(std::memory_order_acquire);
+  return __builtin_expect(real != nullptr, 1) ? real : RuntimeRealSlow(id, abi);
+}
 
 // The agent's own code range (set at initialization); speeds up IsAgentWrapper.
 void SetAgentTextRange(uintptr_t begin, uintptr_t end);

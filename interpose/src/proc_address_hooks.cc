@@ -14,7 +14,7 @@ namespace fragscope::agent {
 FRAGSCOPE_DRIVER_WRAPPER(cuGetProcAddress_v2,
                          (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                           CUdriverProcAddressQueryResult* symbol_status)) {
-  HookCall hook;
+  HookCall hook(/*keep_errno=*/true);  // wrapping the answer may call dlsym
   auto real = reinterpret_cast<PFN_cuGetProcAddress_v12000>(
       DriverReal(DriverHookId::k_cuGetProcAddress_v2));
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
@@ -28,7 +28,7 @@ FRAGSCOPE_DRIVER_WRAPPER(cuGetProcAddress_v2,
 
 FRAGSCOPE_DRIVER_WRAPPER(cuGetProcAddress,
                          (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags)) {
-  HookCall hook;
+  HookCall hook(/*keep_errno=*/true);  // wrapping the answer may call dlsym
   auto real =
       reinterpret_cast<PFN_cuGetProcAddress_v11030>(DriverReal(DriverHookId::k_cuGetProcAddress));
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;

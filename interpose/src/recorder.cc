@@ -29,8 +29,8 @@ void StampStack(EventRecord& r) {
   r.stack_id = a.stacks.Intern(pcs, n, &r.stack_slot);
 }
 
-void EnsureDeviceInfo(int32_t device) {
-  if (device < 0 || device >= kMaxDevices || !AgentMayCallDriver()) return;
+[[gnu::noinline]] void ReadDeviceInfo(int32_t device) {
+  if (!AgentMayCallDriver()) return;
   DeviceSlot& slot = Agent().devices[device];
   int state = slot.state.load(std::memory_order_acquire);
   if (state != 0 || !slot.state.compare_exchange_strong(state, 1)) return;
@@ -50,6 +50,13 @@ void EnsureDeviceInfo(int32_t device) {
   }
   slot.name[sizeof(slot.name) - 1] = '\0';
   slot.state.store(2, std::memory_order_release);
+}
+
+// Every event calls this; after a device's first event it is two compares and one load.
+inline void EnsureDeviceInfo(int32_t device) {
+  if (device < 0 || device >= kMaxDevices) return;
+  if (Agent().devices[device].state.load(std::memory_order_acquire) != 0) return;
+  ReadDeviceInfo(device);
 }
 
 // Free/total of `device`: cuMemGetInfo answers for the current context's device, so only when
@@ -135,6 +142,7 @@ uint64_t InsertLive(LiveEntry entry) {
 
 void RecordAlloc(const AllocInfo& info) {
   AgentState& a = Agent();
+  a.live.Prefetch(LiveClass::kAllocation, info.address);
   if (!a.shipping.load(std::memory_order_relaxed)) {
     // Dormant: the live entry alone (the seq_cst load in Submit decides for a woken stream;
     // this one only skips building a record that would be thrown away).

@@ -56,6 +56,24 @@ inline bool PassThroughInner() {
   return g_thread_state.depth > 0 && !Agent().shipping.load(std::memory_order_relaxed);
 }
 
+// The inner layer of a runtime call: a driver wrapper reached while an outer hook runs on this
+// thread (cudaMalloc -> our cuMemAlloc_v2). It records nothing and only hands the driver's
+// result to the outer hook (HookCall::Reported), and not even that while no stream is wanted
+// (dormant: the outer hook keeps the live table and ships no event). Hot wrappers test it first
+// and keep their recording body in a separate function, so this path costs one TLS read, one
+// relaxed load, the real pointer's load and the call (a tail call when dormant), with no errno
+// work and no frame of its own. A signal handler over it starts at depth 0 (Dispatch).
+inline bool InnerLayer() { return g_thread_state.depth > 0; }
+template <typename Real, typename... Args>
+[[gnu::always_inline]] inline auto CallInner(Real real, Args... args) {
+  if (!Agent().shipping.load(std::memory_order_relaxed)) return real(args...);
+  auto r = real(args...);
+  ThreadState& t = g_thread_state;
+  t.inner_seen = true;
+  t.inner_result = static_cast<int32_t>(r);
+  return r;
+}
+
 // Makes hooks on this thread pass through while agent code runs (e.g. on the drain thread).
 class AgentCodeScope {
  public:
@@ -66,9 +84,17 @@ class AgentCodeScope {
 };
 
 // One per hook invocation, on the stack.
+//
+// errno: only a call that records saves and restores it (the agent's own work after the real
+// call, e.g. cuCtxGetDevice, may set it). A call that records nothing (an inner driver call of a
+// runtime hook, agent code, agent off) runs no agent code that can touch errno: the slow paths
+// it may reach (first initialization, resolving a real pointer) keep errno themselves. So such a
+// layer costs one TLS read, the depth bookkeeping and the call.
 class HookCall {
  public:
-  HookCall() : thread_(CurrentThread()), saved_errno_(errno) {
+  // `keep_errno`: the hook does agent work whether it records or not (the lookup routes wrap
+  // answers, which may call dlsym).
+  explicit HookCall(bool keep_errno = false) : thread_(CurrentThread()) {
     outermost_ = thread_.depth == 0;
     if (outermost_) {
       thread_.inner_seen = false;
@@ -76,10 +102,12 @@ class HookCall {
     }
     ++thread_.depth;
     record_ = outermost_ && thread_.guard == 0 && AgentRecording();
+    keep_errno_ = record_ || keep_errno;
+    if (keep_errno_) saved_errno_ = errno;
   }
   ~HookCall() {
     --thread_.depth;
-    errno = saved_errno_;
+    if (keep_errno_) errno = saved_errno_;
   }
   HookCall(const HookCall&) = delete;
   HookCall& operator=(const HookCall&) = delete;
@@ -91,7 +119,7 @@ class HookCall {
   // hook returns) and passes a driver result to an enclosing runtime hook. `report` false for
   // results the outer call should not see (a failure-only function that succeeded).
   void Returned(int result, bool report = true) {
-    saved_errno_ = errno;
+    if (keep_errno_) saved_errno_ = errno;
     if (!outermost_ && report) {
       thread_.inner_seen = true;
       thread_.inner_result = result;
@@ -107,9 +135,10 @@ class HookCall {
 
  private:
   ThreadState& thread_;
-  int saved_errno_;
+  int saved_errno_ = 0;
   bool outermost_;
   bool record_;
+  bool keep_errno_;
 };
 
 uint64_t NowNs();         // CLOCK_MONOTONIC

@@ -173,7 +173,7 @@ int RuntimeCudaVersion(int abi) { return abi == kCudart12 ? 12000 : 13000; }
 
 cudaError_t GetDriverEntryPoint(RuntimeHookId id, int abi, const char* symbol, void** fn,
                                 unsigned long long flags, cudaDriverEntryPointQueryResult* status) {
-  HookCall hook;
+  HookCall hook(/*keep_errno=*/true);  // wrapping the answer may call dlsym
   auto real = Real<cudaError_t (*)(const char*, void**, unsigned long long,
                                    cudaDriverEntryPointQueryResult*)>(id, abi);
   if (real == nullptr) return cudaErrorSymbolNotFound;
@@ -188,7 +188,7 @@ cudaError_t GetDriverEntryPoint(RuntimeHookId id, int abi, const char* symbol, v
 cudaError_t GetDriverEntryPointByVersion(RuntimeHookId id, int abi, const char* symbol, void** fn,
                                          unsigned int version, unsigned long long flags,
                                          cudaDriverEntryPointQueryResult* status) {
-  HookCall hook;
+  HookCall hook(/*keep_errno=*/true);  // wrapping the answer may call dlsym
   auto real = Real<cudaError_t (*)(const char*, void**, unsigned int, unsigned long long,
                                    cudaDriverEntryPointQueryResult*)>(id, abi);
   if (real == nullptr) return cudaErrorSymbolNotFound;
