@@ -91,10 +91,7 @@ TEST(SegmentTest, FreedBlockSlotsAreGivenBackAndLiveBlocksKeepTheirData) {
 class Reference {
  public:
   Reference(SegmentKind kind, uint64_t begin, uint64_t size)
-      : kind_(kind),
-        begin_(begin),
-        size_(size),
-        mapped_(size, kind == SegmentKind::kDriverAllocation) {}
+      : begin_(begin), size_(size), mapped_(size, kind == SegmentKind::kDriverAllocation) {}
 
   bool CanPlace(uint64_t address, uint64_t size) const {
     if (address < begin_ || address - begin_ > size_ || size > size_ - (address - begin_)) {
@@ -160,7 +157,6 @@ class Reference {
   const std::map<uint64_t, SubBlock>& blocks() const { return blocks_; }
 
  private:
-  SegmentKind kind_;
   uint64_t begin_;
   uint64_t size_;
   std::vector<bool> mapped_;
