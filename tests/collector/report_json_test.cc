@@ -25,12 +25,15 @@ struct JsonValue {
   bool boolean = false;
   std::string text;  // number as written, or the decoded string
   std::vector<JsonValue> items;
-  std::vector<std::pair<std::string, JsonValue>> fields;
+  // Object members as two parallel vectors: a std::pair holding JsonValue would need the type
+  // complete here (clang's libstdc++ check rejects it); a vector of it need not.
+  std::vector<std::string> keys;
+  std::vector<JsonValue> values;
 
   bool is_null() const { return type == Type::kNull; }
   const JsonValue& operator[](std::string_view key) const {
-    for (const auto& [k, v] : fields) {
-      if (k == key) return v;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] == key) return values[i];
     }
     ADD_FAILURE() << "missing key " << key;
     static const JsonValue kMissing;
@@ -38,7 +41,7 @@ struct JsonValue {
   }
   const JsonValue& operator[](std::size_t i) const { return items.at(i); }
   bool has(std::string_view key) const {
-    for (const auto& [k, v] : fields) {
+    for (const std::string& k : keys) {
       if (k == key) return true;
     }
     return false;
@@ -280,7 +283,8 @@ class JsonParser {
       SkipSpace();
       JsonValue value;
       if (!Value(&value, depth + 1)) return false;
-      v->fields.emplace_back(std::move(key), std::move(value));
+      v->keys.push_back(std::move(key));
+      v->values.push_back(std::move(value));
       SkipSpace();
       if (pos_ >= in_.size()) return Fail("unterminated object");
       if (in_[pos_] == ',') {
@@ -361,7 +365,7 @@ TEST(JsonWriterTest, PrettyAndCompactParseTheSame) {
     EXPECT_DOUBLE_EQ(v["ratio"].number(), 0.25);
     EXPECT_TRUE(v["inf"].is_null());
     EXPECT_TRUE(v["empty_array"].items.empty());
-    EXPECT_TRUE(v["empty_object"].fields.empty());
+    EXPECT_TRUE(v["empty_object"].keys.empty());
     EXPECT_EQ(v["list"].items.size(), 3u);
   }
 }
