@@ -354,6 +354,13 @@ size_t DrainLocked() {
     ++popped;
     if (r.seq <= d.min_seq && d.min_seq != 0) continue;  // already in the wake's snapshot
     if (r.seq <= d.segment_min_seq && LiveStateRecord(r.type)) continue;  // in the snapshot
+    // Rotate before a record, never after the last one: a segment cut right after the final
+    // records (a failed allocation, then exit) would leave the newest file with a snapshot and
+    // End only, and the failure in `.prev`.
+    if (SegmentFull()) {
+      RotateSegment();
+      if (r.seq <= d.segment_min_seq && LiveStateRecord(r.type)) continue;
+    }
     if (!d.output.is_open()) {
       ++d.undeliverable;
       continue;
@@ -367,7 +374,6 @@ size_t DrainLocked() {
       WriteSnapshot(SnapshotReason::kPeriodic);  // lets a reader start in the middle
       d.events_since_snapshot = 0;
     }
-    if (SegmentFull()) RotateSegment();
   }
   const uint64_t drops = a.ring_drops.load(std::memory_order_acquire);
   if (drops != d.reported_ring_drops && d.output.is_open()) {
