@@ -21,6 +21,35 @@
 namespace fragscope::agent_test {
 namespace {
 
+int ConnectUnix(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// One command to the agent's control socket; its answer without the newline.
+std::string Control(const std::string& socket_path, const std::string& line) {
+  int fd = ConnectUnix(socket_path);
+  if (fd < 0) return "connect failed";
+  std::string text = line + "\n";
+  // MSG_NOSIGNAL: a refused peer may find the connection already closed.
+  ssize_t ignored = send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+  (void)ignored;
+  std::string answer;
+  char buffer[512];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
+  close(fd);
+  while (!answer.empty() && answer.back() == '\n') answer.pop_back();
+  return answer;
+}
+
 // A minimal collector: accepts one connection and keeps every byte until the peer closes.
 class Sink {
  public:
@@ -127,13 +156,13 @@ TEST(AttachTest, WokenStreamIsExactAndFollowsCachedDriverPointers) {
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
   const std::string control = AgentSocket(dir, app.pid());
   ASSERT_TRUE(WaitForSocket(control)) << app.err();
-  EXPECT_EQ(AgentControl(control, "status").substr(0, 10), "ok dormant");
+  EXPECT_EQ(Control(control, "status").substr(0, 10), "ok dormant");
   Sink sink(dir.File("collector.sock"));
-  std::string answer = AgentControl(control, "wake " + sink.path());
+  std::string answer = Control(control, "wake " + sink.path());
   ASSERT_EQ(answer.substr(0, 12), "ok streaming") << answer << app.err();
   EXPECT_NE(answer.find("live=4"), std::string::npos) << answer;  // a[0], a[2], a[3], d1
-  EXPECT_EQ(AgentControl(control, "status").substr(0, 12), "ok streaming");
-  EXPECT_EQ(AgentControl(control, "wake " + sink.path()).substr(0, 5), "error");  // already
+  EXPECT_EQ(Control(control, "status").substr(0, 12), "ok streaming");
+  EXPECT_EQ(Control(control, "wake " + sink.path()).substr(0, 5), "error");  // already
   app.Send("go");
   ASSERT_TRUE(app.WaitForLine("ready 2"));
   app.Send("go");
@@ -189,14 +218,14 @@ TEST(AttachTest, SleepEndsTheStreamAndAWakeAfterItStartsExactAgain) {
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
   const std::string control = AgentSocket(dir, app.pid());
   ASSERT_TRUE(WaitForSocket(control)) << app.err();
-  EXPECT_EQ(AgentControl(control, "sleep").substr(0, 5), "error");  // not attached
+  EXPECT_EQ(Control(control, "sleep").substr(0, 5), "error");  // not attached
   LiveSet at_detach;
   {
     Sink sink(dir.File("c1.sock"));
-    ASSERT_EQ(AgentControl(control, "wake " + sink.path()).substr(0, 12), "ok streaming");
+    ASSERT_EQ(Control(control, "wake " + sink.path()).substr(0, 12), "ok streaming");
     app.Send("go");
     ASSERT_TRUE(app.WaitForLine("ready 2"));
-    EXPECT_EQ(AgentControl(control, "sleep").substr(0, 10), "ok dormant");
+    EXPECT_EQ(Control(control, "sleep").substr(0, 10), "ok dormant");
     Trace trace = sink.Collect(dir.File("first.fst"));  // returns: the agent closed the stream
     ASSERT_TRUE(trace.clean) << trace.error;
     ASSERT_NE(trace.end(), nullptr);
@@ -208,9 +237,9 @@ TEST(AttachTest, SleepEndsTheStreamAndAWakeAfterItStartsExactAgain) {
   }
   app.Send("go");  // phase 3, dormant again
   ASSERT_TRUE(app.WaitForLine("ready 3"));
-  EXPECT_EQ(AgentControl(control, "status").substr(0, 10), "ok dormant");
+  EXPECT_EQ(Control(control, "status").substr(0, 10), "ok dormant");
   Sink sink(dir.File("c2.sock"));
-  ASSERT_EQ(AgentControl(control, "wake " + sink.path()).substr(0, 12), "ok streaming");
+  ASSERT_EQ(Control(control, "wake " + sink.path()).substr(0, 12), "ok streaming");
   ASSERT_EQ(app.Finish(), 0) << app.err();
   Trace second = sink.Collect(dir.File("second.fst"));
   ASSERT_TRUE(second.clean) << second.error;
@@ -225,11 +254,11 @@ TEST(AttachTest, UnknownCommandsAreAnswered) {
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
   const std::string control = AgentSocket(dir, app.pid());
   ASSERT_TRUE(WaitForSocket(control));
-  EXPECT_EQ(AgentControl(control, "dance").substr(0, 21), "error unknown command");
-  EXPECT_EQ(AgentControl(control, "wake relative.sock").substr(0, 21), "error unknown command");
-  std::string answer = AgentControl(control, "wake " + dir.File("nobody-listens.sock"));
+  EXPECT_EQ(Control(control, "dance").substr(0, 21), "error unknown command");
+  EXPECT_EQ(Control(control, "wake relative.sock").substr(0, 21), "error unknown command");
+  std::string answer = Control(control, "wake " + dir.File("nobody-listens.sock"));
   EXPECT_EQ(answer.rfind("error the agent cannot connect to", 0), 0u) << answer;
-  EXPECT_EQ(AgentControl(control, "status").substr(0, 10), "ok dormant");
+  EXPECT_EQ(Control(control, "status").substr(0, 10), "ok dormant");
   struct stat st;
   ASSERT_EQ(stat((dir.path() + "/fragscope").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
@@ -253,14 +282,14 @@ TEST(AttachTest, AnotherUserIsRefusedEvenWhenFileModesLetItIn) {
   pid_t child = fork();
   if (child == 0) {
     if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
-    std::string answer = AgentControl(control, "status");
+    std::string answer = Control(control, "status");
     _exit(answer.rfind("error refused", 0) == 0 ? 0 : 1);
   }
   int status = 0;
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "2: could not change uid, 1: not refused";
-  EXPECT_EQ(AgentControl(control, "status").substr(0, 10), "ok dormant");  // we still may
+  EXPECT_EQ(Control(control, "status").substr(0, 10), "ok dormant");  // we still may
   ASSERT_EQ(app.Finish(), 0) << app.err();
 }
 

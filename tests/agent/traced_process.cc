@@ -7,14 +7,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -389,28 +386,6 @@ std::vector<std::vector<std::string>> Lines(const std::string& out) {
 uint64_t ParseAddress(const std::string& text) {
   if (text == "(nil)") return 0;
   return std::stoull(text, nullptr, 0);  // "0x..." hex, else decimal
-}
-
-std::string AgentControl(const std::string& socket_path, const std::string& line) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (fd >= 0) close(fd);
-    return "connect failed";
-  }
-  std::string text = line + "\n";
-  // MSG_NOSIGNAL: a refused peer may find the connection already closed.
-  ssize_t ignored = send(fd, text.data(), text.size(), MSG_NOSIGNAL);
-  (void)ignored;
-  std::string answer;
-  char buffer[512];
-  ssize_t n;
-  while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
-  close(fd);
-  while (!answer.empty() && answer.back() == '\n') answer.pop_back();
-  return answer;
 }
 
 }  // namespace fragscope::agent_test

@@ -110,10 +110,6 @@ uint64_t AddressOf(const v1::Frame& frame);  // address (handle for HandleEvent)
 // The whole content of a file ("" if unreadable).
 std::string ReadFile(const std::string& path);
 
-// One command line to an agent's control socket (interpose/src/control.h); its answer without
-// the newline, or "connect failed".
-std::string AgentControl(const std::string& socket_path, const std::string& line);
-
 // Lines of the program's stdout split into words.
 std::vector<std::vector<std::string>> Lines(const std::string& out);
 // Parses "0x7f..." (hex), "1024" (decimal) or "(nil)" as printed by the test programs.

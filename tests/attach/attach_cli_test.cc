@@ -30,9 +30,26 @@ bool WaitForFile(const std::string& path) {
   return false;
 }
 
+std::string Status(const std::string& socket_path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
+  std::string answer;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    ssize_t ignored = send(fd, "status\n", 7, MSG_NOSIGNAL);
+    (void)ignored;
+    char buffer[512];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
+  }
+  close(fd);
+  return answer;
+}
+
 bool WaitForStatus(const std::string& socket_path, const std::string& prefix) {
   for (int i = 0; i < 6000; ++i) {
-    if (AgentControl(socket_path, "status").rfind(prefix, 0) == 0) return true;
+    if (Status(socket_path).rfind(prefix, 0) == 0) return true;
     usleep(10000);
   }
   return false;
@@ -124,7 +141,7 @@ TEST(AttachCliTest, DurationDetachesAndLeavesTheAgentDormant) {
   ASSERT_TRUE(trace.clean) << trace.error;
   ASSERT_NE(trace.end(), nullptr);  // a detach closes the stream properly
   EXPECT_EQ(Replay(trace).size(), 4u);
-  EXPECT_EQ(AgentControl(control, "status").rfind("ok dormant", 0), 0u);
+  EXPECT_EQ(Status(control).rfind("ok dormant", 0), 0u);
   app.Send("go");
   ASSERT_TRUE(app.WaitForLine("ready 2"));
   app.Send("go");

@@ -84,9 +84,26 @@ std::string AgentSocket(const TempDir& dir, int pid) {
   return dir.path() + "/fragscope/agent-" + std::to_string(pid) + ".sock";
 }
 
+std::string Status(const std::string& socket_path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
+  std::string answer;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    ssize_t ignored = send(fd, "status\n", 7, MSG_NOSIGNAL);
+    (void)ignored;
+    char buffer[512];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
+  }
+  close(fd);
+  return answer;
+}
+
 bool WaitForStreaming(const std::string& socket_path) {
   for (int i = 0; i < 6000; ++i) {  // safety net, not a timing assertion
-    if (AgentControl(socket_path, "status").rfind("ok streaming", 0) == 0) return true;
+    if (Status(socket_path).rfind("ok streaming", 0) == 0) return true;
     usleep(10000);
   }
   return false;
