@@ -52,6 +52,11 @@ bool ReadFlag(const char* name) {
 
 }  // namespace
 
+uint64_t DefaultSnapshotEvery(size_t live_slots) {
+  const uint64_t by_table = 4 * static_cast<uint64_t>(live_slots);
+  return by_table > 100000 ? by_table : 100000;
+}
+
 void LoadConfig(Config* c) {
   *c = Config{};
   ReadPath("FRAGSCOPE_OUTPUT", c->output_path, sizeof(c->output_path));
@@ -61,8 +66,10 @@ void LoadConfig(Config* c) {
   if (ReadUint("FRAGSCOPE_RING_MB", 1, 4096, &v)) c->ring_bytes = static_cast<size_t>(v) << 20;
   c->follow_fork = ReadFlag("FRAGSCOPE_FOLLOW_FORK");
   c->dormant = ReadFlag("FRAGSCOPE_DORMANT");
-  if (ReadUint("FRAGSCOPE_SNAPSHOT_EVERY", 0, ~uint64_t{0} >> 1, &v)) c->snapshot_every = v;
   if (ReadUint("FRAGSCOPE_LIVE_SLOTS", 64, uint64_t{1} << 26, &v)) c->live_slots = v;
+  c->snapshot_every = ReadUint("FRAGSCOPE_SNAPSHOT_EVERY", 0, ~uint64_t{0} >> 1, &v)
+                          ? v
+                          : DefaultSnapshotEvery(c->live_slots);
   if (ReadUint("FRAGSCOPE_STACK_SLOTS", 64, uint64_t{1} << 24, &v)) c->stack_slots = v;
   if (ReadUint("FRAGSCOPE_MEMINFO_MS", 0, 3'600'000, &v)) c->meminfo_interval_ns = v * 1'000'000;
   // Read now: the program may change its environment later, and getenv is not thread-safe.

@@ -54,6 +54,7 @@ struct DrainState {
   uint64_t reported_ring_drops = 0;
   uint64_t undeliverable = 0;  // popped but the output had failed
   uint64_t events_since_snapshot = 0;
+  size_t last_snapshot_entries = 0;  // entries of the latest snapshot (sizes the next one)
   char path[Config::kPathCapacity + 32] = {};
   char exe[4096] = {};
   char host[256] = {};
@@ -154,27 +155,35 @@ void ReadProcessInfo() {
 // Returns the seq the snapshot is exact at (0 if it could not be written).
 uint64_t WriteSnapshot(SnapshotReason reason) {
   AgentState& a = Agent();
+  DrainState& d = g_drain;
   // Exact at the seq the scan reads (live_table.h explains how).
   const uint64_t now = NowNs();
-  size_t bound = a.live.live() * kMaxLiveEntryBytes + 4096;
   uint64_t seq = 0;
+  size_t entries = 0;
   auto encode = [&](WireWriter& w) {
     // An injected agent started with the attach: what was allocated before is unknown.
     SnapshotEncoder snapshot(w, now, reason, /*complete_history=*/!a.injected);
-    a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) { snapshot.Add(e); });
+    entries = a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) { snapshot.Add(e); });
     return snapshot.Finish(seq);
   };
-  if (bound < kWriteBufferBytes / 2) {
-    return Put(encode) ? seq : 0;
+  // The previous snapshot's size, plus a quarter, says whether the write buffer is likely to
+  // hold this one; Put fails cleanly when it does not (one scan wasted), and the scratch
+  // mapping below, which holds every slot, takes it.
+  const size_t likely = (d.last_snapshot_entries * 5 / 4 + 64) * kMaxLiveEntryBytes;
+  if (likely < kWriteBufferBytes / 2 && Put(encode)) {
+    d.last_snapshot_entries = entries;
+    return seq;
   }
-  // Too big for the write buffer: a scratch mapping of the size it can reach.
   FlushWriter();
-  bound += a.live.slots() / 16 * kMaxLiveEntryBytes;  // entries added while we scan
-  void* mem = mmap(nullptr, bound, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // NORESERVE: only the pages the snapshot writes are touched.
+  const size_t bound = a.live.slots() * kMaxLiveEntryBytes + 4096;
+  void* mem = mmap(nullptr, bound, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mem == MAP_FAILED) return 0;
   WireWriter big(static_cast<uint8_t*>(mem), bound);
   bool ok = encode(big) && g_drain.output.is_open() && WriteOut(big.data(), big.size());
   munmap(mem, bound);
+  if (ok) d.last_snapshot_entries = entries;
   return ok ? seq : 0;
 }
 
@@ -319,13 +328,15 @@ void RotateSegment() {
   // The snapshot is encoded aside while the stacks it names go to the write buffer, so the
   // StackTable frames precede it.
   FlushWriter();
-  size_t bound = (a.live.live() + a.live.slots() / 16) * kMaxLiveEntryBytes + 4096;
-  void* mem = mmap(nullptr, bound, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // Room for every slot; NORESERVE: only the pages the snapshot writes are touched.
+  const size_t bound = a.live.slots() * kMaxLiveEntryBytes + 4096;
+  void* mem = mmap(nullptr, bound, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   uint64_t seq = 0;
   if (mem != MAP_FAILED) {
     WireWriter big(static_cast<uint8_t*>(mem), bound);
     SnapshotEncoder snapshot(big, NowNs(), SnapshotReason::kPeriodic, /*complete_history=*/true);
-    a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) {
+    d.last_snapshot_entries = a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) {
       snapshot.Add(e);
       WriteStackById(e.stack_id);
     });
@@ -490,7 +501,7 @@ void Wake(const char* socket_path, char* reply, size_t reply_size) {
   const uint64_t seq = WriteSnapshot(SnapshotReason::kStreamStart);
   d.min_seq = seq;
   FlushWriter();
-  const size_t live = a.live.live();
+  const size_t live = d.last_snapshot_entries;
   pthread_mutex_unlock(&d.lock);
   snprintf(reply, reply_size, "ok streaming seq=%llu live=%zu",
            static_cast<unsigned long long>(seq), live);
@@ -521,7 +532,7 @@ void ServeControl(int timeout_ms) {
     case ControlCommandKind::kStatus:
       snprintf(reply, sizeof(reply), "ok %s pid=%d seq=%llu live=%zu",
                a.shipping.load() ? "streaming" : "dormant", static_cast<int>(getpid()),
-               static_cast<unsigned long long>(a.seq.load()), a.live.live());
+               static_cast<unsigned long long>(a.seq.load()), a.live.CountLive());
       break;
     case ControlCommandKind::kInvalid:
       snprintf(reply, sizeof(reply),

@@ -60,11 +60,10 @@ void LiveTable::Backoff(int attempt) {
 
 LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* claimed_state) const {
   if (slots_mem_ == nullptr) return nullptr;
-  const size_t mask = slots_ - 1;
-  const uint64_t h = Hash(cls, key);
+  const Chain chain = ChainOf(cls, key);
   const void* const outer = t_live_slot_held;
   for (int probe = 0; probe < kMaxProbe; ++probe) {
-    Slot& slot = slots_mem_[(h + static_cast<uint64_t>(probe)) & mask];
+    Slot& slot = slots_mem_[SlotOf(chain, probe)];
     if (&slot == outer) continue;  // held by the code a signal handler interrupted
     for (int spin = 0;; ++spin) {
       uint64_t state = slot.state.load(std::memory_order_acquire);
@@ -89,14 +88,13 @@ LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* cla
 
 bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
   if (slots_mem_ == nullptr) return false;
-  const size_t mask = slots_ - 1;
-  const uint64_t h = Hash(entry.cls, entry.address);
+  const Chain chain = ChainOf(entry.cls, entry.address);
   const void* const outer = t_live_slot_held;
   // One pass: the first free slot (empty, or a tombstone nobody needs) takes the entry, unless
   // the same key is met live on the way (an allocation whose release we never saw): then that
   // entry is replaced. Not looking further keeps inserts short however many tombstones pile up.
   for (int probe = 0; probe < kMaxProbe; ++probe) {
-    Slot& slot = slots_mem_[(h + static_cast<uint64_t>(probe)) & mask];
+    Slot& slot = slots_mem_[SlotOf(chain, probe)];
     if (&slot == outer) continue;  // held by the code a signal handler interrupted
     for (int spin = 0;; ++spin) {
       uint64_t s = slot.state.load(std::memory_order_acquire);
@@ -117,7 +115,6 @@ bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
       if (index != nullptr) *index = static_cast<size_t>(&slot - slots_mem_);
       slot.state.store(Next(Next(s, kBusy), kLive), std::memory_order_release);
       t_live_slot_held = outer;
-      if (take) live_.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
   }
@@ -138,7 +135,6 @@ bool LiveTable::Erase(LiveClass cls, uint64_t key, LiveEntry* out, size_t* index
   if (index != nullptr) *index = static_cast<size_t>(slot - slots_mem_);
   slot->state.store(Next(state, kTombstone), std::memory_order_release);
   t_live_slot_held = outer;
-  live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -202,6 +198,14 @@ bool LiveTable::Find(LiveClass cls, uint64_t key, LiveEntry* out) const {
   return true;
 }
 
+size_t LiveTable::CountLive() const {
+  size_t n = 0;
+  for (size_t i = 0; i < slots_; ++i) {
+    n += (slots_mem_[i].state.load(std::memory_order_relaxed) & 3) == kLive ? 1 : 0;
+  }
+  return n;
+}
+
 void LiveTable::Clear() {
   if (slots_mem_ == nullptr) return;
   // Fresh anonymous pages instead of touching every slot.
@@ -210,7 +214,6 @@ void LiveTable::Clear() {
   if (mem == MAP_FAILED) {
     for (size_t i = 0; i < slots_; ++i) slots_mem_[i].state.store(kEmpty);
   }
-  live_.store(0, std::memory_order_relaxed);
   scans_.store(0, std::memory_order_relaxed);
   scan_at_.store(0, std::memory_order_relaxed);
   overflows_.store(0, std::memory_order_relaxed);

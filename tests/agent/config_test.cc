@@ -18,7 +18,8 @@ class ConfigTest : public ::testing::Test {
   static constexpr const char* kNames[] = {"FRAGSCOPE_OUTPUT",         "FRAGSCOPE_SOCKET",
                                            "FRAGSCOPE_STACK_DEPTH",    "FRAGSCOPE_RING_MB",
                                            "FRAGSCOPE_FOLLOW_FORK",    "FRAGSCOPE_DORMANT",
-                                           "FRAGSCOPE_SNAPSHOT_EVERY", "FRAGSCOPE_MEMINFO_MS"};
+                                           "FRAGSCOPE_SNAPSHOT_EVERY", "FRAGSCOPE_MEMINFO_MS",
+                                           "FRAGSCOPE_LIVE_SLOTS"};
 };
 
 TEST_F(ConfigTest, DefaultsWithoutEnvironment) {
@@ -29,7 +30,24 @@ TEST_F(ConfigTest, DefaultsWithoutEnvironment) {
   EXPECT_EQ(c.ring_bytes, size_t{8} << 20);
   EXPECT_FALSE(c.follow_fork);
   EXPECT_FALSE(c.dormant);
-  EXPECT_EQ(c.snapshot_every, 100000u);
+  EXPECT_EQ(c.live_slots, size_t{1} << 18);
+  // A scan of the default table per 4 * 2^18 events, not per 100000 (config.h).
+  EXPECT_EQ(c.snapshot_every, 4u << 18);
+}
+
+TEST_F(ConfigTest, SnapshotCadenceFollowsTheTableUnlessSet) {
+  setenv("FRAGSCOPE_LIVE_SLOTS", "4096", 1);
+  Config small;
+  LoadConfig(&small);
+  EXPECT_EQ(small.snapshot_every, 100000u);  // the floor for small tables
+  setenv("FRAGSCOPE_LIVE_SLOTS", "1048576", 1);
+  Config big;
+  LoadConfig(&big);
+  EXPECT_EQ(big.snapshot_every, 4u << 20);
+  setenv("FRAGSCOPE_SNAPSHOT_EVERY", "0", 1);  // an explicit value wins, "never" included
+  Config never;
+  LoadConfig(&never);
+  EXPECT_EQ(never.snapshot_every, 0u);
 }
 
 TEST_F(ConfigTest, ReadsEveryVariable) {

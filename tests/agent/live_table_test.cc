@@ -30,7 +30,7 @@ TEST(LiveTableTest, InsertFindEraseByClassAndKey) {
   LiveEntry block = Alloc(0x1000, 16, 2);
   block.cls = LiveClass::kBlock;  // same address, other class
   ASSERT_TRUE(t.Insert(block));
-  EXPECT_EQ(t.live(), 2u);
+  EXPECT_EQ(t.CountLive(), 2u);
   LiveEntry out;
   ASSERT_TRUE(t.Find(LiveClass::kAllocation, 0x1000, &out));
   EXPECT_EQ(out.size, 64u);
@@ -41,7 +41,7 @@ TEST(LiveTableTest, InsertFindEraseByClassAndKey) {
   EXPECT_FALSE(t.Erase(LiveClass::kAllocation, 0x1000, &out));
   EXPECT_FALSE(t.Find(LiveClass::kAllocation, 0x1000, &out));
   EXPECT_TRUE(t.Find(LiveClass::kBlock, 0x1000, &out));
-  EXPECT_EQ(t.live(), 1u);
+  EXPECT_EQ(t.CountLive(), 1u);
 }
 
 TEST(LiveTableTest, InsertReplacesAnExistingKey) {
@@ -49,7 +49,7 @@ TEST(LiveTableTest, InsertReplacesAnExistingKey) {
   ASSERT_TRUE(t.Init(64));
   ASSERT_TRUE(t.Insert(Alloc(0x2000, 1, 1)));
   ASSERT_TRUE(t.Insert(Alloc(0x2000, 2, 2)));
-  EXPECT_EQ(t.live(), 1u);
+  EXPECT_EQ(t.CountLive(), 1u);
   LiveEntry out;
   ASSERT_TRUE(t.Find(LiveClass::kAllocation, 0x2000, &out));
   EXPECT_EQ(out.size, 2u);
@@ -97,7 +97,7 @@ TEST(LiveTableTest, RemovalCountsFromItsOwnSeq) {
   ASSERT_TRUE(t.Erase(LiveClass::kAllocation, 0x100, &removed, &index));
   t.SetRemovedSeq(index, 5);
   ASSERT_TRUE(t.Erase(LiveClass::kAllocation, 0x200, nullptr));  // no seq: gone for good
-  EXPECT_EQ(t.live(), 0u);
+  EXPECT_EQ(t.CountLive(), 0u);
   uint64_t at = 0;
   std::atomic<uint64_t> before{4};
   std::vector<uint64_t> seen;
@@ -134,7 +134,7 @@ TEST(LiveTableTest, ClearEmptiesAndFullTableIsCounted) {
   EXPECT_EQ(inserted, 64u);
   EXPECT_EQ(t.overflows(), 36u);
   t.Clear();
-  EXPECT_EQ(t.live(), 0u);
+  EXPECT_EQ(t.CountLive(), 0u);
   std::atomic<uint64_t> seq{1000};
   uint64_t at = 0;
   EXPECT_EQ(t.ForEachAt(seq, &at, [](const LiveEntry&) {}), 0u);
@@ -173,6 +173,47 @@ TEST(LiveTableTest, ReuseDuringAScanDoesNotRunOutOfProbes) {
   EXPECT_EQ(t.overflows(), 0u);
   std::sort(seen.begin(), seen.end());
   EXPECT_EQ(seen, (std::vector<uint64_t>{0x1000, 0x2000}));
+}
+
+// Addresses handed out in ascending order (a bump pointer, consecutive VMM pages) take
+// neighbouring slots, so the hook's insert finds its line already in cache (live_table.h).
+TEST(LiveTableTest, ConsecutivePagesTakeNeighbouringSlots) {
+  LiveTable t;
+  ASSERT_TRUE(t.Init(1 << 16));
+  const uint64_t window = uint64_t{0x7f12} << 16;  // one 64 KiB window
+  size_t first = 0;
+  for (uint64_t page = 0; page < 16; ++page) {
+    size_t index = 0;
+    ASSERT_TRUE(t.Insert(Alloc(window + page * 4096, 4096, page + 1), &index));
+    if (page == 0) first = index;
+    EXPECT_EQ(index, (first + page) % t.slots()) << "page " << page;
+  }
+}
+
+// 256-byte allocations side by side put 256 live keys in one 64 KiB window, more than its run
+// of slots: they spill over the table instead of lengthening the neighbours' chains, so many
+// such windows fit without a lost insert, and each key is found and erased again.
+TEST(LiveTableTest, DenseWindowsSpillWithoutOverflow) {
+  LiveTable t;
+  ASSERT_TRUE(t.Init(1 << 14));
+  constexpr uint64_t kKeys = 6000;  // 24 full windows, 37 % of the slots
+  const uint64_t base = uint64_t{1} << 40;
+  for (uint64_t k = 0; k < kKeys; ++k) {
+    ASSERT_TRUE(t.Insert(Alloc(base + k * 256, 256, k + 1))) << "key " << k;
+  }
+  EXPECT_EQ(t.overflows(), 0u);
+  EXPECT_EQ(t.CountLive(), kKeys);
+  LiveEntry out;
+  for (uint64_t k = 0; k < kKeys; ++k) {
+    ASSERT_TRUE(t.Find(LiveClass::kAllocation, base + k * 256, &out)) << "key " << k;
+    EXPECT_EQ(out.seq, k + 1);
+  }
+  for (uint64_t k = 0; k < kKeys; k += 2) {
+    ASSERT_TRUE(t.Erase(LiveClass::kAllocation, base + k * 256, nullptr)) << "key " << k;
+  }
+  EXPECT_EQ(t.CountLive(), kKeys / 2);
+  EXPECT_FALSE(t.Find(LiveClass::kAllocation, base, &out));
+  ASSERT_TRUE(t.Find(LiveClass::kAllocation, base + 256, &out));
 }
 
 // Writers churn disjoint key ranges while a scanner snapshots repeatedly: every entry a scan
@@ -216,7 +257,7 @@ TEST(LiveTableTest, ConcurrentWritersAndScanner) {
   scanner.join();
   EXPECT_EQ(torn.load(), 0u);
   // The last round erased every other key: kKeys / 2 remain per writer.
-  EXPECT_EQ(t.live(), kWriters * kKeys / 2);
+  EXPECT_EQ(t.CountLive(), kWriters * kKeys / 2);
   uint64_t at = 0;
   EXPECT_EQ(t.ForEachAt(seq, &at, [](const LiveEntry&) {}), kWriters * kKeys / 2);
 }

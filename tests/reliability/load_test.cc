@@ -33,6 +33,9 @@ LoadRun RunLoad(const std::map<std::string, std::string>& extra_env, bool replay
   std::map<std::string, std::string> env = extra_env;
   env["FRAGSCOPE_OUTPUT"] = dir.File("t.fst");
   env["FAKECUDA_LIVE_DUMP"] = dir.File("truth");
+  // Scans while 16 threads insert and erase are what these tests are about: keep them as
+  // frequent as the agent's old default (the default now scales with the table, config.h).
+  env.emplace("FRAGSCOPE_SNAPSHOT_EVERY", "100000");
   RunResult run =
       agent_test::RunProgram(RelApp("reliability_stress_app"),
                              {"load", std::to_string(kThreads), std::to_string(kEventsPerThread),
