@@ -63,7 +63,8 @@ namespace fragscope::agent {
   X(fragscope_block_alloc, 90)          \
   X(fragscope_block_free, 91)           \
   X(fragscope_alloc_failed, 92)         \
-  X(fragscope_mark, 93)
+  X(fragscope_mark, 93)                 \
+  X(torch_snapshot, 94)
 
 enum class Api : uint16_t {
 #define FRAGSCOPE_API_ENUM(name, number) k_##name = number,

@@ -32,4 +32,42 @@ struct FragscopeInjectTable {
   FragscopeInjectPatch patches[kFragscopeInjectMaxPatches];
 };
 
+// PyTorch's caching-allocator state, imported into the injected agent's live table before its
+// first snapshot (python_state.h). `fragscope attach` calls kFragscopeTorchImportEntry
+// (uint32_t wait_ms) after patching libcuda and reads this answer. Its own magic and ABI: an
+// agent without the entry (an older build) is told apart by the missing symbol.
+inline constexpr uint64_t kFragscopeTorchMagic = 0x3130484352544653ull;  // "FSTRCH01"
+inline constexpr uint32_t kFragscopeTorchAbi = 1;
+inline constexpr char kFragscopeTorchImportEntry[] = "fragscope_inject_import_torch";
+inline constexpr int kFragscopeTorchMaxDevices = 16;
+
+enum FragscopeTorchStatus : int32_t {
+  kFragscopeTorchImported = 0,  // torch's segments and blocks are in the live table
+  kFragscopeTorchNoPython = 1,  // no initialized CPython in the process
+  kFragscopeTorchNoTorch = 2,   // Python without torch, or torch without CUDA initialized
+  kFragscopeTorchTimedOut = 3,  // the GIL was not had within the wait: nothing imported
+  kFragscopeTorchFailed = 4,    // torch's state could not be read or entered: `message`
+};
+
+struct FragscopeTorchDevice {
+  int32_t device;
+  uint32_t segments;          // entered as live allocations
+  uint32_t blocks;            // active blocks entered as live sub-allocator blocks
+  uint32_t skipped_segments;  // expandable segments, left `untracked`
+  uint64_t reserved_bytes;    // of the entered segments
+  uint64_t allocated_bytes;   // of the entered blocks (pending frees included)
+};
+
+struct FragscopeTorchImport {
+  uint64_t magic;
+  uint32_t abi;
+  int32_t status;         // FragscopeTorchStatus
+  uint32_t waited_ms;     // how long the GIL took (or the whole wait, when timed out)
+  uint32_t device_count;  // entries of `devices` used (more devices: `message` says)
+  uint32_t table_full;    // entries the live table refused (FRAGSCOPE_LIVE_SLOTS too small)
+  uint32_t reserved;
+  FragscopeTorchDevice devices[kFragscopeTorchMaxDevices];
+  char message[1024];  // why not imported, or notes (e.g. skipped segments)
+};
+
 #endif  // FRAGSCOPE_INTERPOSE_INJECT_ABI_H_

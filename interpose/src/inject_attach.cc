@@ -13,6 +13,7 @@
 #include "hook_table.h"
 #include "inject_abi.h"
 #include "inline_patch.h"
+#include "python_state.h"
 #include "recorder.h"
 
 namespace fragscope::agent {
@@ -182,4 +183,26 @@ extern "C" __attribute__((visibility("default"))) FragscopeInjectTable* fragscop
     Fail("the agent could not start (its live table could not be mapped)");
   }
   return &t;
+}
+
+// Called by `fragscope attach` (through ptrace) after fragscope_inject_start() and after the
+// patches are written, before `wake`: imports PyTorch's caching-allocator state into the live
+// table when the process runs CPython with torch and CUDA initialized (python_state.h), so the
+// first snapshot is exact for PyTorch's memory. Waits at most `wait_ms` for the GIL. Returns
+// the answer the attach command reads; never null.
+extern "C" __attribute__((visibility("default"))) FragscopeTorchImport*
+fragscope_inject_import_torch(uint32_t wait_ms) {
+  using namespace fragscope::agent;
+  static constinit FragscopeTorchImport answer{};
+  if (!Agent().injected) {
+    answer = FragscopeTorchImport{};
+    answer.magic = kFragscopeTorchMagic;
+    answer.abi = kFragscopeTorchAbi;
+    answer.status = kFragscopeTorchFailed;
+    snprintf(answer.message, sizeof(answer.message),
+             "the agent was not started by an injection (fragscope_inject_start first)");
+    return &answer;
+  }
+  ImportTorchState(wait_ms, &answer);
+  return &answer;
 }

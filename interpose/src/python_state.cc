@@ -1,0 +1,417 @@
+#include "python_state.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
+
+#include "agent.h"
+#include "driver_api.h"
+#include "live_table.h"
+#include "recorder.h"
+
+namespace fragscope::agent {
+namespace {
+
+// The few CPython functions used, all in the stable ABI of every CPython 3 (Python 3.8 on is
+// what matters: PyTorch needs 3.9+). Opaque pointers: no Python header is included.
+using PyObj = void;
+struct PythonApi {
+  int (*is_initialized)() = nullptr;
+  int (*is_finalizing)() = nullptr;  // Py_IsFinalizing (3.13+) or _Py_IsFinalizing; optional
+  int (*gil_ensure)() = nullptr;     // PyGILState_STATE is an int-sized enum
+  void (*gil_release)(int) = nullptr;
+  PyObj* (*dict_new)() = nullptr;
+  int (*dict_set_item_string)(PyObj*, const char*, PyObj*) = nullptr;
+  PyObj* (*dict_get_item_string)(PyObj*, const char*) = nullptr;  // borrowed
+  PyObj* (*eval_get_builtins)() = nullptr;                        // borrowed
+  PyObj* (*run_string_flags)(const char*, int, PyObj*, PyObj*, void*) = nullptr;
+  int (*bytes_as_string_and_size)(PyObj*, char**, long*) = nullptr;
+  void (*err_clear)() = nullptr;
+  void (*dec_ref)(PyObj*) = nullptr;
+};
+constexpr int kPyFileInput = 257;  // Py_file_input
+
+// Runs in a fresh namespace with the GIL held. Never imports torch (a process that has not
+// would only pay for it) and never initializes CUDA. Leaves `result`: bytes starting with '+'
+// (then little-endian uint64 records of 7 words: kind (1 segment, 2 block), device, address,
+// size, stream, pool, flags), '-' (nothing to import: why) or '!' (an error: what).
+constexpr char kPythonCode[] = R"PY(
+def _fragscope_torch_state():
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return b"-torch is not imported in this Python process"
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not hasattr(cuda, "memory_snapshot"):
+        return b"-this torch has no torch.cuda.memory_snapshot (a CPU-only build?)"
+    if not cuda.is_initialized():
+        return b"-torch has not initialized CUDA (nothing allocated through it yet)"
+    backend = getattr(cuda, "get_allocator_backend", None)
+    if backend is not None and backend() != "native":
+        return ("-torch uses the %s allocator backend, whose memory memory_snapshot() does not "
+                "list" % backend()).encode("utf-8", "replace")
+    try:
+        segments = cuda.memory_snapshot(include_traces=False)
+    except TypeError:  # before torch 2.10
+        segments = cuda.memory_snapshot()
+    import struct
+    mask = (1 << 64) - 1
+
+    def pool_id(pool):  # as scripts/adapter/sitecustomize.py's _pool_id
+        if not pool:
+            return 0
+        first, second = (tuple(pool) + (0, 0))[:2]
+        if first:
+            return (int(first) | (1 << 63)) & mask
+        return int(second) & mask
+
+    words = []
+    for seg in segments:
+        device = int(seg.get("device", 0))
+        address = int(seg["address"])
+        stream = int(seg.get("stream") or 0) & mask
+        pool = pool_id(seg.get("segment_pool_id"))
+        if seg.get("is_expandable"):
+            words += [1, device, address, int(seg["total_size"]), stream, pool, 1]
+            continue
+        blocks = []
+        offset = address
+        for block in seg.get("blocks") or ():
+            start = int(block.get("address", offset))
+            size = int(block["size"])
+            offset = start + size
+            state = block.get("state")
+            if state != "inactive":
+                blocks += [2, device, start, size, stream, pool,
+                           0 if state == "active_allocated" else 1]
+        words += [1, device, address, int(seg["total_size"]), stream, pool, 0 if blocks else 2]
+        words += blocks
+    return b"+" + struct.pack("<%dQ" % len(words), *words)
+
+try:
+    result = _fragscope_torch_state()
+except BaseException as error:
+    result = ("!%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace")[:900]
+)PY";
+
+enum : uint64_t { kRecordSegment = 1, kRecordBlock = 2 };
+enum : uint64_t { kSegmentExpandable = 1, kSegmentNoActiveBlock = 2 };
+enum : uint64_t { kBlockPending = 1 };
+constexpr size_t kRecordWords = 7;
+
+enum JobState : int { kWaiting = 0, kRunning = 1, kDone = 2, kAbandoned = 3 };
+
+// Shared by the caller and the helper thread; the last of the two to let go frees it (the
+// caller may return long before an abandoned helper ever gets the GIL).
+struct Job {
+  std::atomic<int> refs;
+  std::atomic<int> state;
+  PythonApi py;
+  FragscopeTorchImport result;
+};
+
+void Unref(Job* job) {
+  if (job->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) free(job);
+}
+
+void Say(FragscopeTorchImport* out, const char* format, ...) {
+  const size_t used = strnlen(out->message, sizeof(out->message));
+  if (used + 1 >= sizeof(out->message)) return;
+  va_list args;
+  va_start(args, format);
+  vsnprintf(out->message + used, sizeof(out->message) - used, format, args);
+  va_end(args);
+}
+
+uint64_t MonotonicMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000u + static_cast<uint64_t>(ts.tv_nsec) / 1000000u;
+}
+
+// The object that defines the Python C API: the global scope (a `python3` executable exports
+// it, or has libpython among its dependencies), else a libpython loaded with RTLD_LOCAL (an
+// embedding program). False when there is none. (RTLD_DEFAULT is a null handle: hence `*out`.)
+bool PythonHandle(void** out) {
+  DlsymFn lookup = RealDlsym();
+  if (lookup == nullptr) return false;
+  if (lookup(RTLD_DEFAULT, "Py_IsInitialized") != nullptr) {
+    *out = RTLD_DEFAULT;
+    return true;
+  }
+  struct Search {
+    char name[512] = {};
+  } search;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        const char* name = info->dlpi_name;
+        if (name == nullptr || strstr(name, "libpython3") == nullptr) return 0;
+        snprintf(static_cast<Search*>(data)->name, sizeof(Search::name), "%s", name);
+        return 1;
+      },
+      &search);
+  if (search.name[0] == '\0') return false;
+  // Already loaded (NOLOAD): this only takes a reference, never loads Python into a process.
+  *out = dlopen(search.name, RTLD_NOW | RTLD_NOLOAD);
+  return *out != nullptr;
+}
+
+bool LoadPythonApi(PythonApi* py) {
+  void* handle = nullptr;
+  if (!PythonHandle(&handle)) return false;
+  DlsymFn lookup = RealDlsym();
+  auto get = [&](auto* fn, const char* name) {
+    *fn = reinterpret_cast<std::remove_reference_t<decltype(*fn)>>(lookup(handle, name));
+    return *fn != nullptr;
+  };
+  if (!get(&py->is_finalizing, "Py_IsFinalizing")) get(&py->is_finalizing, "_Py_IsFinalizing");
+  return get(&py->is_initialized, "Py_IsInitialized") &&
+         get(&py->gil_ensure, "PyGILState_Ensure") && get(&py->gil_release, "PyGILState_Release") &&
+         get(&py->dict_new, "PyDict_New") &&
+         get(&py->dict_set_item_string, "PyDict_SetItemString") &&
+         get(&py->dict_get_item_string, "PyDict_GetItemString") &&
+         get(&py->eval_get_builtins, "PyEval_GetBuiltins") &&
+         get(&py->run_string_flags, "PyRun_StringFlags") &&
+         get(&py->bytes_as_string_and_size, "PyBytes_AsStringAndSize") &&
+         get(&py->err_clear, "PyErr_Clear") && get(&py->dec_ref, "Py_DecRef");
+}
+
+FragscopeTorchDevice* DeviceEntry(FragscopeTorchImport* out, int32_t device) {
+  for (uint32_t i = 0; i < out->device_count; ++i) {
+    if (out->devices[i].device == device) return &out->devices[i];
+  }
+  if (out->device_count == kFragscopeTorchMaxDevices) return nullptr;
+  FragscopeTorchDevice* d = &out->devices[out->device_count++];
+  *d = FragscopeTorchDevice{};
+  d->device = device;
+  return d;
+}
+
+// As InsertLive (recorder.h), but says whether the table took the entry.
+bool Enter(const LiveEntry& entry) {
+  LiveEntry e = entry;
+  e.seq = kSeqPending;
+  size_t index = 0;
+  const bool inserted = Agent().live.Insert(e, &index);
+  const uint64_t seq = NextSeq();
+  if (inserted) Agent().live.SetSeq(index, seq);
+  return inserted;
+}
+
+// Enters the records of the Python code's answer. With the GIL held: Python code that
+// gives memory back (torch.cuda.empty_cache()) cannot run meanwhile.
+void EnterRecords(const uint64_t* words, size_t count, FragscopeTorchImport* out) {
+  uint32_t devices_left_out = 0;
+  for (size_t i = 0; i + kRecordWords <= count; i += kRecordWords) {
+    const uint64_t* r = words + i;
+    const int32_t device = static_cast<int32_t>(r[1]);
+    FragscopeTorchDevice* d = DeviceEntry(out, device);
+    if (d == nullptr) {
+      ++devices_left_out;
+      continue;
+    }
+    LiveEntry e{};
+    e.device = device;
+    e.address = r[2];
+    e.size = r[3];
+    e.stream = r[4];
+    e.kind = MemoryKind::kDevice;
+    if (r[0] == kRecordSegment) {
+      if ((r[6] & kSegmentExpandable) != 0) {
+        ++d->skipped_segments;
+        continue;
+      }
+      // A cudaMalloc segment, as the snapshot importer enters one (collector/torch): pool 0
+      // (no CUDA memory pool), the segment's stream.
+      e.cls = LiveClass::kAllocation;
+      e.api = Api::k_torch_snapshot;
+      if (!Enter(e)) {
+        ++out->table_full;
+        continue;
+      }
+      ++d->segments;
+      d->reserved_bytes += e.size;
+      if ((r[6] & kSegmentNoActiveBlock) != 0) {
+        // All free: a zero-byte block at its start tells the collector the segment is carved
+        // by PyTorch (annotated, its bytes cached), not one opaque allocation.
+        LiveEntry mark{};
+        mark.cls = LiveClass::kBlock;
+        mark.api = Api::k_fragscope_block_alloc;
+        mark.device = device;
+        mark.address = e.address;
+        mark.stream = e.stream;
+        mark.pool = r[5];
+        if (!Enter(mark)) ++out->table_full;
+      }
+    } else if (r[0] == kRecordBlock) {
+      e.cls = LiveClass::kBlock;
+      e.api = Api::k_fragscope_block_alloc;
+      e.pool = r[5];
+      if ((r[6] & kBlockPending) != 0) e.flags = kLivePendingFree;
+      if (!Enter(e)) {
+        ++out->table_full;
+        continue;
+      }
+      ++d->blocks;
+      d->allocated_bytes += e.size;
+    }
+  }
+  if (devices_left_out > 0) {
+    Say(out, "%u segments and blocks of devices beyond the first %d were not imported; ",
+        devices_left_out, kFragscopeTorchMaxDevices);
+  }
+  if (out->table_full > 0) {
+    Say(out,
+        "the live table refused %u entries (raise FRAGSCOPE_LIVE_SLOTS in the program's "
+        "environment before it starts); ",
+        out->table_full);
+  }
+}
+
+// With the GIL held: runs the Python code and enters what it found.
+void RunImport(Job* job) {
+  const PythonApi& py = job->py;
+  FragscopeTorchImport* out = &job->result;
+  PyObj* globals = py.dict_new();
+  if (globals == nullptr) {
+    py.err_clear();
+    out->status = kFragscopeTorchFailed;
+    Say(out, "PyDict_New failed");
+    return;
+  }
+  // Before Python 3.10 code run in a dict without __builtins__ cannot even import.
+  PyObj* builtins = py.eval_get_builtins();
+  if (builtins != nullptr) py.dict_set_item_string(globals, "__builtins__", builtins);
+  PyObj* ran = py.run_string_flags(kPythonCode, kPyFileInput, globals, globals, nullptr);
+  if (ran == nullptr) {
+    py.err_clear();
+    out->status = kFragscopeTorchFailed;
+    Say(out, "the import's Python code did not run (a Python that is not CPython 3?)");
+    py.dec_ref(globals);
+    return;
+  }
+  py.dec_ref(ran);
+  PyObj* result = py.dict_get_item_string(globals, "result");
+  char* data = nullptr;
+  long size = 0;
+  if (result == nullptr || py.bytes_as_string_and_size(result, &data, &size) != 0 || size < 1) {
+    py.err_clear();
+    out->status = kFragscopeTorchFailed;
+    Say(out, "the import's Python code left no answer");
+  } else if (data[0] == '+') {
+    out->status = kFragscopeTorchImported;
+    const size_t words = static_cast<size_t>(size - 1) / sizeof(uint64_t);
+    // The bytes object's buffer is not 8-aligned past its first byte: copy the words out.
+    uint64_t chunk[kRecordWords * 64];
+    for (size_t at = 0; at < words; at += kRecordWords * 64) {
+      const size_t n = words - at < kRecordWords * 64 ? words - at : kRecordWords * 64;
+      memcpy(chunk, data + 1 + at * sizeof(uint64_t), n * sizeof(uint64_t));
+      EnterRecords(chunk, n, out);
+    }
+  } else {
+    out->status = data[0] == '-' ? kFragscopeTorchNoTorch : kFragscopeTorchFailed;
+    Say(out, "%.*s", static_cast<int>(size - 1), data + 1);
+  }
+  py.dec_ref(globals);
+}
+
+void* HelperMain(void* arg) {
+  Job* job = static_cast<Job*>(arg);
+  // The program's signals are for its own threads.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  const uint64_t start = MonotonicMs();
+  const int gil = job->py.gil_ensure();
+  int expected = kWaiting;
+  if (job->state.compare_exchange_strong(expected, kRunning, std::memory_order_acq_rel)) {
+    job->result.waited_ms = static_cast<uint32_t>(MonotonicMs() - start);
+    RunImport(job);
+    job->state.store(kDone, std::memory_order_release);
+  }
+  // Abandoned (the caller gave up waiting, the stream may have started): enter nothing.
+  job->py.gil_release(gil);
+  Unref(job);
+  return nullptr;
+}
+
+}  // namespace
+
+void ImportTorchState(uint32_t wait_ms, FragscopeTorchImport* out) {
+  *out = FragscopeTorchImport{};
+  out->magic = kFragscopeTorchMagic;
+  out->abi = kFragscopeTorchAbi;
+  PythonApi py;
+  if (!LoadPythonApi(&py)) {
+    out->status = kFragscopeTorchNoPython;
+    Say(out, "not a Python process: no CPython C API in it");
+    return;
+  }
+  if (py.is_initialized() == 0) {
+    out->status = kFragscopeTorchNoPython;
+    Say(out, "Python is loaded but not initialized");
+    return;
+  }
+  if (py.is_finalizing != nullptr && py.is_finalizing() != 0) {
+    // A thread that asks for the GIL now would hang (or be ended) by the finalization.
+    out->status = kFragscopeTorchNoPython;
+    Say(out, "the Python interpreter is shutting down");
+    return;
+  }
+  Job* job = static_cast<Job*>(calloc(1, sizeof(Job)));
+  if (job == nullptr) {
+    out->status = kFragscopeTorchFailed;
+    Say(out, "out of memory");
+    return;
+  }
+  job->refs.store(2);
+  job->state.store(kWaiting);
+  job->py = py;
+  job->result = *out;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  const int rc = pthread_create(&thread, &attr, HelperMain, job);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    free(job);
+    out->status = kFragscopeTorchFailed;
+    Say(out, "cannot start a thread for the import: %s", strerror(rc));
+    return;
+  }
+  const uint64_t start = MonotonicMs();
+  const timespec tick{0, 1000000};  // 1 ms
+  for (;;) {
+    const int state = job->state.load(std::memory_order_acquire);
+    if (state == kDone) break;
+    if (state == kWaiting && MonotonicMs() - start >= wait_ms) {
+      int expected = kWaiting;
+      if (job->state.compare_exchange_strong(expected, kAbandoned, std::memory_order_acq_rel)) {
+        out->status = kFragscopeTorchTimedOut;
+        out->waited_ms = static_cast<uint32_t>(MonotonicMs() - start);
+        Say(out,
+            "the Python interpreter's lock (GIL) was not free within %u ms (a thread holds it in "
+            "a long call); nothing was imported",
+            wait_ms);
+        Unref(job);
+        return;
+      }
+      continue;  // it got the GIL just now: the import is running, wait for it
+    }
+    nanosleep(&tick, nullptr);
+  }
+  *out = job->result;
+  Unref(job);
+}
+
+}  // namespace fragscope::agent

@@ -1,0 +1,36 @@
+// PyTorch's caching-allocator state, read inside the process an agent was injected into
+// (`fragscope attach` on a process started without the agent), so that the first snapshot of
+// the attach is exact for PyTorch's memory instead of calling all of it `untracked`.
+//
+// How: the Python C API is looked up with dlsym in the running process (the agent never links
+// libpython: it also loads into processes without Python). If CPython is initialized, a thread
+// of the agent's own takes the GIL with PyGILState_Ensure (as pyrasite does from gdb), runs a
+// few lines of Python in a fresh namespace that call torch.cuda.memory_snapshot() when torch is
+// in sys.modules with CUDA initialized, and, still holding the GIL, enters each segment as a
+// live allocation (API_torch_snapshot, the segment's device, address, size and stream) and
+// each active block as a live sub-allocator block (its stream and pool; a pending free stays
+// pending). A segment without active blocks gets a zero-byte block at its start, as the
+// adapter's snapshot diff does, so the collector knows it is PyTorch's and all free. Expandable
+// segments are skipped (their VMM reservations and mappings are not rebuilt): they stay
+// `untracked`, and the answer says how many.
+//
+// The caller waits at most `wait_ms` for the GIL. After that the import is abandoned: the
+// helper thread, if it ever gets the GIL, releases it at once and enters nothing, so nothing is
+// entered after the caller returned (and after the snapshot that follows).
+#ifndef FRAGSCOPE_INTERPOSE_PYTHON_STATE_H_
+#define FRAGSCOPE_INTERPOSE_PYTHON_STATE_H_
+
+#include <cstdint>
+
+#include "inject_abi.h"
+
+namespace fragscope::agent {
+
+// Fills *out (magic, abi, status and the per-device counts). Call with the agent started
+// (the live table mapped), after libcuda is patched: segments PyTorch takes or gives back from
+// then on are seen by the hooks, so the live table stays right around the import.
+void ImportTorchState(uint32_t wait_ms, FragscopeTorchImport* out);
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_INTERPOSE_PYTHON_STATE_H_
