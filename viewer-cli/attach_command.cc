@@ -11,7 +11,10 @@
 //   then libcuda's tracked functions patched in place), the stream covers the attach window
 //   only, and memory from before it is reported as unknown (`untracked`). At detach the original
 //   bytes of libcuda are put back; the agent stays loaded and dormant (dlclose is not safe), and
-//   a later attach patches again.
+//   a later attach patches again. In a CPython process with torch and CUDA initialized, the
+//   agent first imports PyTorch's caching-allocator state (interpose/src/python_state.h), so
+//   PyTorch's segments and blocks are exact from the first snapshot; memory from before the
+//   attach outside it stays `untracked`.
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -27,6 +30,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -37,6 +41,7 @@
 #include "commands.h"
 #include "exit_codes.h"
 #include "fragscope/server/session_server.h"
+#include "inject_abi.h"
 #include "install_layout.h"
 #include "ptrace_injector.h"
 #include "report_output.h"
@@ -50,10 +55,13 @@ constexpr char kUsage[] =
     "  -o, --output TRACE     keep the trace\n"
     "  --format text|json     report format (default text)\n"
     "  --report FILE          write the report to FILE instead of stdout\n"
+    "  --torch-wait S         injection into Python: wait at most S seconds (default 5) for the\n"
+    "                         interpreter's lock to import PyTorch's allocator state\n"
     "A process started with the agent dormant is woken through its control socket:\n"
     "  LD_PRELOAD=/path/to/libfragscope.so FRAGSCOPE_DORMANT=1 CMD ARGS...\n"
     "Into any other CUDA process the agent is injected (ptrace; x86-64), and memory allocated\n"
-    "before the attach is reported as unknown.\n";
+    "before the attach is reported as unknown, except PyTorch's caching allocator state, which\n"
+    "is imported when the process runs torch with CUDA initialized.\n";
 
 volatile sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int) { g_interrupted = 1; }
@@ -118,6 +126,7 @@ std::string Inject(pid_t pid, InjectedAgent* agent) {
                  std::string(s.message()).c_str());
     return "";
   }
+  agent->library = path;
   std::fprintf(stderr, "fragscope attach: injected %s into pid %d; %zu driver functions hooked\n",
                path.c_str(), pid, agent->patches.size());
   if (agent->refused > 0) {
@@ -187,15 +196,65 @@ std::string AskAgent(const std::string& socket_path, const std::string& command)
   return answer;
 }
 
+// Asks the injected agent to import PyTorch's caching-allocator state before the stream starts,
+// and says in one line what was imported, or why nothing was (then memory from before the
+// attach is all `untracked`). Never fatal: the attach goes on either way.
+void ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
+  auto answer = std::make_unique<FragscopeTorchImport>();
+  if (absl::Status s = ImportTorchState(pid, agent.library, wait_ms, answer.get()); !s.ok()) {
+    std::fprintf(stderr,
+                 "fragscope attach: PyTorch's state not imported (%s); memory allocated before "
+                 "the attach is reported as untracked\n",
+                 std::string(s.message()).c_str());
+    return;
+  }
+  const FragscopeTorchImport& a = *answer;
+  std::string notes(a.message, strnlen(a.message, sizeof(a.message)));
+  while (!notes.empty() && (notes.back() == ' ' || notes.back() == ';')) notes.pop_back();
+  if (a.status != kFragscopeTorchImported) {
+    std::fprintf(stderr,
+                 "fragscope attach: PyTorch's state not imported (%s); memory allocated before "
+                 "the attach is reported as untracked\n",
+                 notes.empty() ? "no reason given" : notes.c_str());
+    return;
+  }
+  if (a.device_count == 0) {
+    std::fprintf(stderr,
+                 "fragscope attach: imported PyTorch's caching allocator state: 0 segments, 0 "
+                 "blocks (it holds no device memory); memory allocated before the attach outside "
+                 "it is reported as untracked\n");
+  }
+  for (uint32_t i = 0; i < a.device_count; ++i) {
+    const FragscopeTorchDevice& d = a.devices[i];
+    std::string skipped;
+    if (d.skipped_segments > 0) {
+      skipped = absl::StrFormat(
+          "; %u expandable segments not imported (their mappings are not rebuilt: untracked)",
+          d.skipped_segments);
+    }
+    std::fprintf(stderr,
+                 "fragscope attach: imported PyTorch's caching allocator state: %u segments, %u "
+                 "blocks (device %d)%s\n",
+                 d.segments, d.blocks, d.device, skipped.c_str());
+  }
+  if (a.device_count > 0) {
+    std::fprintf(stderr,
+                 "fragscope attach: memory allocated before the attach outside PyTorch's caching "
+                 "allocator is reported as untracked%s%s\n",
+                 notes.empty() ? "" : "; ", notes.c_str());
+  }
+}
+
 }  // namespace
 
 int AttachCommand(const std::vector<std::string>& args) {
-  std::string duration_text, trace_path, format_name = "text", report_path;
+  std::string duration_text, trace_path, format_name = "text", report_path, torch_wait_text;
   ArgReader reader("attach", args);
   reader.Option("duration", "", &duration_text);
   reader.Option("output", "o", &trace_path);
   reader.Option("format", "f", &format_name);
   reader.Option("report", "", &report_path);
+  reader.Option("torch-wait", "", &torch_wait_text);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   ReportFormat format;
   if (!ParseReportFormat(format_name, &format)) {
@@ -213,6 +272,13 @@ int AttachCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr,
                  "fragscope attach: --duration '%s' must be a whole number of seconds > 0\n",
                  duration_text.c_str());
+    return kExitUsage;
+  }
+  long torch_wait_s = 5;
+  if (!torch_wait_text.empty() && !ParsePositive(torch_wait_text, 600, &torch_wait_s)) {
+    std::fprintf(
+        stderr, "fragscope attach: --torch-wait '%s' must be a whole number of seconds, 1 to 600\n",
+        torch_wait_text.c_str());
     return kExitUsage;
   }
   const pid_t pid = static_cast<pid_t>(pid_value);
@@ -237,6 +303,9 @@ int AttachCommand(const std::vector<std::string>& args) {
     injected.emplace();
     control = Inject(pid, &*injected);
     if (control.empty()) return kExitBadInput;
+    // After the patches (PyTorch's segments taken or given back from now on are seen by the
+    // hooks) and before the wake (whose snapshot then holds what PyTorch had).
+    ImportTorch(pid, *injected, static_cast<uint32_t>(torch_wait_s * 1000));
   } else if (control.empty()) {
     std::fprintf(stderr,
                  "fragscope attach: pid %d has the agent loaded but no control socket: it was "

@@ -445,6 +445,38 @@ absl::Status MoveThreadsOut(StoppedProcess& stopped, const InjectedAgent& agent)
   return absl::OkStatus();
 }
 
+// Stops one thread of `pid` that waits in a system call (not a memory-management one: a
+// thread stopped in user code, or in mmap/brk, may hold the allocator's or the loader's locks
+// that the calls we make in it need), retrying for 3 s. It stays stopped in `borrowed`.
+absl::StatusOr<pid_t> BorrowWaitingThread(pid_t pid, StoppedProcess& borrowed) {
+  const auto give_up = Clock::now() + std::chrono::seconds(3);
+  for (;;) {
+    for (pid_t candidate : ListThreads(pid)) {
+      absl::Status s = borrowed.Stop(candidate);
+      if (s.code() == absl::StatusCode::kPermissionDenied) return s;
+      if (!s.ok()) continue;
+      user_regs_struct r;
+      if (GetRegs(candidate, &r) && static_cast<int64_t>(r.orig_rax) >= 0 &&
+          !MemoryManagementSyscall(static_cast<long>(r.orig_rax)) &&
+          borrowed.threads()[candidate].pending_signal == 0) {
+        return candidate;
+      }
+      borrowed.Release(candidate);
+    }
+    if (ListThreads(pid).empty()) {
+      return absl::NotFoundError(absl::StrFormat("pid %d ended", pid));
+    }
+    if (Clock::now() > give_up) {
+      return absl::UnavailableError(absl::StrFormat(
+          "no thread of pid %d was waiting in a system call in 3 s of trying, and a thread "
+          "stopped in user code may hold the allocator's or loader's locks that loading the "
+          "agent needs; try again when the process is waiting (e.g. on the GPU or I/O)",
+          pid));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 enum class Write { kPatch, kOriginal };
 
 absl::Status WriteAll(pid_t pid, const InjectedAgent& agent, Write what) {
@@ -590,35 +622,9 @@ absl::Status InjectAgent(pid_t pid, const std::string& agent_path, InjectedAgent
   // Borrow a thread waiting in a system call: it holds no user-space lock of the allocator or
   // loader, which dlopen needs.
   StoppedProcess borrowed(pid);
-  pid_t tid = 0;
-  const auto give_up = Clock::now() + std::chrono::seconds(3);
-  while (tid == 0) {
-    for (pid_t candidate : ListThreads(pid)) {
-      absl::Status s = borrowed.Stop(candidate);
-      if (s.code() == absl::StatusCode::kPermissionDenied) return s;
-      if (!s.ok()) continue;
-      user_regs_struct r;
-      if (GetRegs(candidate, &r) && static_cast<int64_t>(r.orig_rax) >= 0 &&
-          !MemoryManagementSyscall(static_cast<long>(r.orig_rax)) &&
-          borrowed.threads()[candidate].pending_signal == 0) {
-        tid = candidate;
-        break;
-      }
-      borrowed.Release(candidate);
-    }
-    if (tid != 0) break;
-    if (ListThreads(pid).empty()) {
-      return absl::NotFoundError(absl::StrFormat("pid %d ended", pid));
-    }
-    if (Clock::now() > give_up) {
-      return absl::UnavailableError(absl::StrFormat(
-          "no thread of pid %d was waiting in a system call in 3 s of trying, and a thread "
-          "stopped in user code may hold the allocator's or loader's locks that loading the "
-          "agent needs; try again when the process is waiting (e.g. on the GPU or I/O)",
-          pid));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  absl::StatusOr<pid_t> borrowed_tid = BorrowWaitingThread(pid, borrowed);
+  if (!borrowed_tid.ok()) return borrowed_tid.status();
+  const pid_t tid = *borrowed_tid;
 
   absl::StatusOr<uint64_t> handle = CallInTarget(
       pid, tid, *dlopen_at, {kStringArg, static_cast<uint64_t>(RTLD_NOW)}, {agent_path}, 60);
@@ -684,6 +690,45 @@ absl::Status RemovePatches(pid_t pid, const InjectedAgent& agent) {
 #else
   (void)pid;
   return absl::UnimplementedError("attach by injection is implemented for x86-64 only");
+#endif
+}
+
+absl::Status ImportTorchState(pid_t pid, const std::string& agent_path, uint32_t wait_ms,
+                              FragscopeTorchImport* out) {
+#if !defined(__x86_64__)
+  (void)pid;
+  (void)agent_path;
+  (void)wait_ms;
+  (void)out;
+  return absl::UnimplementedError("attach by injection is implemented for x86-64 only");
+#else
+  std::optional<uint64_t> entry = FindSymbolInProcess(pid, agent_path, kFragscopeTorchImportEntry);
+  if (!entry) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the agent loaded in pid %d (%s) has no %s: it is an older build; PyTorch's state cannot "
+        "be imported",
+        pid, agent_path, kFragscopeTorchImportEntry));
+  }
+  StoppedProcess borrowed(pid);
+  absl::StatusOr<pid_t> tid = BorrowWaitingThread(pid, borrowed);
+  if (!tid.ok()) return tid.status();
+  // The agent bounds its own wait (wait_ms for the GIL, then the import itself); this bound
+  // only guards against a thread that never comes back.
+  const int timeout_s = static_cast<int>(wait_ms / 1000) + 60;
+  absl::StatusOr<uint64_t> answer_at = CallInTarget(pid, *tid, *entry, {wait_ms}, {}, timeout_s);
+  if (!answer_at.ok()) return answer_at.status();
+  if (*answer_at == 0 || !PeekBytes(pid, *tid, *answer_at, out, sizeof(*out))) {
+    return absl::InternalError(
+        absl::StrFormat("cannot read the agent's PyTorch import answer in pid %d", pid));
+  }
+  borrowed.Release();
+  if (out->magic != kFragscopeTorchMagic || out->abi != kFragscopeTorchAbi) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the agent loaded in pid %d is another version than this fragscope (%s)", pid, agent_path));
+  }
+  out->message[sizeof(out->message) - 1] = '\0';
+  if (out->device_count > kFragscopeTorchMaxDevices) out->device_count = kFragscopeTorchMaxDevices;
+  return absl::OkStatus();
 #endif
 }
 

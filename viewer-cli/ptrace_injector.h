@@ -26,6 +26,8 @@
 
 #include "absl/status/status.h"
 
+struct FragscopeTorchImport;  // interpose/src/inject_abi.h
+
 namespace fragscope::cli {
 
 struct InjectedPatch {
@@ -39,6 +41,7 @@ struct InjectedAgent {
   std::vector<InjectedPatch> patches;
   uint32_t refused = 0;     // tracked functions that could not be patched
   std::string refused_why;  // "name: reason; ..."
+  std::string library;      // the agent's path, as the process loaded it
 };
 
 // "" when this process may ptrace `pid` as far as the kernel's settings say; otherwise what
@@ -48,6 +51,14 @@ std::string PtraceRestriction(pid_t pid);
 // Loads `agent_path` (absolute) into `pid` and writes the patches it prepared. On error nothing
 // is patched (the library may stay loaded, dormant).
 absl::Status InjectAgent(pid_t pid, const std::string& agent_path, InjectedAgent* out);
+
+// After InjectAgent: makes the agent import PyTorch's caching-allocator state (a CPython process
+// with torch and CUDA initialized; interpose/src/python_state.h) into its live table before the
+// stream starts. A borrowed thread waits in the agent at most `wait_ms` for the GIL (taken by a
+// thread of the agent's own). *out says what was imported, or why nothing was; an error status
+// only when the call itself could not be made.
+absl::Status ImportTorchState(pid_t pid, const std::string& agent_path, uint32_t wait_ms,
+                              FragscopeTorchImport* out);
 
 // Puts the original bytes back (detach).
 absl::Status RemovePatches(pid_t pid, const InjectedAgent& agent);
