@@ -23,6 +23,7 @@
 #include <set>
 #include <sstream>
 
+#include "attach_test_util.h"
 #include "ptrace_injector.h"
 #include "traced_process.h"
 
@@ -36,78 +37,12 @@ const char* const kWatched[] = {"cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsyn
 
 using LiveSet = std::map<uint64_t, uint64_t>;
 
-// Why this machine cannot run these tests, or "".
-std::string WhyNotPossible() {
-  std::ifstream scope_file("/proc/sys/kernel/yama/ptrace_scope");
-  int scope = 0;
-  if (scope_file >> scope) {
-    // `fragscope attach` runs as a sibling of the program here, not as its parent.
-    if (scope == 3 || (scope >= 1 && geteuid() != 0)) {
-      return "kernel.yama.ptrace_scope=" + std::to_string(scope) +
-             " does not let fragscope attach ptrace a process that is not its child";
-    }
-  }
-  pid_t child = fork();
-  if (child == 0) {
-    pause();
-    _exit(0);
-  }
-  std::string why;
-  if (ptrace(PTRACE_SEIZE, child, nullptr, nullptr) != 0) {
-    why = std::string("a trial PTRACE_SEIZE of a child failed: ") + strerror(errno) +
-          " (a container without SYS_PTRACE, or a seccomp profile)";
-  } else {
-    ptrace(PTRACE_DETACH, child, nullptr, nullptr);
-  }
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
-  if (!why.empty()) return why;
-  void* capstone = dlopen("libcapstone.so.4", RTLD_NOW | RTLD_LOCAL);
-  if (capstone == nullptr) capstone = dlopen("libcapstone.so.5", RTLD_NOW | RTLD_LOCAL);
-  if (capstone == nullptr) return "Capstone (libcapstone) is not installed";
-  return "";
-}
-
-#define SKIP_IF_IMPOSSIBLE()                                                   \
-  do {                                                                         \
-    if (std::string why = WhyNotPossible(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
-
 RunOptions Plain(const TempDir& dir) {
   return RunOptions{false,
                     {{"XDG_RUNTIME_DIR", dir.path()}, {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}};
 }
 
 RunOptions Cli(const TempDir& dir) { return RunOptions{false, {{"XDG_RUNTIME_DIR", dir.path()}}}; }
-
-std::string AgentSocket(const TempDir& dir, int pid) {
-  return dir.path() + "/fragscope/agent-" + std::to_string(pid) + ".sock";
-}
-
-std::string Status(const std::string& socket_path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
-  std::string answer;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    ssize_t ignored = send(fd, "status\n", 7, MSG_NOSIGNAL);
-    (void)ignored;
-    char buffer[512];
-    ssize_t n;
-    while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
-  }
-  close(fd);
-  return answer;
-}
-
-bool WaitForStreaming(const std::string& socket_path) {
-  for (int i = 0; i < 6000; ++i) {  // safety net, not a timing assertion
-    if (Status(socket_path).rfind("ok streaming", 0) == 0) return true;
-    usleep(10000);
-  }
-  return false;
-}
 
 std::map<std::string, std::vector<uint8_t>> CodeBytes(int pid) {
   std::map<std::string, std::vector<uint8_t>> bytes;

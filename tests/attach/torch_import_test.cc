@@ -1,0 +1,267 @@
+// `fragscope attach PID` injected into a Python process: with torch loaded and CUDA
+// initialized, the agent imports PyTorch's caching-allocator state before its first snapshot
+// (interpose/src/python_state.h), so PyTorch's segments and blocks are exact from the start,
+// while memory from before the attach outside PyTorch stays `untracked`.
+//
+// The program is tests/attach/apps/torch_state_app.py: CI has python3 but not torch, so a
+// stand-in `torch` module in sys.modules describes segments the program really allocated
+// through the fake CUDA runtime. RealTorch* runs real PyTorch on the fake device when CMake was
+// given -DFRAGSCOPE_TORCH_PYTHON (ctest -L torch) and skips, saying why, otherwise.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attach_test_util.h"
+#include "traced_process.h"
+
+namespace fragscope::agent_test {
+namespace {
+
+const std::string kCli = FRAGSCOPE_CLI_BIN;
+const std::string kApp = FRAGSCOPE_TORCH_APP;
+constexpr uint64_t kMiB = 1 << 20;
+
+RunOptions Cli(const TempDir& dir) { return RunOptions{false, {{"XDG_RUNTIME_DIR", dir.path()}}}; }
+
+// What the program said it holds (its `state {...}` line).
+nlohmann::json State(const LiveProcess& app) {
+  for (const std::vector<std::string>& words : Lines(app.out())) {
+    if (words.size() >= 2 && words[0] == "state") {
+      const std::string& out = app.out();
+      const size_t at = out.find("state ") + 6;
+      return nlohmann::json::parse(out.substr(at, out.find('\n', at) - at));
+    }
+  }
+  return nlohmann::json();
+}
+
+nlohmann::json Report(const TempDir& dir) {
+  return nlohmann::json::parse(ReadFile(dir.File("report.json")), nullptr, false);
+}
+
+// Live allocations of a snapshot by address, and those entered from PyTorch's state.
+struct SnapshotView {
+  std::map<uint64_t, uint64_t> allocations;
+  std::set<uint64_t> from_torch;
+  std::map<uint64_t, uint64_t> blocks;  // address -> size
+  std::set<uint64_t> pending;
+};
+
+SnapshotView View(const v1::Snapshot& s) {
+  SnapshotView v;
+  for (const auto& a : s.allocations()) {
+    v.allocations[a.address()] = a.size();
+    if (a.api() == v1::API_torch_snapshot) v.from_torch.insert(a.address());
+  }
+  for (const auto& b : s.blocks()) {
+    v.blocks[b.address()] = b.size();
+    if (b.pending_free()) v.pending.insert(b.address());
+  }
+  return v;
+}
+
+// Memory from before the attach outside PyTorch: measured (at least what the program holds
+// there) or unknown with a reason, never zero.
+void ExpectUntracked(const nlohmann::json& device, uint64_t at_least) {
+  if (device["untracked_bytes"].is_null()) {
+    EXPECT_FALSE(device["untracked_null_reason"].get<std::string>().empty()) << device.dump();
+  } else {
+    EXPECT_GE(device["untracked_bytes"].get<uint64_t>(), at_least) << device.dump();
+  }
+}
+
+TEST(TorchImportTest, PyTorchStateIsExactFromTheFirstSnapshotTheRestUntracked) {
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  LiveProcess app(FRAGSCOPE_PYTHON3, {kApp, "fake"}, Cli(dir));
+  ASSERT_TRUE(app.WaitForLine("ready")) << app.err();
+  const nlohmann::json state = State(app);
+  ASSERT_TRUE(state.is_object()) << app.out();
+
+  LiveProcess attach(kCli,
+                     {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
+                      "json", "--report", dir.File("report.json")},
+                     Cli(dir));
+  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
+  app.Send("alloc");  // after the attach: a segment the hooks see
+  ASSERT_TRUE(app.WaitForLine("allocated")) << app.err();
+  kill(attach.pid(), SIGINT);
+  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  EXPECT_NE(attach.err().find("imported PyTorch's caching allocator state: 3 segments, 3 blocks "
+                              "(device 0)"),
+            std::string::npos)
+      << attach.err();
+  EXPECT_NE(attach.err().find("outside PyTorch's caching allocator is reported as untracked"),
+            std::string::npos)
+      << attach.err();
+  app.Send("ping");
+  ASSERT_TRUE(app.WaitForLine("pong")) << "the program must run on after the import";
+
+  // The first snapshot: PyTorch's segments (API_torch_snapshot) and its active blocks, the
+  // all-free segment marked by a zero-byte block at its start; nothing else from before.
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  ASSERT_NE(trace.hello(), nullptr);
+  EXPECT_EQ(trace.hello()->backend(), v1::Hello::BACKEND_INJECTED);
+  ASSERT_FALSE(trace.Snapshots().empty());
+  const v1::Snapshot& first = *trace.Snapshots().front();
+  EXPECT_EQ(first.reason(), v1::Snapshot::REASON_STREAM_START);
+  EXPECT_FALSE(first.complete_history());
+  const SnapshotView view = View(first);
+  const std::vector<uint64_t> segments = state["segments"].get<std::vector<uint64_t>>();
+  ASSERT_EQ(segments.size(), 3u);
+  EXPECT_EQ(view.from_torch, std::set<uint64_t>(segments.begin(), segments.end()));
+  EXPECT_EQ(view.allocations,
+            (std::map<uint64_t, uint64_t>{
+                {segments[0], 2 * kMiB}, {segments[1], 20 * kMiB}, {segments[2], 4 * kMiB}}));
+  EXPECT_EQ(view.blocks, (std::map<uint64_t, uint64_t>{{segments[0], 512},
+                                                       {segments[0] + 1536, 4096},
+                                                       {segments[1], 8 * kMiB},
+                                                       {segments[2], 0}}));
+  EXPECT_EQ(view.pending, std::set<uint64_t>{segments[0] + 1536});
+
+  // The report: PyTorch's reserved and allocated, plus the segment allocated after the attach
+  // (opaque: all allocated); the memory allocated outside PyTorch before it is untracked.
+  const nlohmann::json report = Report(dir);
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_EQ(report["process"]["history_complete"], false);
+  const nlohmann::json& device = report["devices"][0];
+  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), state["reserved"].get<uint64_t>() + 2 * kMiB)
+      << device.dump();
+  EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(),
+            state["allocated"].get<uint64_t>() + 2 * kMiB)
+      << device.dump();
+  EXPECT_EQ(device["pending_free_bytes"].get<uint64_t>(), state["pending"].get<uint64_t>())
+      << device.dump();
+  ExpectUntracked(device, state["outside_bytes"].get<uint64_t>());
+  app.Finish();
+}
+
+TEST(TorchImportTest, WithoutTorchNothingIsImportedAndTheAttachSaysSo) {
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  LiveProcess app(FRAGSCOPE_PYTHON3, {kApp, "plain"}, Cli(dir));
+  ASSERT_TRUE(app.WaitForLine("ready")) << app.err();
+  const nlohmann::json state = State(app);
+  RunResult attach =
+      RunProgram(kCli,
+                 {"attach", std::to_string(app.pid()), "--duration", "1", "-o", dir.File("t.fst"),
+                  "--format", "json", "--report", dir.File("report.json")},
+                 Cli(dir));
+  ASSERT_EQ(attach.exit_code, 0) << attach.err;
+  EXPECT_NE(attach.err.find("PyTorch's state not imported (torch is not imported in this Python "
+                            "process); memory allocated before the attach is reported as "
+                            "untracked"),
+            std::string::npos)
+      << attach.err;
+  app.Send("ping");
+  ASSERT_TRUE(app.WaitForLine("pong"));
+
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_FALSE(trace.Snapshots().empty());
+  EXPECT_EQ(trace.Snapshots().front()->allocations_size(), 0);
+  EXPECT_EQ(trace.Snapshots().front()->blocks_size(), 0);
+  const nlohmann::json report = Report(dir);
+  ASSERT_FALSE(report.is_discarded());
+  const nlohmann::json& devices = report["devices"];
+  if (!devices.empty()) {
+    EXPECT_EQ(devices[0]["reserved_bytes"].get<uint64_t>(), 0u);
+    ExpectUntracked(devices[0],
+                    state["reserved"].get<uint64_t>() + state["outside_bytes"].get<uint64_t>());
+  }
+  app.Finish();
+}
+
+// The main thread sleeps in C holding the GIL: the import gives up after --torch-wait, the
+// attach goes on without it and says so, and the helper thread that later gets the GIL enters
+// nothing (the stream holds no PyTorch segment) and leaves the program working.
+TEST(TorchImportTest, AHeldGilBoundsTheWaitAndImportsNothingLate) {
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  LiveProcess app(FRAGSCOPE_PYTHON3, {kApp, "fake"}, Cli(dir));
+  ASSERT_TRUE(app.WaitForLine("ready")) << app.err();
+  app.Send("hold 4");
+  ASSERT_TRUE(app.WaitForLine("holding"));
+  LiveProcess attach(
+      kCli, {"attach", std::to_string(app.pid()), "--torch-wait", "1", "-o", dir.File("t.fst")},
+      Cli(dir));
+  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
+  ASSERT_TRUE(app.WaitForLine("held")) << app.err();
+  app.Send("ping");  // the main thread releases the GIL: the abandoned helper takes it, and ends
+  ASSERT_TRUE(app.WaitForLine("pong")) << app.err();
+  app.Send("ping");
+  ASSERT_TRUE(app.WaitForLine("pong")) << app.err();
+  kill(attach.pid(), SIGINT);
+  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  EXPECT_NE(attach.err().find("PyTorch's state not imported (the Python interpreter's lock (GIL) "
+                              "was not free within 1000 ms"),
+            std::string::npos)
+      << attach.err();
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  for (const v1::Snapshot* s : trace.Snapshots()) {
+    EXPECT_TRUE(View(*s).from_torch.empty()) << "entered after the wait was given up";
+  }
+  app.Finish();
+}
+
+// Real PyTorch 2.x on the fake device: the figures equal torch.cuda.memory_reserved() and
+// memory_allocated() as the program read them before the attach.
+TEST(RealTorchImportTest, ReservedAndAllocatedEqualTorchs) {
+  const std::string python = FRAGSCOPE_TORCH_PYTHON;
+  if (python.empty()) {
+    GTEST_SKIP() << "no python with torch configured (cmake -DFRAGSCOPE_TORCH_PYTHON=/path/to/"
+                    "python; see README.md, PyTorch)";
+  }
+  if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << python << " is not executable";
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  RunOptions options = Cli(dir);
+  // torch finds NVIDIA's runtime through its RPATH: the fake one is preloaded in its place
+  // (tests/fakecuda/README.md, "Real PyTorch"). The agent is not.
+  options.env["LD_PRELOAD"] = FakeCudaLibDir() + "/libcudart.so.13";
+  options.env["FAKECUDA_CAPACITY"] = "768M";
+  options.env["PYTHONNOUSERSITE"] = "1";
+  LiveProcess app(python, {kApp, "real"}, options);
+  if (!app.WaitForLine("ready", 600)) {
+    if (app.err().find("No module named 'torch'") != std::string::npos) {
+      GTEST_SKIP() << python << " cannot import torch";
+    }
+    FAIL() << app.err();
+  }
+  const nlohmann::json state = State(app);
+  RunResult attach =
+      RunProgram(kCli,
+                 {"attach", std::to_string(app.pid()), "--duration", "1", "-o", dir.File("t.fst"),
+                  "--format", "json", "--report", dir.File("report.json")},
+                 Cli(dir));
+  ASSERT_EQ(attach.exit_code, 0) << attach.err;
+  EXPECT_NE(attach.err.find("imported PyTorch's caching allocator state: "), std::string::npos)
+      << attach.err;
+  app.Send("ping");
+  ASSERT_TRUE(app.WaitForLine("pong"));
+  const nlohmann::json report = Report(dir);
+  ASSERT_FALSE(report.is_discarded());
+  const nlohmann::json& device = report["devices"][0];
+  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), state["reserved"].get<uint64_t>())
+      << device.dump() << "\n"
+      << attach.err;
+  EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), state["allocated"].get<uint64_t>())
+      << device.dump();
+  ExpectUntracked(device, state["outside_bytes"].get<uint64_t>());
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_FALSE(trace.Snapshots().empty());
+  const std::vector<uint64_t> segments = state["segments"].get<std::vector<uint64_t>>();
+  EXPECT_EQ(View(*trace.Snapshots().front()).from_torch,
+            std::set<uint64_t>(segments.begin(), segments.end()));
+  app.Finish();
+}
+
+}  // namespace
+}  // namespace fragscope::agent_test
