@@ -11,6 +11,7 @@ namespace fragscope::agent {
 
 LiveTable::~LiveTable() {
   if (slots_mem_ != nullptr) munmap(slots_mem_, slots_ * sizeof(Slot));
+  if (cold_ != nullptr) munmap(cold_, slots_ * sizeof(Cold));
 }
 
 bool LiveTable::Init(size_t slots) {
@@ -19,33 +20,92 @@ bool LiveTable::Init(size_t slots) {
   void* mem = mmap(nullptr, n * sizeof(Slot), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mem == MAP_FAILED) return false;
-  // Entries land at random slots: huge pages spare a TLB miss per event where THP is allowed.
+  void* cold = mmap(nullptr, n * sizeof(Cold), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (cold == MAP_FAILED) {
+    munmap(mem, n * sizeof(Slot));
+    return false;
+  }
+  // Windows of keys land at random runs: huge pages spare a TLB miss per new run where THP is
+  // allowed.
   madvise(mem, n * sizeof(Slot), MADV_HUGEPAGE);
   slots_mem_ = static_cast<Slot*>(mem);  // zero pages: every state is kEmpty
+  cold_ = static_cast<Cold*>(cold);
   slots_ = n;
   return true;
 }
 
-void LiveTable::CopyEntry(LiveEntry* dst, const LiveEntry* src) {
-  auto* d = reinterpret_cast<uint64_t*>(dst);
-  auto* s = reinterpret_cast<const uint64_t*>(src);
-  // Unrolled: 12 load/store pairs instead of a loop of 6 instructions a word (every insert,
-  // erase and find copies an entry).
-#pragma GCC unroll 16
-  for (size_t i = 0; i < sizeof(LiveEntry) / 8; ++i) {
-    // acquire: the scanner's re-check of the state word must not move above these reads
-    // (free on x86; a fence would do, but sanitizers do not model fences).
-    __atomic_store_n(&d[i], __atomic_load_n(&s[i], __ATOMIC_ACQUIRE), __ATOMIC_RELAXED);
+namespace {
+
+// Relaxed word loads and stores: acquire on the loads so that the scanner's re-check of the
+// state word does not move above them (free on x86; a fence would do, but sanitizers do not
+// model fences).
+inline uint64_t LoadWord(const uint64_t& word) { return __atomic_load_n(&word, __ATOMIC_ACQUIRE); }
+inline void StoreWord(uint64_t& word, uint64_t value) {
+  __atomic_store_n(&word, value, __ATOMIC_RELAXED);
+}
+
+}  // namespace
+
+void LiveTable::StoreEntry(size_t index, const LiveEntry& e) {
+  Slot& slot = slots_mem_[index];
+  const bool cold = (e.pool | e.handle | e.offset | static_cast<uint64_t>(e.refs) |
+                     static_cast<uint64_t>(e.maps)) != 0;
+  // Devices are small ordinals (-1: unknown); 16 bits hold them.
+  const uint16_t device = static_cast<uint16_t>(static_cast<int16_t>(e.device));
+  const uint8_t flags = static_cast<uint8_t>((e.flags & ~kColdFlag) | (cold ? kColdFlag : 0));
+  StoreWord(slot.header, static_cast<uint64_t>(e.cls) |
+                             static_cast<uint64_t>(static_cast<uint16_t>(e.api)) << 8 |
+                             static_cast<uint64_t>(static_cast<uint8_t>(e.kind)) << 24 |
+                             static_cast<uint64_t>(flags) << 32 |
+                             static_cast<uint64_t>(device) << 48);
+  StoreWord(slot.address, e.address);
+  StoreWord(slot.size, e.size);
+  StoreWord(slot.seq, e.seq);
+  StoreWord(slot.stream, e.stream);
+  StoreWord(slot.stack_id, e.stack_id);
+  if (cold) {
+    Cold& c = cold_[index];
+    StoreWord(c.pool, e.pool);
+    StoreWord(c.handle, e.handle);
+    StoreWord(c.offset, e.offset);
+    StoreWord(c.refs, static_cast<uint64_t>(e.refs));
+    StoreWord(c.maps, static_cast<uint64_t>(e.maps));
+  }
+}
+
+void LiveTable::LoadEntry(size_t index, LiveEntry* out) const {
+  const Slot& slot = slots_mem_[index];
+  const uint64_t header = LoadWord(slot.header);
+  out->cls = static_cast<LiveClass>(header & 0xff);
+  out->api = static_cast<Api>((header >> 8) & 0xffff);
+  out->kind = static_cast<MemoryKind>((header >> 24) & 0xff);
+  const uint8_t flags = static_cast<uint8_t>((header >> 32) & 0xff);
+  out->flags = static_cast<uint8_t>(flags & ~kColdFlag);
+  out->device = static_cast<int16_t>(static_cast<uint16_t>(header >> 48));
+  out->address = LoadWord(slot.address);
+  out->size = LoadWord(slot.size);
+  out->seq = LoadWord(slot.seq);
+  out->stream = LoadWord(slot.stream);
+  out->stack_id = LoadWord(slot.stack_id);
+  if ((flags & kColdFlag) != 0) {
+    const Cold& c = cold_[index];
+    out->pool = LoadWord(c.pool);
+    out->handle = LoadWord(c.handle);
+    out->offset = LoadWord(c.offset);
+    out->refs = static_cast<int64_t>(LoadWord(c.refs));
+    out->maps = static_cast<int64_t>(LoadWord(c.maps));
+  } else {
+    out->pool = out->handle = out->offset = 0;
+    out->refs = out->maps = 0;
   }
 }
 
 bool LiveTable::HoldsKey(const Slot& slot, LiveClass cls, uint64_t key) {
   // Atomic reads: a writer may be claiming the slot meanwhile; the caller's compare-and-swap
   // on the state word then fails and it looks again, so a stale answer does no harm.
-  return __atomic_load_n(&slot.entry.address, __ATOMIC_RELAXED) == key &&
-         // (through the underlying byte: clang's __atomic builtins refuse enum pointers)
-         __atomic_load_n(reinterpret_cast<const uint8_t*>(&slot.entry.cls), __ATOMIC_RELAXED) ==
-             static_cast<uint8_t>(cls);
+  return __atomic_load_n(&slot.address, __ATOMIC_RELAXED) == key &&
+         (__atomic_load_n(&slot.header, __ATOMIC_RELAXED) & 0xff) == static_cast<uint64_t>(cls);
 }
 
 void LiveTable::Backoff(int attempt) {
@@ -111,8 +171,9 @@ bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
         t_live_slot_held = outer;
         continue;  // changed under us: look again
       }
-      CopyEntry(&slot.entry, &entry);
-      if (index != nullptr) *index = static_cast<size_t>(&slot - slots_mem_);
+      const size_t at = static_cast<size_t>(&slot - slots_mem_);
+      StoreEntry(at, entry);
+      if (index != nullptr) *index = at;
       slot.state.store(Next(Next(s, kBusy), kLive), std::memory_order_release);
       t_live_slot_held = outer;
       return true;
@@ -130,7 +191,7 @@ bool LiveTable::Erase(LiveClass cls, uint64_t key, LiveEntry* out, size_t* index
     t_live_slot_held = outer;
     return false;
   }
-  if (out != nullptr) CopyEntry(out, &slot->entry);
+  if (out != nullptr) LoadEntry(static_cast<size_t>(slot - slots_mem_), out);
   __atomic_store_n(&slot->removed_seq, index != nullptr ? kSeqPending : 0, __ATOMIC_RELAXED);
   if (index != nullptr) *index = static_cast<size_t>(slot - slots_mem_);
   slot->state.store(Next(state, kTombstone), std::memory_order_release);
@@ -139,7 +200,7 @@ bool LiveTable::Erase(LiveClass cls, uint64_t key, LiveEntry* out, size_t* index
 }
 
 void LiveTable::SetSeq(size_t index, uint64_t seq) {
-  __atomic_store_n(&slots_mem_[index].entry.seq, seq, __ATOMIC_RELEASE);
+  __atomic_store_n(&slots_mem_[index].seq, seq, __ATOMIC_RELEASE);
 }
 
 void LiveTable::SetRemovedSeq(size_t index, uint64_t seq) {
@@ -160,7 +221,7 @@ bool LiveTable::Reusable(const Slot& slot) const {
   const uint64_t at = scan_at_.load(std::memory_order_seq_cst);
   if (at == 0) return false;
   if (removed <= at) return true;
-  const uint64_t made = __atomic_load_n(&slot.entry.seq, __ATOMIC_ACQUIRE);
+  const uint64_t made = __atomic_load_n(&slot.seq, __ATOMIC_ACQUIRE);
   return made != kSeqPending && made > at;
 }
 
@@ -172,7 +233,7 @@ bool LiveTable::LiveAt(const Slot& slot, uint64_t at, LiveEntry* out) const {
     uint64_t kind = before & 3;
     if (kind == kEmpty) return false;
     if (kind == kBusy) continue;  // a writer holds it for a few instructions
-    CopyEntry(out, &slot.entry);
+    LoadEntry(static_cast<size_t>(&slot - slots_mem_), out);
     uint64_t removed =
         kind == kTombstone ? __atomic_load_n(&slot.removed_seq, __ATOMIC_ACQUIRE) : kSeqPending;
     if (slot.state.load(std::memory_order_relaxed) != before) continue;
@@ -192,7 +253,7 @@ bool LiveTable::Find(LiveClass cls, uint64_t key, LiveEntry* out) const {
     t_live_slot_held = outer;
     return false;
   }
-  CopyEntry(out, &slot->entry);
+  LoadEntry(static_cast<size_t>(slot - slots_mem_), out);
   slot->state.store(Next(state, kLive), std::memory_order_release);
   t_live_slot_held = outer;
   return true;

@@ -114,9 +114,7 @@ class LiveTable {
   // record), the miss overlaps that work instead of stalling the insert.
   void Prefetch(LiveClass cls, uint64_t key) const {
     if (slots_mem_ == nullptr) return;
-    const Slot* slot = &slots_mem_[SlotOf(ChainOf(cls, key), 0)];
-    __builtin_prefetch(slot, 1);
-    __builtin_prefetch(reinterpret_cast<const char*>(slot) + 64, 1);  // the entry's second line
+    __builtin_prefetch(&slots_mem_[SlotOf(ChainOf(cls, key), 0)], 1);
   }
 
   void Clear();
@@ -130,11 +128,30 @@ class LiveTable {
  private:
   // state word: low 2 bits kind, the rest a generation bumped on every transition.
   enum : uint64_t { kEmpty = 0, kBusy = 1, kLive = 2, kTombstone = 3 };
+  // One cache line per slot: what an allocation needs (cudaMalloc, cudaMallocAsync) is here,
+  // so its insert and erase own one line, not two. The fields few entries use (pools, VMM
+  // handles and offsets, handle counts) are in `cold_` at the same index, written only when
+  // one of them is not zero (kColdFlag in the header says so). The entry's words are read by
+  // the scanner only between two equal loads of `state`.
   struct alignas(64) Slot {
     std::atomic<uint64_t> state;
     uint64_t removed_seq;  // tombstone: seq of the removing event (kSeqPending until stamped)
-    LiveEntry entry;       // read by the scanner only between two equal loads of `state`
+    uint64_t header;       // cls | api << 8 | kind << 24 | flags << 32 | uint16 device << 48
+    uint64_t address;
+    uint64_t size;
+    uint64_t seq;
+    uint64_t stream;
+    uint64_t stack_id;
   };
+  static_assert(sizeof(Slot) == 64, "a slot is one cache line");
+  struct Cold {
+    uint64_t pool;
+    uint64_t handle;
+    uint64_t offset;
+    uint64_t refs;  // int64_t bits
+    uint64_t maps;
+  };
+  static constexpr uint8_t kColdFlag = 0x80;  // in the header's flags: `cold_` holds the fields
   // Where (cls, key)'s probe chain goes. Keys close in address space get slots close in the
   // table: each 64 KiB window of keys owns a run of kRunSlots consecutive slots at a hashed
   // place, and a key starts at the run's slot for its 4 KiB page. Allocators hand out addresses
@@ -171,9 +188,10 @@ class LiveTable {
     return static_cast<size_t>(i & (slots_ - 1));
   }
   static uint64_t Next(uint64_t state, uint64_t kind) { return ((state | 3) + 1) | kind; }
-  // Word-by-word relaxed atomic copy: the scanner may read an entry a writer is changing; the
-  // state word check discards such a torn copy.
-  static void CopyEntry(LiveEntry* dst, const LiveEntry* src);
+  // Word-by-word atomic copies in and out of slot `index`: the scanner may read an entry a
+  // writer is changing; the state word check discards such a torn copy.
+  void StoreEntry(size_t index, const LiveEntry& entry);
+  void LoadEntry(size_t index, LiveEntry* out) const;
   // Waits a little before attempt `attempt` at a slot another thread is changing: spins, then
   // yields, then sleeps (that thread may have been preempted).
   static void Backoff(int attempt);
@@ -188,6 +206,7 @@ class LiveTable {
   bool LiveAt(const Slot& slot, uint64_t at, LiveEntry* out) const;
 
   Slot* slots_mem_ = nullptr;
+  Cold* cold_ = nullptr;
   size_t slots_ = 0;
   std::atomic<int> scans_{0};         // scans in progress (at most one)
   std::atomic<uint64_t> scan_at_{0};  // its snapshot seq once known, else 0
@@ -203,7 +222,11 @@ bool LiveTable::Update(LiveClass cls, uint64_t key, Fn&& fn) {
     t_live_slot_held = outer;
     return false;
   }
-  bool result = fn(slot->entry);
+  const size_t index = static_cast<size_t>(slot - slots_mem_);
+  LiveEntry entry;
+  LoadEntry(index, &entry);
+  bool result = fn(entry);
+  StoreEntry(index, entry);
   slot->state.store(Next(state, kLive), std::memory_order_release);
   t_live_slot_held = outer;
   return result;

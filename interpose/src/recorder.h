@@ -18,6 +18,7 @@
 
 #include "agent.h"
 #include "api.h"
+#include "event_clock.h"
 #include "event_record.h"
 #include "live_table.h"
 
@@ -141,8 +142,8 @@ class HookCall {
   bool keep_errno_;
 };
 
-uint64_t NowNs();         // CLOCK_MONOTONIC
-uint64_t NextSeq();       // the next global sequence number (starts at 1)
+inline uint64_t NowNs() { return EventClockNs(); }  // CLOCK_MONOTONIC (event_clock.h)
+uint64_t NextSeq();                                 // the next global sequence number (starts at 1)
 int32_t CurrentDevice();  // cuCtxGetDevice, -1 without a context (see AgentMayCallDriver)
 
 // An allocation that succeeded: inserts into the live table, stamps seq, pushes AllocEvent.
