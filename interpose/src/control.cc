@@ -87,18 +87,28 @@ bool ControlServer::Listen(const char* dir) {
     path_[0] = '\0';
     return false;
   }
-  memcpy(addr.sun_path, path_, static_cast<size_t>(n) + 1);
+  // Bound under a temporary name and renamed into place once listening: a client that finds
+  // the socket file (fragscope attach polls for it) must never connect between bind and listen,
+  // which fails with ECONNREFUSED and read as "no answer on its control socket".
+  n = snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/.agent-%d.sock.new", dir,
+               static_cast<int>(getpid()));
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof(addr.sun_path)) {
+    Warn("path too long:", dir, ENAMETOOLONG);
+    path_[0] = '\0';
+    return false;
+  }
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
     Warn("cannot create socket", path_, errno);
     return false;
   }
-  unlink(path_);  // a socket left by an earlier process that had our pid
+  unlink(addr.sun_path);  // left by an earlier process that had our pid
   mode_t old_mask = umask(077);
   int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   umask(old_mask);
-  if (rc != 0 || listen(fd, 4) != 0) {
+  if (rc != 0 || listen(fd, 4) != 0 || rename(addr.sun_path, path_) != 0) {
     Warn("cannot listen on", path_, errno);
+    if (rc == 0) unlink(addr.sun_path);
     close(fd);
     path_[0] = '\0';
     return false;
