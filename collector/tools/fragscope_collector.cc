@@ -55,6 +55,9 @@ std::string StreamName(const fragscope::v1::Hello& h, pid_t peer) {
   if (exe.empty()) exe = "process";
   std::string name = absl::StrFormat("%s-%d", exe, h.pid() ? static_cast<int>(h.pid()) : peer);
   if (h.stream_index() > 0) name += absl::StrFormat(".%d", h.stream_index());
+  // A stream resumed after a collector restart: a file of its own, never over the trace the
+  // previous collector wrote for the same process into the same directory.
+  if (h.resumed() > 0) name += absl::StrFormat(".resumed-%d", h.resumed());
   return name;
 }
 
@@ -156,9 +159,16 @@ int main(int argc, char** argv) {
     std::lock_guard<std::mutex> lock(g_log_mu);
     const bool clean =
         s.outcome.saw_end_frame && s.outcome.result == fragscope::FrameReader::Result::kEnd;
-    std::fprintf(stderr, "fragscope-collector: %s %s (%llu frames)%s%s\n", name.c_str(),
+    const uint32_t resumed = s.session->hello().has_value() ? s.session->hello()->resumed() : 0;
+    const std::string resumed_note =
+        resumed == 0 ? ""
+                     : absl::StrFormat(
+                           "; resumed after the agent's reconnect %d: exact from its snapshot, "
+                           "%d events dropped in all",
+                           resumed, summary.drops);
+    std::fprintf(stderr, "fragscope-collector: %s %s (%llu frames%s)%s%s\n", name.c_str(),
                  clean ? "ended" : "DISCONNECTED without a clean end (crashed or killed?)",
-                 static_cast<unsigned long long>(s.outcome.frames),
+                 static_cast<unsigned long long>(s.outcome.frames), resumed_note.c_str(),
                  s.outcome.error.empty() ? "" : ": ", s.outcome.error.c_str());
     if (!ok)
       std::fprintf(stderr, "fragscope-collector: cannot write report for %s\n", name.c_str());

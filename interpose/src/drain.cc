@@ -35,6 +35,11 @@ constexpr uint64_t kFlushWaitNs = 50'000'000;  // a failing hook waits at most t
 constexpr int kDormantPollMs = 100;  // dormant: how long the thread sleeps in poll() at a time
 constexpr int kMaxArgs = 256;
 constexpr size_t kDrainBatch = 65536;  // records one DrainLocked pass pops at most
+// A collector socket that failed is tried again after this long, doubling up to the maximum:
+// a restarted collector picks the stream up within seconds, a gone one costs one failed
+// connect() (microseconds on a Unix socket) every half minute.
+constexpr uint64_t kReconnectFirstNs = 1'000'000'000;
+constexpr uint64_t kReconnectMaxNs = 32'000'000'000;
 
 struct DrainState {
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  // serializes everything below
@@ -52,7 +57,14 @@ struct DrainState {
   uint8_t* buffer = nullptr;
   ModuleTracker modules;
   uint64_t reported_ring_drops = 0;
-  uint64_t undeliverable = 0;  // popped but the output had failed
+  uint64_t undeliverable = 0;  // events popped but not delivered (the output had failed)
+  uint64_t in_writer = 0;      // events encoded into g_writer since it was last written out
+
+  // Reconnect (FRAGSCOPE_SOCKET streams), under lock:
+  uint32_t reconnects = 0;              // successful ones (Hello.resumed of the current stream)
+  uint64_t reconnect_at_ns = 0;         // next attempt (0: none scheduled)
+  uint64_t reconnect_wait_ns = 0;       // the current back-off
+  uint64_t undeliverable_reported = 0;  // part of `undeliverable` already in a Drops frame
   uint64_t events_since_snapshot = 0;
   size_t last_snapshot_entries = 0;  // entries of the latest snapshot (sizes the next one)
   char path[Config::kPathCapacity + 32] = {};
@@ -117,8 +129,14 @@ bool WriteOut(const void* data, size_t size) {
   return g_drain.output.Write(data, size);
 }
 
+// Writes the buffer out. Events in a buffer that could not be written are lost with it and
+// counted as undeliverable (an output that failed before it is written to at all).
 void FlushWriter() {
-  if (g_writer.size() > 0 && g_drain.output.is_open()) WriteOut(g_writer.data(), g_writer.size());
+  DrainState& d = g_drain;
+  if (g_writer.size() > 0 && !(d.output.is_open() && WriteOut(g_writer.data(), g_writer.size()))) {
+    d.undeliverable += d.in_writer;
+  }
+  d.in_writer = 0;
   g_writer.Clear();
 }
 
@@ -244,7 +262,9 @@ void WriteStreamHead() {
   hello.realtime_at_start_ns = a.realtime_at_start_ns;
   hello.monotonic_at_start_ns = a.monotonic_at_start_ns;
   hello.stream_index = a.stream_index;
-  hello.attached = d.attached;
+  // A resumed stream joins a running program, as a woken one does.
+  hello.attached = d.attached || d.reconnects > 0;
+  hello.resumed = d.reconnects;
   if (a.injected) hello.backend = 3;  // BACKEND_INJECTED: memory from before is not known
   hello.stack_depth = static_cast<uint32_t>(a.config.stack_depth);
   hello.ring_bytes = a.ring.bytes();
@@ -305,12 +325,101 @@ bool SegmentFull() {
   return size >= limit && size - d.segment_head >= limit / 2;
 }
 
+// A snapshot exact at its seq, preceded by the StackTable frames of every stack its entries
+// name: what a reader that starts here (a new flight segment, a resumed stream) needs. Returns
+// the seq (0 if it could not be written).
+uint64_t WriteSnapshotWithStacks(SnapshotReason reason) {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  if (a.stacks.slots() > 0) a.stacks.ResetSent();
+  // The snapshot is encoded aside while the stacks it names go to the write buffer, so the
+  // StackTable frames precede it.
+  FlushWriter();
+  // Room for every slot; NORESERVE: only the pages the snapshot writes are touched.
+  const size_t bound = a.live.slots() * kMaxLiveEntryBytes + 4096;
+  void* mem = mmap(nullptr, bound, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) return 0;
+  uint64_t seq = 0;
+  WireWriter big(static_cast<uint8_t*>(mem), bound);
+  SnapshotEncoder snapshot(big, NowNs(), reason, /*complete_history=*/!a.injected);
+  d.last_snapshot_entries = a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) {
+    snapshot.Add(e);
+    WriteStackById(e.stack_id);
+  });
+  bool ok = snapshot.Finish(seq);
+  FlushWriter();
+  ok = ok && d.output.is_open() && WriteOut(big.data(), big.size());
+  munmap(mem, bound);
+  return ok ? seq : 0;
+}
+
+// FRAGSCOPE_SOCKET: a collector that went away (restarted, upgraded, crashed) or was not up yet
+// when the program started. While the output is failed the stream is tried again with a
+// back-off; once a collector accepts, the stream resumes as Hello (resumed = k) + devices +
+// Drops (REASON_DISCONNECTED: the events popped meanwhile, and those lost in the write buffer
+// that failed) + a STREAM_START snapshot with its stacks. The live table was kept the whole
+// time, so the model is exact again from that snapshot on. Events the old collector had
+// accepted into its socket buffer but never read are lost without being counted: the agent
+// cannot know of them. Under lock.
+// `at_exit`: try now, whatever the back-off says (the last chance to deliver the final state).
+void MaybeReconnect(bool at_exit = false) {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  if (!d.output.failed() || d.attached || d.ended || a.config.socket_path[0] == '\0') return;
+  if (at_exit) d.reconnect_at_ns = 1;
+  const uint64_t now = MonotonicNs();
+  if (d.reconnect_at_ns == 0) {  // just failed: give the collector time to come back
+    d.reconnect_wait_ns = kReconnectFirstNs;
+    d.reconnect_at_ns = now + d.reconnect_wait_ns;
+    return;
+  }
+  if (now < d.reconnect_at_ns) return;
+  d.reconnect_wait_ns =
+      d.reconnect_wait_ns * 2 < kReconnectMaxNs ? d.reconnect_wait_ns * 2 : kReconnectMaxNs;
+  d.reconnect_at_ns = now + d.reconnect_wait_ns;
+  FlushWriter();  // counts what the failed buffer held
+  d.output.Close();
+  if (!d.output.Open(nullptr, a.config.socket_path)) return;  // quiet: warned at the failure
+  d.reconnect_at_ns = 0;
+  ++d.reconnects;
+  WriteStreamHead();
+  for (int i = 0; i < kMaxDevices; ++i) WriteDeviceInfo(i);
+  const uint64_t ring_drops = a.ring_drops.load(std::memory_order_acquire);
+  const uint64_t lost = d.undeliverable - d.undeliverable_reported;
+  DropsData info;
+  info.seq = a.seq.load(std::memory_order_acquire);
+  info.time_ns = NowNs();
+  info.dropped_events = lost + (ring_drops - d.reported_ring_drops);
+  info.total_dropped = d.undeliverable + ring_drops;
+  info.reason = DropReason::kDisconnected;
+  Put([&](WireWriter& w) { return EncodeDrops(w, info); });
+  d.undeliverable_reported = d.undeliverable;
+  d.reported_ring_drops = ring_drops;
+  const uint64_t seq = WriteSnapshotWithStacks(SnapshotReason::kStreamStart);
+  // Live-state records at or below seq still in the ring are in the snapshot; failures and
+  // marks among them are still written after it, as after a flight-recorder rotation.
+  d.segment_min_seq = seq;
+  d.stream_start_seq = seq;
+  d.events_since_snapshot = 0;
+  d.segment_head = d.segment_bytes;
+  FlushWriter();
+  char line[512];
+  int n = snprintf(line, sizeof(line),
+                   "fragscope: reconnected to %.300s; %llu events were lost while disconnected, "
+                   "the stream resumes with a snapshot of the live memory\n",
+                   a.config.socket_path, static_cast<unsigned long long>(info.dropped_events));
+  if (n > 0) {
+    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
+    (void)ignored;
+  }
+}
+
 // Flight recorder: the current file becomes "<path>.prev" and a new one starts at `path` with
 // the head of a stream, the devices, the stacks of the live entries and a PERIODIC snapshot
 // exact at its seq S. Live-state records at or below S still in the ring are skipped (the
 // snapshot has them); failures and marks at or below S are still written, after it.
 void RotateSegment() {
-  AgentState& a = Agent();
   DrainState& d = g_drain;
   FlushWriter();
   // memcpy rather than snprintf: the bound is explicit (and gcc's truncation warning quiet).
@@ -324,27 +433,7 @@ void RotateSegment() {
   ++d.rotations;
   WriteStreamHead();
   for (int i = 0; i < kMaxDevices; ++i) WriteDeviceInfo(i);
-  if (a.stacks.slots() > 0) a.stacks.ResetSent();
-  // The snapshot is encoded aside while the stacks it names go to the write buffer, so the
-  // StackTable frames precede it.
-  FlushWriter();
-  // Room for every slot; NORESERVE: only the pages the snapshot writes are touched.
-  const size_t bound = a.live.slots() * kMaxLiveEntryBytes + 4096;
-  void* mem = mmap(nullptr, bound, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  uint64_t seq = 0;
-  if (mem != MAP_FAILED) {
-    WireWriter big(static_cast<uint8_t*>(mem), bound);
-    SnapshotEncoder snapshot(big, NowNs(), SnapshotReason::kPeriodic, /*complete_history=*/true);
-    d.last_snapshot_entries = a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) {
-      snapshot.Add(e);
-      WriteStackById(e.stack_id);
-    });
-    const bool ok = snapshot.Finish(seq);
-    FlushWriter();
-    if (ok && d.output.is_open()) WriteOut(big.data(), big.size());
-    munmap(mem, bound);
-  }
+  const uint64_t seq = WriteSnapshotWithStacks(SnapshotReason::kPeriodic);
   d.segment_min_seq = seq;
   d.stream_start_seq = seq;  // End.events_recorded counts this segment's seqs
   d.events_since_snapshot = 0;
@@ -359,6 +448,7 @@ size_t DrainLocked() {
   if (!d.stream_started && !a.shipping.load(std::memory_order_acquire)) return 0;
   if (!EnsureBuffer()) return 0;
   if (!d.stream_started) StartStream();
+  MaybeReconnect();
   size_t popped = 0;
   EventRecord r;
   while (popped < kDrainBatch && a.ring.TryPop(&r)) {
@@ -373,13 +463,16 @@ size_t DrainLocked() {
       if (r.seq <= d.segment_min_seq && LiveStateRecord(r.type)) continue;
     }
     if (!d.output.is_open()) {
-      ++d.undeliverable;
+      if (r.type != RecordType::kMemInfo) ++d.undeliverable;
       continue;
     }
     WriteDeviceInfo(r.device);
     WriteStack(r.stack_id, r.stack_slot);
     Put([&](WireWriter& w) { return EncodeRecord(w, r); });
-    if (r.type != RecordType::kMemInfo) ++d.events_since_snapshot;
+    if (r.type != RecordType::kMemInfo) {
+      ++d.events_since_snapshot;
+      ++d.in_writer;
+    }
     if (d.output.is_file() && a.config.snapshot_every > 0 &&
         d.events_since_snapshot >= a.config.snapshot_every) {
       WriteSnapshot(SnapshotReason::kPeriodic);  // lets a reader start in the middle
@@ -679,13 +772,16 @@ void DrainWriteEnd() {
   if (g_drain.thread_state.load() == 0 && !g_drain.stream_started) return;  // never used
   DrainAtExit();
   pthread_mutex_lock(&g_drain.lock);
+  if (g_drain.stream_started) MaybeReconnect(/*at_exit=*/true);
   DrainAllLocked();
   if (!g_drain.ended && g_drain.stream_started && g_drain.output.is_open()) {
     EndData end;
     end.seq = a.seq.load(std::memory_order_acquire);
     end.time_ns = NowNs();
     end.events_recorded = end.seq - g_drain.stream_start_seq;
-    end.total_dropped = a.ring_drops.load(std::memory_order_acquire);
+    // Undeliverable events are not zero only on a stream that resumed (reconnect), which
+    // counted them in its Drops frame too.
+    end.total_dropped = a.ring_drops.load(std::memory_order_acquire) + g_drain.undeliverable;
     Put([&](WireWriter& w) { return EncodeEnd(w, end); });
     FlushWriter();
     g_drain.ended = true;
@@ -704,6 +800,10 @@ void DrainAfterFork() {
   d.ended = false;
   d.output.Close();
   d.undeliverable = 0;
+  d.in_writer = 0;
+  d.reconnects = 0;
+  d.reconnect_at_ns = 0;
+  d.undeliverable_reported = 0;
   d.control.ForgetAfterFork();
   d.attached = false;
   d.min_seq = 0;

@@ -81,6 +81,7 @@ bool EncodeHello(WireWriter& w, const HelloInfo& h) {
   w.Uint32(13, h.stream_index);
   w.Uint32(14, h.stack_depth);
   w.Uint64(15, h.ring_bytes);
+  w.Uint32(16, h.resumed);
   return frame.Close();
 }
 

@@ -26,8 +26,11 @@ void Output::Fail(const char* what, const char* path, int error) {
   char line[512];
   int n = snprintf(line, sizeof(line),
                    "fragscope: cannot %s %.300s: %s; the program continues, events are counted "
-                   "as dropped\n",
-                   what, path != nullptr ? path : "(output)", strerror(error));
+                   "as dropped%s\n",
+                   what, path != nullptr ? path : path_, strerror(error),
+                   is_socket_ ? " until a collector accepts the stream again (retried every few "
+                                "seconds)"
+                              : "");
   if (n > 0) {
     ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
     (void)ignored;
@@ -38,6 +41,7 @@ bool Output::Open(const char* file_path, const char* socket_path) {
   failed_ = false;
   if (socket_path != nullptr && socket_path[0] != '\0') {
     is_socket_ = true;
+    snprintf(path_, sizeof(path_), "%s", socket_path);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (strlen(socket_path) >= sizeof(addr.sun_path)) {
@@ -66,6 +70,7 @@ bool Output::Open(const char* file_path, const char* socket_path) {
     return true;
   }
   is_socket_ = false;
+  snprintf(path_, sizeof(path_), "%s", file_path != nullptr ? file_path : "(output)");
   int fd;
   do {
     fd = open(file_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

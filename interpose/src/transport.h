@@ -1,7 +1,8 @@
 // Where the stream goes: a trace file (FRAGSCOPE_OUTPUT) or a collector's Unix stream socket
 // (FRAGSCOPE_SOCKET). Both get exactly the same bytes. A failure never reaches the program:
 // the first one prints one warning on stderr, and from then on writes are refused so the caller
-// counts what it could not ship.
+// counts what it could not ship. Close + Open starts over (the drain's reconnect); later
+// failures of the same Output print nothing.
 //
 // Thread safety: none; used by whichever thread holds the drain lock.
 #ifndef FRAGSCOPE_INTERPOSE_TRANSPORT_H_
@@ -36,6 +37,7 @@ class Output {
   bool is_socket_ = false;
   bool failed_ = false;
   bool warned_ = false;
+  char path_[512] = {};  // what was opened, for the warning
 };
 
 }  // namespace fragscope::agent

@@ -53,7 +53,7 @@ class FrameEncoderTest : public ::testing::Test {
 TEST_F(FrameEncoderTest, StreamHeaderIsMagicThenVersions) {
   uint8_t header[kStreamHeaderSize];
   EncodeStreamHeader(header);
-  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 0, 0, 0, 0};
+  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 1, 0, 0, 0};
   EXPECT_EQ(memcmp(header, expected, 16), 0);
 }
 
@@ -72,12 +72,13 @@ TEST_F(FrameEncoderTest, Hello) {
   h.stream_index = 2;
   h.stack_depth = 32;
   h.ring_bytes = 8 << 20;
+  h.resumed = 3;
   ASSERT_TRUE(EncodeHello(w_, h));
   v1::Frame f = Single();
   ASSERT_TRUE(f.has_hello());
   const v1::Hello& m = f.hello();
   EXPECT_EQ(m.format_major(), 1u);
-  EXPECT_EQ(m.format_minor(), 0u);
+  EXPECT_EQ(m.format_minor(), 1u);
   EXPECT_EQ(m.pid(), 4242u);
   EXPECT_EQ(m.ppid(), 1u);
   EXPECT_EQ(m.host(), "node7");
@@ -94,6 +95,7 @@ TEST_F(FrameEncoderTest, Hello) {
   EXPECT_EQ(m.stream_index(), 2u);
   EXPECT_EQ(m.stack_depth(), 32u);
   EXPECT_EQ(m.ring_bytes(), 8u << 20);
+  EXPECT_EQ(m.resumed(), 3u);
 }
 
 TEST_F(FrameEncoderTest, DeviceInfo) {

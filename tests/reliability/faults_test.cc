@@ -1,8 +1,8 @@
-// Faults around the traced program: its collector killed and restarted, an output that fills up
-// or cannot be created, signals whose handlers call CUDA while hooks run, the runtime dlclosed
-// and dlopened again, and LLVM's OpenMP runtime loaded with dlopen. In every case the program's
-// own behaviour (exit status, output) is what it would be without the agent, and whatever the
-// agent could not ship is counted or announced once.
+// Faults around the traced program: its collector killed and restarted (the agent reconnects) or
+// started late, an output that fills up or cannot be created, signals whose handlers call CUDA
+// while hooks run, the runtime dlclosed and dlopened again, and LLVM's OpenMP runtime loaded with
+// dlopen. In every case the program's own behaviour (exit status, output) is what it would be
+// without the agent, and whatever the agent could not ship is counted or announced once.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -56,69 +56,160 @@ std::vector<std::string> Traces(const std::string& dir) {
 // Lines the agent wrote on the program's stderr.
 int AgentLines(const std::string& err) { return Count(err, "fragscope:"); }
 
-// interpose/README.md: "An output that cannot be opened or written (... collector not listening
-// or gone) prints one warning on stderr; the program runs on, and events are counted, not
-// shipped." So the documented behaviour is a clean stop, not a reconnect: the restarted
-// collector serves new processes, and the old stream stays cut (no End) in the first
-// collector's trace.
-TEST(ReliabilityFaults, CollectorKilledMidRunProgramRunsOnAndStreamReadsAsCut) {
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The trace whose name ends with `suffix` (e.g. ".resumed-1.fst"), or "" if none.
+std::string TraceEndingWith(const std::string& dir, const std::string& suffix) {
+  for (const std::string& t : Traces(dir)) {
+    if (t.size() >= suffix.size() &&
+        t.compare(t.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return t;
+  }
+  return "";
+}
+
+void Touch(const std::string& path) { std::ofstream touch(path); }
+
+// A collector daemon on `sock` writing into `out` (logs beside it, named after `tag`).
+std::unique_ptr<Background> StartCollector(const TempDir& dir, const std::string& sock,
+                                           const std::string& out, const std::string& tag) {
+  return std::make_unique<Background>(
+      CollectorBin(), std::vector<std::string>{"--socket", sock, "--dir", out},
+      RunOptions{false, {}}, dir.File(tag + ".log"), dir.File(tag + ".err"));
+}
+
+// The stream an agent resumed on a collector (interpose/README.md "Collector restarts"): the
+// live memory of both sides of the gap is exact, every loss is counted, and the stream ends
+// cleanly. `truth` is the fake driver's live set at exit.
+void ExpectExactResumedStream(const std::string& trace, const std::string& truth_path) {
+  ASSERT_FALSE(trace.empty());
+  Reconciled r = ReadAndModel(trace);
+  ASSERT_TRUE(r.opened) << r.error;
+  EXPECT_TRUE(r.clean) << r.error;
+  EXPECT_TRUE(r.has_end);
+  EXPECT_EQ(r.resumed, 1u);
+  // The Drops frame before the snapshot; End's total agrees with the Drops frames.
+  EXPECT_TRUE(r.every_drop_followed_by_resync);
+  EXPECT_EQ(r.dropped_frames, r.end_dropped);
+  // Every event after the resume is there (the 64 MiB ring drops none).
+  EXPECT_EQ(r.events, r.end_recorded);
+  // Memory allocated before the gap (32 allocations of phase 1) and after it (32): the model
+  // equals the driver's own live set, and no free met an allocation it did not know.
+  std::map<uint64_t, uint64_t> truth = LiveDump(truth_path);
+  EXPECT_EQ(truth.size(), 64u);
+  EXPECT_EQ(r.model_live, truth);
+  uint64_t truth_bytes = 0;
+  for (const auto& [address, size] : truth) truth_bytes += size;
+  EXPECT_EQ(r.model_reserved_bytes, truth_bytes);
+  EXPECT_EQ(r.model_unmatched_events, 0u);
+}
+
+// A collector daemon killed while the program runs and started again on the same socket and
+// directory (an upgrade, a crash, a node agent restart): the agent reconnects by itself, and the
+// restarted collector's model of the process is exact again, including memory allocated before
+// the restart. The first collector's trace stays as it was (cut, no End), not overwritten.
+TEST(ReliabilityFaults, CollectorRestartedMidRunAgentReconnectsAndModelIsExact) {
   TempDir dir;
   const std::string sock = dir.File("c.sock");
-  auto start_collector = [&](const std::string& out) {
-    return std::make_unique<Background>(
-        CollectorBin(), std::vector<std::string>{"--socket", sock, "--dir", out},
-        RunOptions{false, {}}, dir.File(fs::path(out).filename()) + ".log",
-        dir.File(fs::path(out).filename()) + ".err");
-  };
-  auto first = start_collector(dir.File("out1"));
+  const std::string out = dir.File("out");
+  auto first = StartCollector(dir, sock, out, "first");
   ASSERT_TRUE(WaitFor([&] { return Connectable(sock); }));
   Background app(RelApp("reliability_stress_app"), {"phases", dir.path(), "42"},
-                 RunOptions{true, {{"FRAGSCOPE_SOCKET", sock}}}, dir.File("app.out"),
-                 dir.File("app.err"));
+                 RunOptions{true,
+                            {{"FRAGSCOPE_SOCKET", sock},
+                             {"FRAGSCOPE_RING_MB", "64"},
+                             {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}},
+                 dir.File("app.out"), dir.File("app.err"));
   ASSERT_TRUE(WaitFor([&] { return fs::exists(dir.File("phase1")); }));
-  ASSERT_TRUE(WaitFor([&] { return !Traces(dir.File("out1")).empty(); }));
+  ASSERT_TRUE(WaitFor([&] { return !Traces(out).empty(); }));
+  const std::string cut = Traces(out)[0];
   first->Kill(SIGKILL);
   RunResult killed = first->Wait();
   EXPECT_EQ(killed.signal, SIGKILL);
-  auto second = start_collector(dir.File("out2"));
+  auto second = StartCollector(dir, sock, out, "second");
   ASSERT_TRUE(WaitFor([&] { return Connectable(sock); }));
-  { std::ofstream go(dir.File("go")); }
+  Touch(dir.File("go"));
+  // The agent notices the gone collector at its next write and retries after a second.
+  const bool resumed = WaitFor([&] { return !TraceEndingWith(out, ".resumed-1.fst").empty(); });
+  Touch(dir.File("stop"));
   RunResult run = app.Wait();
+  ASSERT_TRUE(resumed) << ReadFile(dir.File("app.err"));
 
   // The program: its own exit status, all its work done, no signal (no SIGPIPE).
   EXPECT_EQ(run.signal, 0);
   EXPECT_EQ(run.exit_code, 42) << run.out << run.err;
   EXPECT_NE(run.out.find("done"), std::string::npos);
-  EXPECT_EQ(EventsMade(run.out), 2 * 2000 + 2 * 20000) << run.out;
-  // The disconnect is announced once, and says events are counted as dropped.
-  EXPECT_EQ(AgentLines(run.err), 1) << run.err;
+  // Two lines from the agent: the disconnect (events counted as dropped) and the reconnect.
+  EXPECT_EQ(AgentLines(run.err), 2) << run.err;
   EXPECT_NE(run.err.find("cannot send to collector"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("counted as dropped"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("reconnected to " + sock), std::string::npos) << run.err;
 
-  // The first collector's trace of the stream: readable, has phase 1, and no End (cut).
-  std::vector<std::string> traces = Traces(dir.File("out1"));
-  ASSERT_EQ(traces.size(), 1u);
-  Reconciled r = ReadAndModel(traces[0]);
-  ASSERT_TRUE(r.opened) << r.error;
-  EXPECT_FALSE(r.has_end);
-  EXPECT_LE(r.events, 2u * 2000 + 2 * 20000);
+  second->Kill(SIGTERM);
+  RunResult stopped = second->Wait();
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_NE(stopped.err.find("resumed after the agent's reconnect 1"), std::string::npos)
+      << stopped.err;
 
-  // No reconnect (documented): the restarted collector got no stream from this process, but
-  // serves a new one normally.
-  EXPECT_TRUE(Traces(dir.File("out2")).empty());
+  // The first collector's trace: still there (not overwritten), readable, no End (cut). How
+  // much of phase 1 it holds depends on what the killed collector had written out.
+  ASSERT_EQ(Traces(out).size(), 2u);
+  Reconciled c = ReadAndModel(cut);
+  ASSERT_TRUE(c.opened) << c.error;
+  EXPECT_FALSE(c.has_end);
+  EXPECT_EQ(c.resumed, 0u);
+  EXPECT_LE(c.events, 2u * 2000 + 64);
+  ExpectExactResumedStream(TraceEndingWith(out, ".resumed-1.fst"), dir.File("truth"));
+
+  // The restarted collector serves new processes normally too.
+  auto third = StartCollector(dir, sock, dir.File("out3"), "third");
+  ASSERT_TRUE(WaitFor([&] { return Connectable(sock); }));
   RunResult fresh =
       agent_test::RunProgram(RelApp("reliability_stress_app"), {"load", "2", "100", "1"},
                              RunOptions{true, {{"FRAGSCOPE_SOCKET", sock}}});
   EXPECT_EQ(fresh.exit_code, 0) << fresh.err;
   EXPECT_EQ(AgentLines(fresh.err), 0) << fresh.err;
-  second->Kill(SIGTERM);
-  RunResult stopped = second->Wait();
-  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
-  traces = Traces(dir.File("out2"));
+  third->Kill(SIGTERM);
+  EXPECT_EQ(third->Wait().exit_code, 0);
+  std::vector<std::string> traces = Traces(dir.File("out3"));
   ASSERT_EQ(traces.size(), 1u);
   Reconciled f = ReadAndModel(traces[0]);
   EXPECT_TRUE(f.has_end);
+  EXPECT_EQ(f.resumed, 0u);
   EXPECT_EQ(f.events + f.end_dropped, static_cast<uint64_t>(EventsMade(fresh.out)));
+}
+
+// A program started before its collector (a job launcher racing the node's daemon): one warning,
+// then the stream is picked up once the collector listens, exact from its snapshot.
+TEST(ReliabilityFaults, CollectorStartedAfterTheProgramGetsTheStream) {
+  TempDir dir;
+  const std::string sock = dir.File("c.sock");
+  const std::string out = dir.File("out");
+  Background app(RelApp("reliability_stress_app"), {"phases", dir.path(), "0"},
+                 RunOptions{true,
+                            {{"FRAGSCOPE_SOCKET", sock},
+                             {"FRAGSCOPE_RING_MB", "64"},
+                             {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}},
+                 dir.File("app.out"), dir.File("app.err"));
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(dir.File("phase1")); }));
+  auto collector = StartCollector(dir, sock, out, "collector");
+  ASSERT_TRUE(WaitFor([&] { return Connectable(sock); }));
+  Touch(dir.File("go"));
+  const bool resumed = WaitFor([&] { return !TraceEndingWith(out, ".resumed-1.fst").empty(); });
+  Touch(dir.File("stop"));
+  RunResult run = app.Wait();
+  ASSERT_TRUE(resumed) << run.err;
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(AgentLines(run.err), 2) << run.err;
+  EXPECT_NE(run.err.find("cannot connect to " + sock), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("reconnected to " + sock), std::string::npos) << run.err;
+  collector->Kill(SIGTERM);
+  EXPECT_EQ(collector->Wait().exit_code, 0);
+  ASSERT_EQ(Traces(out).size(), 1u);
+  ExpectExactResumedStream(TraceEndingWith(out, ".resumed-1.fst"), dir.File("truth"));
 }
 
 // The program's output with and without the agent, for outputs that cannot be written.

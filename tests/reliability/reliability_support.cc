@@ -105,7 +105,10 @@ Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq) {
   SeqOrderer orderer;
   const SeqOrderer::Sink apply = [&model](const v1::Frame& f) { model.Apply(f); };
   v1::Frame frame;
-  bool expect_resync = false;
+  // The snapshot reason the agent promises next after a Drops frame (RESYNC after ring drops,
+  // STREAM_START after a reconnect, whose snapshot may be preceded by the stacks it names).
+  // (REASON_UNSPECIFIED: none expected.)
+  v1::Snapshot::Reason expect_snapshot = v1::Snapshot::REASON_UNSPECIFIED;
   uint64_t max_seq = 0;
   struct Change {
     bool alloc;
@@ -120,11 +123,12 @@ Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq) {
       break;
     }
     ++r.frames;
-    if (expect_resync) {
-      // The agent promises a RESYNC snapshot right after each Drops frame.
+    const bool stacks_before_snapshot =
+        expect_snapshot == v1::Snapshot::REASON_STREAM_START && frame.has_stacks();
+    if (expect_snapshot != v1::Snapshot::REASON_UNSPECIFIED && !stacks_before_snapshot) {
       r.every_drop_followed_by_resync = r.every_drop_followed_by_resync && frame.has_snapshot() &&
-                                        frame.snapshot().reason() == v1::Snapshot::REASON_RESYNC;
-      expect_resync = false;
+                                        frame.snapshot().reason() == expect_snapshot;
+      expect_snapshot = v1::Snapshot::REASON_UNSPECIFIED;
     }
     switch (frame.body_case()) {
       case v1::Frame::kAlloc:
@@ -146,9 +150,17 @@ Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq) {
         }
         break;
       }
+      case v1::Frame::kHello:
+        r.resumed = frame.hello().resumed();
+        break;
       case v1::Frame::kDrops:
         r.dropped_frames += frame.drops().dropped_events();
-        expect_resync = true;
+        if (frame.drops().reason() == v1::Drops::REASON_DISCONNECTED) {
+          r.disconnect_dropped += frame.drops().dropped_events();
+          expect_snapshot = v1::Snapshot::REASON_STREAM_START;
+        } else {
+          expect_snapshot = v1::Snapshot::REASON_RESYNC;
+        }
         break;
       case v1::Frame::kSnapshot:
         if (frame.snapshot().reason() == v1::Snapshot::REASON_RESYNC) ++r.resync_snapshots;
@@ -166,7 +178,7 @@ Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq) {
   orderer.Flush(apply);
   r.orderer_late = orderer.late();
   r.orderer_covered = orderer.covered_by_snapshot();
-  if (expect_resync) r.every_drop_followed_by_resync = false;
+  if (expect_snapshot != v1::Snapshot::REASON_UNSPECIFIED) r.every_drop_followed_by_resync = false;
   for (const auto& [seq, change] : by_seq) {
     if (change.alloc) {
       r.seq_replay_live[change.address] = change.size;

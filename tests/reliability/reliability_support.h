@@ -57,6 +57,8 @@ struct Reconciled {
   uint64_t end_recorded = 0;    // End.events_recorded
   uint64_t end_dropped = 0;     // End.total_dropped
   uint64_t resync_snapshots = 0;
+  uint32_t resumed = 0;             // Hello.resumed: the agent's reconnects before this stream
+  uint64_t disconnect_dropped = 0;  // Drops (REASON_DISCONNECTED).dropped_events, summed
   bool every_drop_followed_by_resync = true;
   // The model's final live set on device 0: segment base -> size, from ProcessModel.
   std::map<uint64_t, uint64_t> model_live;

@@ -4,7 +4,8 @@
 // count instead of a constant.
 //
 //   stress_app load THREADS N KEEP   THREADS threads x N events, KEEP allocations left live each
-//   stress_app phases DIR CODE       events, touch DIR/phase1, wait for DIR/go, events, exit CODE
+//   stress_app phases DIR CODE       events (64 left live), touch DIR/phase1, wait for DIR/go,
+//                                    events until DIR/stop, free/alloc some, exit CODE
 //   stress_app signals THREADS N     N alloc/free pairs per thread while SIGUSR1 rains on them;
 //                                    the handler itself allocates and frees (driver API)
 //   stress_app openmp LIBOMP N       dlopen LLVM's OpenMP runtime, N alloc/free pairs per
@@ -97,17 +98,38 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
+// Waits (bounded, so a broken test cannot hang us) until DIR/name exists; false on time-out.
+bool AwaitFile(const std::string& dir, const char* name) {
+  for (int i = 0; !Exists(dir + "/" + name); ++i) {
+    if (i > 30000) return false;
+    usleep(1000);
+  }
+  return true;
+}
+
+// Phase 1 leaves kPhaseKeep allocations live; phase 2, after the test restarted the collector,
+// runs alloc/free pairs until the test says stop (so the agent reconnects while the program
+// runs), then frees every other allocation of phase 1 and makes kPhaseKeep / 2 new ones. The
+// live set at exit thus holds memory from both sides of the restart.
+constexpr int kPhaseKeep = 64;
+
 int Phases(const std::string& dir, int code) {
+  std::vector<void*> kept;
   for (int i = 0; i < 2000; ++i) Free(Alloc(4096));
+  for (int i = 0; i < kPhaseKeep; ++i) kept.push_back(Alloc(4096 * static_cast<size_t>(1 + i)));
   std::FILE* f = std::fopen((dir + "/phase1").c_str(), "w");
   if (f == nullptr) return 98;
   std::fclose(f);
-  // The test kills and restarts the collector now; bounded so a broken test cannot hang us.
-  for (int i = 0; !Exists(dir + "/go"); ++i) {
-    if (i > 30000) return 99;
+  if (!AwaitFile(dir, "go")) return 99;  // the test kills and restarts the collector now
+  for (int i = 0; i < 20000; ++i) Free(Alloc(4096));
+  // Until the test saw the resumed stream (at most ~30 s).
+  for (int i = 0; !Exists(dir + "/stop"); ++i) {
+    if (i > 30000) return 97;
+    Free(Alloc(4096));
     usleep(1000);
   }
-  for (int i = 0; i < 20000; ++i) Free(Alloc(4096));
+  for (int i = 0; i < kPhaseKeep; i += 2) Free(kept[static_cast<size_t>(i)]);
+  for (int i = 0; i < kPhaseKeep / 2; ++i) Alloc(8192 * static_cast<size_t>(1 + i));
   std::printf("done\n");
   return Report(code);
 }
