@@ -26,8 +26,11 @@ constexpr size_t VarintSize(uint64_t value) {
 
 class WireWriter {
  public:
-  // Nested lengths are reserved as 5 bytes (enough for 2^35) and compacted when the message ends.
-  static constexpr size_t kLengthReserve = 5;
+  // A nested length is reserved as one byte, which holds every length below 128 (nearly every
+  // event frame and its body); a longer message is moved up by the extra bytes when it ends.
+  // (Reserving five bytes and compacting cost two memmove calls per event frame: ~20 % of the
+  // drain thread's encoding time.)
+  static constexpr size_t kLengthReserve = 1;
 
   constexpr WireWriter(uint8_t* buffer, size_t capacity) : buf_(buffer), cap_(capacity) {}
 
@@ -37,6 +40,13 @@ class WireWriter {
 
   void Uint64(uint32_t field, uint64_t value) {
     if (value == 0) return;
+    if (!overflow_ && cap_ - pos_ >= 2 * kMaxVarint) {  // common case: tag and value fit
+      uint8_t* p = buf_ + pos_;
+      p = PutVarint(p, (uint64_t{field} << 3) | kVarint);
+      p = PutVarint(p, value);
+      pos_ = static_cast<size_t>(p - buf_);
+      return;
+    }
     Tag(field, kVarint);
     RawVarint(value);
   }
@@ -79,12 +89,16 @@ class WireWriter {
   }
   void EndMessage(size_t start) {
     if (overflow_) return;
-    size_t body = start + kLengthReserve;
-    size_t length = pos_ - body;
-    size_t n = VarintSize(length);
-    WriteVarintAt(start, length);
+    const size_t body = start + kLengthReserve;
+    const size_t length = pos_ - body;
+    if (length < 0x80) {  // fits the reserved byte
+      buf_[start] = static_cast<uint8_t>(length);
+      return;
+    }
+    const size_t n = VarintSize(length);
+    if (!Reserve(n - kLengthReserve)) return;
     memmove(buf_ + start + n, buf_ + body, length);
-    pos_ -= kLengthReserve - n;
+    WriteVarintAt(start, length);
   }
 
   bool ok() const { return !overflow_; }
@@ -104,8 +118,8 @@ class WireWriter {
 
   void Tag(uint32_t field, uint32_t wire_type) { RawVarint((uint64_t{field} << 3) | wire_type); }
   void RawVarint(uint64_t value) {
-    if (!overflow_ && cap_ - pos_ >= 10) {  // common case: room for the longest varint
-      pos_ += WriteVarintAt(pos_, value);
+    if (!overflow_ && cap_ - pos_ >= kMaxVarint) {  // common case: room for the longest varint
+      pos_ = static_cast<size_t>(PutVarint(buf_ + pos_, value) - buf_);
       return;
     }
     if (!Reserve(VarintSize(value))) return;
@@ -127,14 +141,20 @@ class WireWriter {
     pos_ += n;
     return true;
   }
-  size_t WriteVarintAt(size_t at, uint64_t value) {
-    size_t n = 0;
+  static constexpr size_t kMaxVarint = 10;
+  // Writes `value` at `p`, returns the byte after it. A static function over a local pointer:
+  // byte stores through `buf_ + pos_` may alias the writer's own members, so a member-based loop
+  // reloaded buf_ and pos_ for every byte (a third of the drain thread's instructions).
+  static uint8_t* PutVarint(uint8_t* p, uint64_t value) {
     while (value >= 0x80) {
-      buf_[at + n++] = static_cast<uint8_t>(value | 0x80);
+      *p++ = static_cast<uint8_t>(value | 0x80);
       value >>= 7;
     }
-    buf_[at + n++] = static_cast<uint8_t>(value);
-    return n;
+    *p++ = static_cast<uint8_t>(value);
+    return p;
+  }
+  size_t WriteVarintAt(size_t at, uint64_t value) {
+    return static_cast<size_t>(PutVarint(buf_ + at, value) - (buf_ + at));
   }
 
   uint8_t* buf_;

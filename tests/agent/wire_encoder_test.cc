@@ -7,6 +7,9 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
+
+#include <google/protobuf/io/coded_stream.h>
 
 #include "api.h"
 #include "fragscope.pb.h"
@@ -75,6 +78,44 @@ TEST(WireWriterTest, NestedMessagesOfEveryLengthClassRoundTrip) {
     EXPECT_EQ(std::string(reinterpret_cast<char*>(buf.data()), w.size()), f.SerializeAsString())
         << label_size;
   }
+}
+
+TEST(WireWriterTest, NestedLengthsThatOutgrowTheirReservedByteRoundTrip) {
+  // The stream's framing: a length prefix around a Frame around a Mark, where the inner body,
+  // the outer one or both cross 128 bytes (one length byte reserved for each).
+  for (size_t label_size : {100u, 118u, 122u, 123u, 124u, 125u, 126u, 127u, 300u}) {
+    std::string label(label_size, 'q');
+    std::vector<uint8_t> buf(label_size + 64);
+    WireWriter w(buf.data(), buf.size());
+    size_t prefix = w.BeginLengthPrefixed();
+    size_t body = w.BeginMessage(11);  // Frame.mark
+    w.Uint64(1, 300);
+    w.Bytes(4, label.data(), label.size());
+    w.EndMessage(body);
+    w.EndMessage(prefix);
+    ASSERT_TRUE(w.ok()) << label_size;
+    google::protobuf::io::CodedInputStream in(buf.data(), static_cast<int>(w.size()));
+    uint32_t length = 0;
+    ASSERT_TRUE(in.ReadVarint32(&length)) << label_size;
+    EXPECT_EQ(length + static_cast<uint32_t>(in.CurrentPosition()), w.size()) << label_size;
+    v1::Frame f;
+    ASSERT_TRUE(f.ParseFromArray(buf.data() + in.CurrentPosition(), static_cast<int>(length)))
+        << label_size;
+    EXPECT_EQ(f.mark().seq(), 300u);
+    EXPECT_EQ(f.mark().label(), label);
+  }
+}
+
+TEST(WireWriterTest, ALengthThatCannotGrowIsAnOverflowNotAnOverrun) {
+  // 200 bytes of body fill the buffer exactly; its 2-byte length needs one byte more.
+  std::vector<uint8_t> buf(2 + 200 + 3, 0xee);
+  WireWriter w(buf.data(), 2 + 200);
+  size_t m = w.BeginMessage(11);
+  w.RawBytes(std::string(200, 'z').data(), 200);
+  ASSERT_TRUE(w.ok());
+  w.EndMessage(m);
+  EXPECT_FALSE(w.ok());
+  for (size_t i = 202; i < buf.size(); ++i) EXPECT_EQ(buf[i], 0xee) << i;  // nothing past the end
 }
 
 TEST(WireWriterTest, PackedRepeatedMatchesLibprotobuf) {
