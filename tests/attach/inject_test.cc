@@ -385,5 +385,31 @@ TEST(InjectTest, ErrorsNameTheProcessAndTheWayOut) {
   }
 }
 
+// ptrace refused by the kernel: a non-dumpable program and an attach without CAP_SYS_PTRACE
+// (setpriv drops it; root keeps its uid, so nothing but the capability is missing). The refusal
+// names the pid and the ways out, exits 3, and leaves the program running untouched.
+TEST(InjectTest, PtraceRefusedByTheKernelSaysWhyAndLeavesTheProgramAlone) {
+  SKIP_IF_IMPOSSIBLE();
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to drop CAP_SYS_PTRACE with setpriv";
+  if (access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "setpriv (util-linux) not installed";
+  TempDir dir;
+  RunOptions plain = Plain(dir);
+  plain.env["ATTACH_APP_NOT_DUMPABLE"] = "1";
+  LiveProcess app(AppPath("agent_attach_app"), {}, plain);
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string pid = std::to_string(app.pid());
+  RunResult r = RunProgram(
+      "/usr/bin/setpriv",
+      {"--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", "--", kCli, "attach", pid},
+      Cli(dir));
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("ptrace of pid " + pid + " was refused (EPERM)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("FRAGSCOPE_DORMANT=1"), std::string::npos) << r.err;
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 2")) << "the refused attach left the program broken";
+  EXPECT_NE(app.out().find("oom 2"), std::string::npos) << app.out();
+}
+
 }  // namespace
 }  // namespace fragscope::agent_test

@@ -3,11 +3,16 @@
 // them. Before phase 1 it fetches cuMemAlloc/cuMemFree through cudaGetDriverEntryPoint and
 // keeps the pointers in statics, as PyTorch does, so an attach must catch calls through them.
 // Everything still live at exit is leaked on purpose (FAKECUDA_LIVE_DUMP is the ground truth).
+// ATTACH_APP_NOT_DUMPABLE=1 makes it non-dumpable (prctl), so that only CAP_SYS_PTRACE may trace
+// it.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <sys/prctl.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -43,6 +48,8 @@ bool WaitForLine(int phase) {
 int main() {
   constexpr size_t kMiB = size_t{1} << 20;
   if (cudaFree(nullptr) != cudaSuccess) return 3;
+  // A process that only CAP_SYS_PTRACE may trace (as set-uid programs and some sandboxes are).
+  if (std::getenv("ATTACH_APP_NOT_DUMPABLE") != nullptr) prctl(PR_SET_DUMPABLE, 0);
   cudaDriverEntryPointQueryResult q;
   // ByVersion, as PyTorch does (the unversioned call is deprecated in CUDA 13).
   if (cudaGetDriverEntryPointByVersion("cuMemAlloc", reinterpret_cast<void**>(&g_alloc), 12000,
