@@ -73,25 +73,27 @@ bool Inherited(const char* entry) {
 
 }  // namespace
 
+ChildCommand::ChildCommand(const std::string& program, const std::vector<std::string>& args,
+                           const RunOptions& options) {
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (Inherited(*e)) env_.push_back(*e);
+  }
+  env_.push_back("LD_LIBRARY_PATH=" + FakeCudaLibDir());
+  if (options.preload) env_.push_back("LD_PRELOAD=" + AgentLibrary());
+  for (const auto& [name, value] : options.env) env_.push_back(name + "=" + value);
+  argv_.push_back(program);
+  argv_.insert(argv_.end(), args.begin(), args.end());
+  for (std::string& e : env_) env_ptrs_.push_back(e.data());
+  env_ptrs_.push_back(nullptr);
+  for (std::string& a : argv_) argv_ptrs_.push_back(a.data());
+  argv_ptrs_.push_back(nullptr);
+}
+
 RunResult RunProgram(const std::string& program, const std::vector<std::string>& args,
                      const RunOptions& options) {
   RunResult result;
   TempDir io;
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (Inherited(*e)) env.push_back(*e);
-  }
-  env.push_back("LD_LIBRARY_PATH=" + FakeCudaLibDir());
-  if (options.preload) env.push_back("LD_PRELOAD=" + AgentLibrary());
-  for (const auto& [name, value] : options.env) env.push_back(name + "=" + value);
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_storage{program};
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  ChildCommand command(program, args, options);
   const std::string out_path = io.File("stdout");
   const std::string err_path = io.File("stderr");
   pid_t pid = fork();
@@ -100,7 +102,7 @@ RunResult RunProgram(const std::string& program, const std::vector<std::string>&
     int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(out, 1);
     dup2(err, 2);
-    execve(program.c_str(), argv.data(), envp.data());
+    execve(command.program(), command.argv(), command.envp());
     _exit(127);
   }
   int status = 0;
@@ -113,32 +115,9 @@ RunResult RunProgram(const std::string& program, const std::vector<std::string>&
   return result;
 }
 
-namespace {
-
-std::vector<std::string> ChildEnvironment(const RunOptions& options) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (Inherited(*e)) env.push_back(*e);
-  }
-  env.push_back("LD_LIBRARY_PATH=" + FakeCudaLibDir());
-  if (options.preload) env.push_back("LD_PRELOAD=" + AgentLibrary());
-  for (const auto& [name, value] : options.env) env.push_back(name + "=" + value);
-  return env;
-}
-
-}  // namespace
-
 LiveProcess::LiveProcess(const std::string& program, const std::vector<std::string>& args,
                          const RunOptions& options) {
-  std::vector<std::string> env = ChildEnvironment(options);
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_storage{program};
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  ChildCommand command(program, args, options);
   int to_child[2], from_child[2];
   if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) return;
   const std::string err_path = io_.File("stderr");
@@ -148,7 +127,7 @@ LiveProcess::LiveProcess(const std::string& program, const std::vector<std::stri
     dup2(to_child[0], 0);
     dup2(from_child[1], 1);
     dup2(err, 2);
-    execve(program.c_str(), argv.data(), envp.data());
+    execve(command.program(), command.argv(), command.envp());
     _exit(127);
   }
   close(to_child[0]);

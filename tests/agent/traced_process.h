@@ -44,6 +44,26 @@ struct RunResult {
   std::string err;
 };
 
+// What execve(2) gets to run `program args...` by RunOptions' rules: the test's environment
+// less FRAGSCOPE_*, FAKECUDA_*, LD_PRELOAD, LD_LIBRARY_PATH and CUDA_VISIBLE_DEVICES, then the
+// fake CUDA libraries, the agent when `options.preload`, and `options.env`. Built before fork(),
+// so the child only calls execve. The char* arrays point into this object: keep it alive and
+// unmoved until execve.
+class ChildCommand {
+ public:
+  ChildCommand(const std::string& program, const std::vector<std::string>& args,
+               const RunOptions& options);
+  ChildCommand(const ChildCommand&) = delete;
+  ChildCommand& operator=(const ChildCommand&) = delete;
+  const char* program() const { return argv_[0].c_str(); }
+  char* const* argv() { return argv_ptrs_.data(); }
+  char* const* envp() { return env_ptrs_.data(); }
+
+ private:
+  std::vector<std::string> argv_, env_;
+  std::vector<char*> argv_ptrs_, env_ptrs_;
+};
+
 // Runs `program args...` to completion with a clean environment (no inherited FRAGSCOPE_*,
 // FAKECUDA_* or LD_PRELOAD), the fake CUDA libraries on LD_LIBRARY_PATH, and `options`.
 RunResult RunProgram(const std::string& program, const std::vector<std::string>& args,

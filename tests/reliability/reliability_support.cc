@@ -26,43 +26,20 @@ std::string DemoBin() { return FRAGSCOPE_REL_DEMO_BIN; }
 std::string LibOmp() { return FRAGSCOPE_REL_LIBOMP; }
 bool UnderSanitizer() { return std::string(FRAGSCOPE_REL_SANITIZE).size() > 0; }
 
-namespace {
-
-// Same rule as agent_test::RunProgram: nothing of the caller's tracing setup leaks in.
-bool Inherited(const char* entry) {
-  return strncmp(entry, "FRAGSCOPE_", 10) != 0 && strncmp(entry, "FAKECUDA_", 9) != 0 &&
-         strncmp(entry, "LD_PRELOAD=", 11) != 0 && strncmp(entry, "LD_LIBRARY_PATH=", 16) != 0 &&
-         strncmp(entry, "CUDA_VISIBLE_DEVICES=", 21) != 0;
-}
-
-}  // namespace
-
+// RunProgram's environment rule (agent_test::ChildCommand): nothing of the caller's tracing setup
+// leaks in.
 Background::Background(const std::string& program, const std::vector<std::string>& args,
                        const RunOptions& options, const std::string& out_path,
                        const std::string& err_path)
     : out_path_(out_path), err_path_(err_path) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (Inherited(*e)) env.push_back(*e);
-  }
-  env.push_back("LD_LIBRARY_PATH=" + agent_test::FakeCudaLibDir());
-  if (options.preload) env.push_back("LD_PRELOAD=" + agent_test::AgentLibrary());
-  for (const auto& [name, value] : options.env) env.push_back(name + "=" + value);
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_storage{program};
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  agent_test::ChildCommand command(program, args, options);
   pid_ = fork();
   if (pid_ == 0) {
     int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(out, 1);
     dup2(err, 2);
-    execve(program.c_str(), argv.data(), envp.data());
+    execve(command.program(), command.argv(), command.envp());
     _exit(127);
   }
 }
