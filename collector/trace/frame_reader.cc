@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "fragscope/trace/frame_limits.h"
+#include "fragscope/trace/hot_frame_decoder.h"
 #include "fragscope/trace/trace_format.h"
 
 namespace fragscope {
@@ -119,8 +120,16 @@ absl::Status FrameReader::ReadHeader() {
   return absl::OkStatus();
 }
 
-FrameReader::Result FrameReader::Next(v1::Frame* out) {
+FrameReader::Result FrameReader::NextBody(const unsigned char** body, uint64_t* body_length,
+                                          std::size_t* frame_bytes) {
   if (read_error_) return Result::kError;
+  // Most frames are events: a one-byte length, the frame already in the buffer.
+  if (pos_ < end_ && buffer_[pos_] < 0x80 && end_ - pos_ > buffer_[pos_]) [[likely]] {
+    *body_length = buffer_[pos_];
+    *body = buffer_.data() + pos_ + 1;
+    *frame_bytes = 1 + *body_length;
+    return Result::kFrame;
+  }
   // Varint length: at most 10 bytes; fewer may be available at the end of the stream.
   uint64_t length = 0;
   std::size_t varint_bytes = 0;
@@ -158,7 +167,44 @@ FrameReader::Result FrameReader::Next(v1::Frame* out) {
         name_, consumed_ + pos_, varint_bytes + length, end_ - pos_, frames_read_, good_offset_);
     return Result::kTruncated;
   }
-  const unsigned char* body = buffer_.data() + pos_ + varint_bytes;
+  *body = buffer_.data() + pos_ + varint_bytes;
+  *body_length = length;
+  *frame_bytes = varint_bytes + length;
+  return Result::kFrame;
+}
+
+FrameReader::Result FrameReader::Next(v1::Frame* out) {
+  const unsigned char* body = nullptr;
+  uint64_t length = 0;
+  std::size_t frame_bytes = 0;
+  if (Result r = NextBody(&body, &length, &frame_bytes); r != Result::kFrame) return r;
+  // Event frames, nearly all of a trace, are decoded by hand (hot_frame_decoder.h: the same
+  // message libprotobuf would build, at a fraction of the instructions); the decoder takes only
+  // frames that are within every limit and valid, and leaves all others to ParseChecked.
+  if (!DecodeHotFrame(body, length, out) && !ParseChecked(body, length, out)) {
+    return Result::kError;
+  }
+  Consume(frame_bytes);
+  return Result::kFrame;
+}
+
+FrameReader::Result FrameReader::Next(v1::Frame* other, HotFrameSet* hot, const v1::Frame** frame) {
+  const unsigned char* body = nullptr;
+  uint64_t length = 0;
+  std::size_t frame_bytes = 0;
+  if (Result r = NextBody(&body, &length, &frame_bytes); r != Result::kFrame) return r;
+  HotEvent event;
+  if (ParseHotEvent(body, length, &event)) {
+    *frame = hot->Store(event);
+  } else {
+    if (!ParseChecked(body, length, other)) return Result::kError;
+    *frame = other;
+  }
+  Consume(frame_bytes);
+  return Result::kFrame;
+}
+
+bool FrameReader::ParseChecked(const unsigned char* body, uint64_t length, v1::Frame* out) {
   // Before parsing: libprotobuf would make an object per repeated entry (frame_limits.h).
   if (std::string over = FrameLimitViolation(body, length); !over.empty()) {
     error_ = absl::StrFormat(
@@ -166,17 +212,14 @@ FrameReader::Result FrameReader::Next(v1::Frame* out) {
         "agent writes such a frame, so the trace is corrupt or crafted; read %d whole frames up "
         "to byte %d",
         name_, consumed_ + pos_, over, frames_read_, good_offset_);
-    return Result::kError;
+    return false;
   }
   if (!out->ParseFromArray(body, static_cast<int>(length))) {
     error_ = absl::StrFormat("%s: malformed frame at byte %d (%d bytes do not parse as a Frame)",
                              name_, consumed_ + pos_, length);
-    return Result::kError;
+    return false;
   }
-  pos_ += varint_bytes + length;
-  good_offset_ = consumed_ + pos_;
-  ++frames_read_;
-  return Result::kFrame;
+  return true;
 }
 
 }  // namespace fragscope

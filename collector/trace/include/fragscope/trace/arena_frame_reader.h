@@ -10,7 +10,10 @@
 //   while (frames.Next(&frame) == FrameReader::Result::kFrame) model.Apply(*frame);
 //
 // Guarantees: *frame is valid until the next call to Next (the arena may be reset then, which
-// ends the life of every frame it returned before). Memory: the arena is reset once the frames
+// ends the life of every frame it returned before, and an event frame is reused by the next
+// event of its type). Event frames (AllocEvent, FreeEvent, MapEvent, HandleEvent, BlockEvent)
+// are decoded by hand into a frame kept per event type (hot_frame_decoder.h), the same message
+// libprotobuf would build, without the arena. Memory: the arena is reset once the frames
 // parsed into it since the last reset span kResetBytes of input, so it holds at most about
 // kResetBytes plus one frame (bounded by kMaxFrameBytes) of input, times the in-memory
 // expansion of protobuf messages; the first kInitialBlockBytes are allocated once and reused.
@@ -30,6 +33,7 @@
 
 #include "fragscope.pb.h"
 #include "fragscope/trace/frame_reader.h"
+#include "fragscope/trace/hot_frame_decoder.h"
 
 namespace fragscope {
 
@@ -55,10 +59,13 @@ class ArenaFrameReader {
       reset_offset_ = reader_->good_offset();
       frame_ = google::protobuf::Arena::CreateMessage<v1::Frame>(&arena_);
     }
-    // Parsing clears the previous frame first; on an arena that abandons its sub-messages in
-    // the arena instead of freeing them, so the parse allocates by bumping a pointer.
-    const FrameReader::Result r = reader_->Next(frame_);
-    *frame = frame_;
+    // Event frames go to hot_ (decoded by hand into a frame kept per event type, no allocation
+    // at all); the others are parsed into frame_, and parsing clears the previous frame first:
+    // on an arena that abandons its sub-messages in the arena instead of freeing them, so the
+    // parse allocates by bumping a pointer. The arena offset counts both, which only makes the
+    // resets more frequent than the arena's own use needs.
+    const FrameReader::Result r = reader_->Next(frame_, &hot_, frame);
+    if (r != FrameReader::Result::kFrame) *frame = frame_;
     return r;
   }
 
@@ -77,6 +84,7 @@ class ArenaFrameReader {
   google::protobuf::Arena arena_;
   uint64_t reset_offset_;
   v1::Frame* frame_ = nullptr;
+  HotFrameSet hot_;
 };
 
 }  // namespace fragscope

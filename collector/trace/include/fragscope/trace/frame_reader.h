@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "fragscope.pb.h"
+#include "fragscope/trace/hot_frame_decoder.h"
 
 namespace fragscope {
 
@@ -35,6 +36,11 @@ class FrameReader {
   ~FrameReader();
 
   Result Next(v1::Frame* out);
+  // The same for replay loops that apply each frame and let it go (ArenaFrameReader): an event
+  // frame is decoded into its type's frame of `hot` (no allocation), any other frame is parsed
+  // into *other; *frame points to the one that holds it. The frames, errors and offsets are
+  // exactly those of Next(out).
+  Result Next(v1::Frame* other, HotFrameSet* hot, const v1::Frame** frame);
 
   // For kTruncated and kError: what went wrong, with the stream name and byte offset.
   const std::string& error() const { return error_; }
@@ -50,6 +56,20 @@ class FrameReader {
   absl::Status ReadHeader();
   // Makes at least `n` bytes available at buffer_[pos_]; false at end of stream or error.
   bool Fill(std::size_t n);
+  // Makes the next frame's bytes available: its body of *body_length bytes at *body, and the
+  // frame's bytes with the length prefix in *frame_bytes (for Consume). kFrame, or what Next
+  // returns at an end, a truncation or an error (error_ set).
+  Result NextBody(const unsigned char** body, uint64_t* body_length, std::size_t* frame_bytes);
+  // Steps past the frame NextBody returned, once it has been decoded.
+  void Consume(std::size_t frame_bytes) {
+    pos_ += frame_bytes;
+    good_offset_ = consumed_ + pos_;
+    ++frames_read_;
+  }
+  // Parses the frame body of `length` bytes at `body` (the frame at pos_) with libprotobuf,
+  // after the limit check: every frame the hand decoder does not take. False with error_ set
+  // when it is refused or malformed.
+  bool ParseChecked(const unsigned char* body, uint64_t length, v1::Frame* out);
 
   int fd_ = -1;
   std::string name_;

@@ -1,0 +1,243 @@
+#include "fragscope/trace/hot_frame_decoder.h"
+
+#include <google/protobuf/message.h>
+#include <google/protobuf/unknown_field_set.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/base/internal/endian.h"
+#include "absl/numeric/bits.h"
+
+namespace fragscope {
+namespace {
+
+// Reads one varint at p (p < end not required). Returns the byte after it, or nullptr when it
+// runs past `end`, is longer than 10 bytes, or carries bits beyond 64 in its 10th byte. The last
+// two are left to libprotobuf to judge: the decoder only takes what has one obvious meaning.
+const unsigned char* ReadVarintSlow(const unsigned char* p, const unsigned char* end,
+                                    uint64_t* value) {
+  uint64_t result = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (p == end) return nullptr;
+    const uint64_t b = *p++;
+    if (shift == 63 && b > 1) return nullptr;
+    result |= (b & 0x7f) << shift;
+    if (b < 0x80) {
+      *value = result;
+      return p;
+    }
+  }
+  return nullptr;
+}
+
+// The same. Event fields are mostly one or two bytes (ops, devices, thread and stack ids) or 3
+// to 8 (sequence numbers, times, addresses, sizes): tests for one to three bytes, then all of up
+// to 8 bytes at once from one unaligned load when 8 bytes are left in the frame (a byte loop
+// took about 8 instructions a byte, a third of the decoding).
+inline const unsigned char* ReadVarint(const unsigned char* p, const unsigned char* end,
+                                       uint64_t* value) {
+  if (p != end && *p < 0x80) [[likely]] {
+    *value = *p;
+    return p + 1;
+  }
+  if (end - p < 8) return ReadVarintSlow(p, end, value);
+  if (p[1] < 0x80) {  // two bytes (thread ids, stack ids): cheaper than the word below
+    *value = (uint64_t{p[0]} & 0x7f) | uint64_t{p[1]} << 7;
+    return p + 2;
+  }
+  if (p[2] < 0x80) {  // three (sequence numbers below 2^21, sizes below 2 MiB)
+    *value = (uint64_t{p[0]} & 0x7f) | (uint64_t{p[1]} & 0x7f) << 7 | uint64_t{p[2]} << 14;
+    return p + 3;
+  }
+  uint64_t word;
+  std::memcpy(&word, p, sizeof(word));
+  word = absl::little_endian::ToHost64(word);
+  // Bit 7 of each byte is "more follows": the first byte without it ends the varint.
+  const uint64_t stops = ~word & 0x8080808080808080u;
+  if (stops == 0) return ReadVarintSlow(p, end, value);  // 9 or 10 bytes: rare
+  const int bits = absl::countr_zero(stops) + 1;         // up to and with the last byte's bit 7
+  // Keep the varint's bytes (bits is 8 to 64: both shifts are defined), drop the flags, then
+  // close the 1-bit gaps between the 7-bit groups.
+  uint64_t x = (word << (64 - bits)) >> (64 - bits);
+  x &= 0x7f7f7f7f7f7f7f7fu;
+  x = ((x & 0x7f007f007f007f00u) >> 1) | (x & 0x007f007f007f007fu);
+  x = ((x & 0x3fff00003fff0000u) >> 2) | (x & 0x00003fff00003fffu);
+  x = ((x & 0x0fffffff00000000u) >> 4) | (x & 0x000000000fffffffu);
+  *value = x;
+  return p + bits / 8;
+}
+
+// libprotobuf's conversions from the varint read (generated _InternalParse): 32-bit fields keep
+// the low 32 bits (ReadVarint32), enums the low 32 bits of the 64 read, bools "not zero".
+inline uint32_t U32(uint64_t v) { return static_cast<uint32_t>(v); }
+inline int32_t I32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+inline v1::Api ApiOf(uint64_t v) { return static_cast<v1::Api>(I32(v)); }
+
+// The fields common to every event message (proto: numbers 1..6 in all of them).
+template <typename Event>
+inline void SetCommon(Event* e, const uint64_t* f) {
+  e->set_seq(f[1]);
+  e->set_time_ns(f[2]);
+  e->set_tid(U32(f[3]));
+  e->set_api(ApiOf(f[4]));
+  e->set_result(I32(f[5]));
+  e->set_stack_id(f[6]);
+}
+
+// Sets every field of out's event from `f`. A message from an earlier parse may also hold
+// unknown fields, which a parse would have cleared: `clear` says whether to clear the message
+// first (a message only this decoder ever fills has none, and every field is set below).
+template <typename Event>
+inline Event* Prepare(Event* e, bool clear) {
+  if (clear) e->Clear();
+  return e;
+}
+
+void StoreInto(const HotEvent& event, bool clear, v1::Frame* out) {
+  const uint64_t* f = event.field;
+  switch (event.body) {
+    case v1::Frame::kAlloc: {
+      v1::AllocEvent* e = Prepare(out->mutable_alloc(), clear);
+      SetCommon(e, f);
+      e->set_address(f[7]);
+      e->set_size(f[8]);
+      e->set_device(I32(f[9]));
+      e->set_stream(f[10]);
+      e->set_pool(f[11]);
+      e->set_kind(static_cast<v1::MemoryKind>(I32(f[12])));
+      e->set_pitch(f[13]);
+      e->set_in_capture(f[14] != 0);
+      return;
+    }
+    case v1::Frame::kFree: {
+      v1::FreeEvent* e = Prepare(out->mutable_free(), clear);
+      SetCommon(e, f);
+      e->set_address(f[7]);
+      e->set_size(f[8]);
+      e->set_device(I32(f[9]));
+      e->set_stream(f[10]);
+      e->set_pool(f[11]);
+      return;
+    }
+    case v1::Frame::kMap: {
+      v1::MapEvent* e = Prepare(out->mutable_map(), clear);
+      SetCommon(e, f);
+      e->set_op(static_cast<v1::MapEvent::Op>(I32(f[7])));
+      e->set_address(f[8]);
+      e->set_size(f[9]);
+      e->set_offset(f[10]);
+      e->set_handle(f[11]);
+      e->set_device(I32(f[12]));
+      e->set_alignment(f[13]);
+      return;
+    }
+    case v1::Frame::kHandle: {
+      v1::HandleEvent* e = Prepare(out->mutable_handle(), clear);
+      SetCommon(e, f);
+      e->set_op(static_cast<v1::HandleEvent::Op>(I32(f[7])));
+      e->set_handle(f[8]);
+      e->set_size(f[9]);
+      e->set_device(I32(f[10]));
+      e->set_handle_type(U32(f[11]));
+      e->set_address(f[12]);
+      return;
+    }
+    case v1::Frame::kBlock: {
+      v1::BlockEvent* e = Prepare(out->mutable_block(), clear);
+      SetCommon(e, f);
+      e->set_op(static_cast<v1::BlockEvent::Op>(I32(f[7])));
+      e->set_address(f[8]);
+      e->set_size(f[9]);
+      e->set_device(I32(f[10]));
+      e->set_stream(f[11]);
+      e->set_pool(f[12]);
+      e->set_allocator(f[13]);
+      return;
+    }
+    default:
+      return;  // not reached: ParseHotEvent only passes the five above
+  }
+}
+
+}  // namespace
+
+bool ParseHotEvent(const unsigned char* data, std::size_t size, HotEvent* event) {
+  if (size < 2) return false;
+  const unsigned char* p = data;
+  const unsigned char* const end = data + size;
+  // The Frame's one field: a one-byte tag, length-delimited (wire type 2), of a hot event.
+  uint32_t body = 0;
+  uint32_t max_field = 0;
+  switch (*p++) {
+    case (v1::Frame::kAlloc << 3) | 2:
+      body = v1::Frame::kAlloc;
+      max_field = 14;
+      break;
+    case (v1::Frame::kFree << 3) | 2:
+      body = v1::Frame::kFree;
+      max_field = 11;
+      break;
+    case (v1::Frame::kMap << 3) | 2:
+      body = v1::Frame::kMap;
+      max_field = 13;
+      break;
+    case (v1::Frame::kHandle << 3) | 2:
+      body = v1::Frame::kHandle;
+      max_field = 12;
+      break;
+    case (v1::Frame::kBlock << 3) | 2:
+      body = v1::Frame::kBlock;
+      max_field = 13;
+      break;
+    default:
+      return false;
+  }
+  uint64_t length = 0;
+  p = ReadVarint(p, end, &length);
+  // At most 4 bytes: libprotobuf reads a length in at most 5 and refuses some 5-byte ones, and
+  // a length that fits a frame needs 4 (kMaxFrameBytes < 2^28). The sub-message must fill the
+  // rest of the frame exactly: anything after it is another top-level field (a second body
+  // field, an unknown one), which libprotobuf merges or keeps.
+  if (p == nullptr || p - data > 5 || length != static_cast<uint64_t>(end - p)) return false;
+  // Field values by number; absent fields are 0, as after Clear(). A field given twice keeps
+  // the last value, as libprotobuf does for singular scalars.
+  uint64_t* f = event->field;
+  std::memset(f, 0, sizeof(event->field));  // constant size: a few vector stores
+  while (p != end) {
+    const uint32_t tag = *p++;
+    // One-byte tags of varint fields only (every field of these messages is a varint below 16);
+    // field 0, other wire types and unknown numbers go to libprotobuf.
+    const uint32_t number = tag >> 3;
+    if ((tag & 0x87) != 0 || number == 0 || number > max_field) return false;
+    p = ReadVarint(p, end, &f[number]);
+    if (p == nullptr) return false;
+  }
+  event->body = body;
+  return true;
+}
+
+void StoreHotEvent(const HotEvent& event, v1::Frame* out) {
+  // The frame's own unknown fields (from an earlier libprotobuf parse into *out) would not
+  // survive a parse any more than its previous body. (Generated proto3 classes have no
+  // unknown_fields() of their own: through reflection, looked up once.)
+  static const google::protobuf::Reflection* const reflection = v1::Frame::GetReflection();
+  if (!reflection->GetUnknownFields(*out).empty()) reflection->MutableUnknownFields(out)->Clear();
+  StoreInto(event, /*clear=*/true, out);
+}
+
+bool DecodeHotFrame(const unsigned char* data, std::size_t size, v1::Frame* out) {
+  HotEvent event;
+  if (!ParseHotEvent(data, size, &event)) return false;
+  StoreHotEvent(event, out);
+  return true;
+}
+
+const v1::Frame* HotFrameSet::Store(const HotEvent& event) {
+  v1::Frame* out = &frames_[Slot(event.body)];
+  // Only Store ever fills these frames, and it sets every field: nothing to clear.
+  StoreInto(event, /*clear=*/false, out);
+  return out;
+}
+
+}  // namespace fragscope
