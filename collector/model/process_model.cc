@@ -194,6 +194,29 @@ class ProcessModel::Impl {
   // The segment SegmentContaining() found last: consecutive block events mostly land in the
   // same segment. Cleared whenever a segment leaves segments_.
   Segment* last_segment_ = nullptr;
+  // SegmentContaining()'s answers by 16 MiB page of address, one slot per page (hashed, so that
+  // segments laid out at regular strides do not pile onto the same slots): block events land
+  // in segments picked at random, and a search of segments_ took ~165 instructions and a cache
+  // miss per level where a slot is one load. A slot holds a segment that overlaps its page
+  // (the last found there); an address is a hit only inside the slot's [begin, end), so a
+  // stale or colliding slot costs a search, never a wrong answer. A segment leaving segments_
+  // is taken out of the slots of its pages (ForgetCached). Made on first use: 96 KiB, nothing
+  // for streams without block or mapping events.
+  struct CachedSegment {
+    uint64_t begin = 0;
+    uint64_t end = 0;  // empty (0, 0): matches no address
+    Segment* segment = nullptr;
+  };
+  static constexpr int kCachePageShift = 24;
+  static constexpr int kCacheSlotBits = 12;
+  static constexpr uint64_t kCacheSlots = uint64_t{1} << kCacheSlotBits;
+  static std::size_t CacheSlot(uint64_t address) {
+    // Fibonacci hashing: the top bits of the page number times 2^64 / phi.
+    return static_cast<std::size_t>(((address >> kCachePageShift) * 0x9e3779b97f4a7c15u) >>
+                                    (64 - kCacheSlotBits));
+  }
+  void ForgetCached(const Segment& s);
+  std::unique_ptr<CachedSegment[]> segment_cache_;
   std::vector<uint64_t> unclassified_segments_;  // begins of segments whose stack is not here
   absl::flat_hash_map<uint64_t, LiveAllocation> allocations_;
   absl::flat_hash_map<uint64_t, PhysicalHandle> handles_;
@@ -234,17 +257,45 @@ bool ProcessModel::Impl::CanPlaceSegment(uint64_t address, uint64_t size) const 
 }
 
 Segment* ProcessModel::Impl::SegmentContaining(uint64_t address) {
-  // Segments are disjoint, so the one holding `address` is the answer whoever asks.
+  // Segments are disjoint, so the one holding `address` is the answer whoever asks, found in
+  // the cache or the index alike.
   if (last_segment_ != nullptr && address >= last_segment_->begin() &&
       address < last_segment_->end()) {
     return last_segment_;
+  }
+  if (segment_cache_ != nullptr) {
+    const CachedSegment& slot = segment_cache_[CacheSlot(address)];
+    if (address - slot.begin < slot.end - slot.begin) {
+      last_segment_ = slot.segment;
+      return last_segment_;
+    }
   }
   auto it = segments_.upper_bound(address);
   if (it == segments_.begin()) return nullptr;
   --it;
   if (address - it->first >= it->second.size) return nullptr;
   last_segment_ = it->second.segment.get();
+  if (segment_cache_ == nullptr) segment_cache_ = std::make_unique<CachedSegment[]>(kCacheSlots);
+  segment_cache_[CacheSlot(address)] = {it->first, it->first + it->second.size, last_segment_};
   return last_segment_;
+}
+
+void ProcessModel::Impl::ForgetCached(const Segment& s) {
+  if (last_segment_ == &s) last_segment_ = nullptr;
+  if (segment_cache_ == nullptr || s.size() == 0) return;  // a zero-size segment is never cached
+  const uint64_t first = s.begin() >> kCachePageShift;
+  const uint64_t last = (s.end() - 1) >> kCachePageShift;
+  if (last - first >= kCacheSlots) {  // as many pages as slots: look at every slot
+    for (uint64_t i = 0; i < kCacheSlots; ++i) {
+      if (segment_cache_[i].segment == &s) segment_cache_[i] = CachedSegment{};
+    }
+    return;
+  }
+  // Only the slots of the pages it overlaps can hold it.
+  for (uint64_t page = first; page <= last; ++page) {
+    CachedSegment& slot = segment_cache_[CacheSlot(page << kCachePageShift)];
+    if (slot.segment == &s) slot = CachedSegment{};
+  }
 }
 
 template <typename F>
@@ -288,7 +339,7 @@ void ProcessModel::Impl::EraseSegment(SegmentIndex::iterator it) {
       [&](uint64_t, const SubBlock& block) { device.RemoveSite(block.stack_id, block.size); });
   // Mappings still in a freed reservation no longer hold their handles.
   for (const auto& [address, mapping] : s.mappings()) SetHandleMappings(mapping.handle, -1);
-  if (last_segment_ == &s) last_segment_ = nullptr;
+  ForgetCached(s);
   segments_.erase(it);
 }
 
@@ -1000,6 +1051,7 @@ void ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
   // Replace the stream's live state with the snapshot's.
   segments_.clear();
   last_segment_ = nullptr;
+  if (segment_cache_ != nullptr) std::fill_n(segment_cache_.get(), kCacheSlots, CachedSegment{});
   unclassified_segments_.clear();
   allocations_.clear();
   handles_.clear();
