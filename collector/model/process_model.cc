@@ -230,6 +230,8 @@ class ProcessModel::Impl {
   bool attached_ = false;
   bool imported_ = false;
   bool history_complete_ = true;
+  uint64_t live_entries_not_held_ = 0;  // Snapshot.entries_not_held, the largest seen
+  uint64_t not_held_since_seq_ = 0;     // seq of the first snapshot that lacked entries
   uint64_t frames_ = 0;
   uint64_t events_ = 0;
   uint64_t drops_ = 0;
@@ -1034,6 +1036,10 @@ void ProcessModel::Impl::OnDrops(const v1::Drops& e) {
 }
 
 void ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
+  if (snap.entries_not_held() > 0) {
+    if (live_entries_not_held_ == 0) not_held_since_seq_ = snap.seq();
+    live_entries_not_held_ = std::max(live_entries_not_held_, snap.entries_not_held());
+  }
   if (!snap.complete_history()) {
     history_complete_ = false;
   } else if (snap.reason() == v1::Snapshot::REASON_STREAM_START) {
@@ -1124,6 +1130,8 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.exit_status = exit_status_;
   out.approximate_intervals = approximate_;
   out.unmatched_events = unmatched_;
+  out.live_entries_not_held = live_entries_not_held_;
+  out.not_held_since_seq = not_held_since_seq_;
   std::vector<uint64_t> stack_ids;
   for (const auto& [ordinal, d] : devices_) {
     DeviceSummary ds;

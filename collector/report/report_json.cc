@@ -287,6 +287,8 @@ void JsonReport::Render() {
   w_.Field("drops", s_.drops);
   w_.Field("last_seq", s_.last_seq);
   w_.Field("unmatched_events", s_.unmatched_events);
+  w_.Field("live_entries_not_held", s_.live_entries_not_held);
+  w_.Field("not_held_since_seq", s_.not_held_since_seq);
   w_.Key("approximate_intervals");
   w_.BeginArray();
   for (const ApproximateInterval& a : s_.approximate_intervals) {

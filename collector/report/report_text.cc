@@ -241,6 +241,13 @@ void TextReport::Render() {
                             a.to_seq ? absl::StrFormat("the resync at seq %d", *a.to_seq)
                                      : std::string("the end (no resync came)"));
   }
+  if (s_.live_entries_not_held > 0) {
+    out_ << absl::StrFormat(
+        "Note: the agent's live table was full (%d inserts refused): its snapshots from seq %d "
+        "on lack some live allocations (at most that many), so the figures may undercount. Run "
+        "with a larger FRAGSCOPE_LIVE_SLOTS.\n",
+        s_.live_entries_not_held, s_.not_held_since_seq);
+  }
   if (s_.unmatched_events > 0) {
     out_ << absl::StrFormat(
         "Note: %d events did not match the known state (frees of unseen "

@@ -182,7 +182,7 @@ uint64_t WriteSnapshot(SnapshotReason reason) {
     // An injected agent started with the attach: what was allocated before is unknown.
     SnapshotEncoder snapshot(w, now, reason, /*complete_history=*/!a.injected);
     entries = a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) { snapshot.Add(e); });
-    return snapshot.Finish(seq);
+    return snapshot.Finish(seq, a.live.overflows());
   };
   // The previous snapshot's size, plus a quarter, says whether the write buffer is likely to
   // hold this one; Put fails cleanly when it does not (one scan wasted), and the scratch
@@ -347,7 +347,7 @@ uint64_t WriteSnapshotWithStacks(SnapshotReason reason) {
     snapshot.Add(e);
     WriteStackById(e.stack_id);
   });
-  bool ok = snapshot.Finish(seq);
+  bool ok = snapshot.Finish(seq, a.live.overflows());
   FlushWriter();
   ok = ok && d.output.is_open() && WriteOut(big.data(), big.size());
   munmap(mem, bound);

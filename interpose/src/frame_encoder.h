@@ -105,8 +105,11 @@ class SnapshotEncoder {
  public:
   SnapshotEncoder(WireWriter& w, uint64_t time_ns, SnapshotReason reason, bool complete_history);
   void Add(const LiveEntry& entry);
-  bool Finish(uint64_t seq) {
+  // `entries_not_held`: inserts the live table refused so far (LiveTable::overflows()), read
+  // after the scan so that a refusal during it is counted too.
+  bool Finish(uint64_t seq, uint64_t entries_not_held = 0) {
     w_.Uint64(1, seq);
+    w_.Uint64(10, entries_not_held);
     return frame_.Close();
   }
 

@@ -399,11 +399,12 @@ TEST_F(FrameEncoderTest, SnapshotWithEveryLiveClass) {
   b.flags = kLivePendingFree;
   b.handle = 11;
   s.Add(b);
-  ASSERT_TRUE(s.Finish(500));
+  ASSERT_TRUE(s.Finish(500, 7));
   v1::Frame f = Single();
   ASSERT_TRUE(f.has_snapshot());
   const v1::Snapshot& snap = f.snapshot();
   EXPECT_EQ(snap.seq(), 500u);
+  EXPECT_EQ(snap.entries_not_held(), 7u);
   EXPECT_EQ(snap.time_ns(), 600u);
   EXPECT_EQ(snap.reason(), v1::Snapshot::REASON_RESYNC);
   EXPECT_TRUE(snap.complete_history());

@@ -268,6 +268,11 @@ struct ModelSummary {
   std::vector<ApproximateInterval> approximate_intervals;
   // Events the model could not place (a free of an unknown address, a map into nothing ...).
   uint64_t unmatched_events = 0;
+  // The agent's live table was full (Snapshot.entries_not_held): its snapshots lack up to this
+  // many live allocations, so the state from the snapshot at `not_held_since_seq` on may
+  // undercount. 0: every snapshot was complete.
+  uint64_t live_entries_not_held = 0;
+  uint64_t not_held_since_seq = 0;
 
   std::vector<DeviceSummary> devices;                // by ordinal
   std::vector<FailedAllocation> failed_allocations;  // in seq order
