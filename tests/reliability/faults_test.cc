@@ -81,6 +81,19 @@ std::unique_ptr<Background> StartCollector(const TempDir& dir, const std::string
       RunOptions{false, {}}, dir.File(tag + ".log"), dir.File(tag + ".err"));
 }
 
+// stress_app's "phases" scenario streaming to `sock`, with a ring that drops nothing (64 MiB) and
+// the fake driver's live set written to dir/truth at exit.
+std::unique_ptr<Background> StartPhasesApp(const TempDir& dir, const std::string& sock,
+                                           const std::string& exit_code) {
+  return std::make_unique<Background>(RelApp("reliability_stress_app"),
+                                      std::vector<std::string>{"phases", dir.path(), exit_code},
+                                      RunOptions{true,
+                                                 {{"FRAGSCOPE_SOCKET", sock},
+                                                  {"FRAGSCOPE_RING_MB", "64"},
+                                                  {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}},
+                                      dir.File("app.out"), dir.File("app.err"));
+}
+
 // The stream an agent resumed on a collector (interpose/README.md "Collector restarts"): the
 // live memory of both sides of the gap is exact, every loss is counted, and the stream ends
 // cleanly. `truth` is the fake driver's live set at exit.
@@ -117,12 +130,7 @@ TEST(ReliabilityFaults, CollectorRestartedMidRunAgentReconnectsAndModelIsExact) 
   const std::string out = dir.File("out");
   auto first = StartCollector(dir, sock, out, "first");
   ASSERT_TRUE(WaitFor([&] { return Connectable(sock); }));
-  Background app(RelApp("reliability_stress_app"), {"phases", dir.path(), "42"},
-                 RunOptions{true,
-                            {{"FRAGSCOPE_SOCKET", sock},
-                             {"FRAGSCOPE_RING_MB", "64"},
-                             {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}},
-                 dir.File("app.out"), dir.File("app.err"));
+  auto app = StartPhasesApp(dir, sock, "42");
   ASSERT_TRUE(WaitFor([&] { return fs::exists(dir.File("phase1")); }));
   ASSERT_TRUE(WaitFor([&] { return !Traces(out).empty(); }));
   const std::string cut = Traces(out)[0];
@@ -135,7 +143,7 @@ TEST(ReliabilityFaults, CollectorRestartedMidRunAgentReconnectsAndModelIsExact) 
   // The agent notices the gone collector at its next write and retries after a second.
   const bool resumed = WaitFor([&] { return !TraceEndingWith(out, ".resumed-1.fst").empty(); });
   Touch(dir.File("stop"));
-  RunResult run = app.Wait();
+  RunResult run = app->Wait();
   ASSERT_TRUE(resumed) << ReadFile(dir.File("app.err"));
 
   // The program: its own exit status, all its work done, no signal (no SIGPIPE).
@@ -188,19 +196,14 @@ TEST(ReliabilityFaults, CollectorStartedAfterTheProgramGetsTheStream) {
   TempDir dir;
   const std::string sock = dir.File("c.sock");
   const std::string out = dir.File("out");
-  Background app(RelApp("reliability_stress_app"), {"phases", dir.path(), "0"},
-                 RunOptions{true,
-                            {{"FRAGSCOPE_SOCKET", sock},
-                             {"FRAGSCOPE_RING_MB", "64"},
-                             {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}},
-                 dir.File("app.out"), dir.File("app.err"));
+  auto app = StartPhasesApp(dir, sock, "0");
   ASSERT_TRUE(WaitFor([&] { return fs::exists(dir.File("phase1")); }));
   auto collector = StartCollector(dir, sock, out, "collector");
   ASSERT_TRUE(WaitFor([&] { return Connectable(sock); }));
   Touch(dir.File("go"));
   const bool resumed = WaitFor([&] { return !TraceEndingWith(out, ".resumed-1.fst").empty(); });
   Touch(dir.File("stop"));
-  RunResult run = app.Wait();
+  RunResult run = app->Wait();
   ASSERT_TRUE(resumed) << run.err;
   EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
   EXPECT_EQ(AgentLines(run.err), 2) << run.err;
