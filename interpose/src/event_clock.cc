@@ -62,14 +62,16 @@ bool ReadPair(uint64_t* tsc, uint64_t* ns) {
 // `interval_ns`.
 void Publish(uint64_t version, uint64_t tsc, uint64_t ns, uint64_t mult, uint64_t interval_ns) {
   TscMapping& m = g_tsc_mapping;
-  std::atomic_thread_fence(std::memory_order_release);
-  m.base_tsc.store(tsc, std::memory_order_relaxed);
-  m.base_ns.store(ns, std::memory_order_relaxed);
-  m.mult.store(mult, std::memory_order_relaxed);
+  // Release stores (no fence, see event_clock.h): a reader that sees one of them also sees the
+  // odd version stored before it, and retries. The caller's acq_rel compare-exchange to the odd
+  // version keeps these stores after it.
+  m.base_tsc.store(tsc, std::memory_order_release);
+  m.base_ns.store(ns, std::memory_order_release);
+  m.mult.store(mult, std::memory_order_release);
   // Ticks in the interval: ns << 32 / mult.
   const uint64_t ticks =
       static_cast<uint64_t>((static_cast<unsigned __int128>(interval_ns) << 32) / mult);
-  m.reanchor_at.store(tsc + ticks, std::memory_order_relaxed);
+  m.reanchor_at.store(tsc + ticks, std::memory_order_release);
   m.version.store(version + 2, std::memory_order_release);
 }
 
