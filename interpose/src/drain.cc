@@ -325,12 +325,17 @@ bool SegmentFull() {
   return size >= limit && size - d.segment_head >= limit / 2;
 }
 
-// A snapshot exact at its seq, preceded by the StackTable frames of every stack its entries
-// name: what a reader that starts here (a new flight segment, a resumed stream) needs. Returns
-// the seq (0 if it could not be written).
-uint64_t WriteSnapshotWithStacks(SnapshotReason reason) {
+// Starts the output over where a reader may begin (a new flight segment, a resumed stream):
+// stream head, devices, `drops` if given, the StackTable frames of every stack the live entries
+// name, then a snapshot exact at its seq S. Live-state records at or below S still in the ring
+// are then skipped (the snapshot has them); failures and marks among them are still written,
+// after it. End.events_recorded counts from S.
+void BeginSegment(SnapshotReason reason, const DropsData* drops) {
   AgentState& a = Agent();
   DrainState& d = g_drain;
+  WriteStreamHead();
+  for (int i = 0; i < kMaxDevices; ++i) WriteDeviceInfo(i);
+  if (drops != nullptr) Put([&](WireWriter& w) { return EncodeDrops(w, *drops); });
   if (a.stacks.slots() > 0) a.stacks.ResetSent();
   // The snapshot is encoded aside while the stacks it names go to the write buffer, so the
   // StackTable frames precede it.
@@ -339,19 +344,23 @@ uint64_t WriteSnapshotWithStacks(SnapshotReason reason) {
   const size_t bound = a.live.slots() * kMaxLiveEntryBytes + 4096;
   void* mem = mmap(nullptr, bound, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (mem == MAP_FAILED) return 0;
   uint64_t seq = 0;
-  WireWriter big(static_cast<uint8_t*>(mem), bound);
-  SnapshotEncoder snapshot(big, NowNs(), reason, /*complete_history=*/!a.injected);
-  d.last_snapshot_entries = a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) {
-    snapshot.Add(e);
-    WriteStackById(e.stack_id);
-  });
-  bool ok = snapshot.Finish(seq, a.live.overflows());
-  FlushWriter();
-  ok = ok && d.output.is_open() && WriteOut(big.data(), big.size());
-  munmap(mem, bound);
-  return ok ? seq : 0;
+  if (mem != MAP_FAILED) {
+    WireWriter big(static_cast<uint8_t*>(mem), bound);
+    SnapshotEncoder snapshot(big, NowNs(), reason, /*complete_history=*/!a.injected);
+    d.last_snapshot_entries = a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) {
+      snapshot.Add(e);
+      WriteStackById(e.stack_id);
+    });
+    const bool ok = snapshot.Finish(seq, a.live.overflows());
+    FlushWriter();
+    if (ok && d.output.is_open()) WriteOut(big.data(), big.size());
+    munmap(mem, bound);
+  }
+  d.segment_min_seq = seq;
+  d.stream_start_seq = seq;
+  d.events_since_snapshot = 0;
+  d.segment_head = d.segment_bytes;
 }
 
 // FRAGSCOPE_SOCKET: a collector that went away (restarted, upgraded, crashed) or was not up yet
@@ -383,8 +392,6 @@ void MaybeReconnect(bool at_exit = false) {
   if (!d.output.Open(nullptr, a.config.socket_path)) return;  // quiet: warned at the failure
   d.reconnect_at_ns = 0;
   ++d.reconnects;
-  WriteStreamHead();
-  for (int i = 0; i < kMaxDevices; ++i) WriteDeviceInfo(i);
   const uint64_t ring_drops = a.ring_drops.load(std::memory_order_acquire);
   const uint64_t lost = d.undeliverable - d.undeliverable_reported;
   DropsData info;
@@ -393,16 +400,9 @@ void MaybeReconnect(bool at_exit = false) {
   info.dropped_events = lost + (ring_drops - d.reported_ring_drops);
   info.total_dropped = d.undeliverable + ring_drops;
   info.reason = DropReason::kDisconnected;
-  Put([&](WireWriter& w) { return EncodeDrops(w, info); });
   d.undeliverable_reported = d.undeliverable;
   d.reported_ring_drops = ring_drops;
-  const uint64_t seq = WriteSnapshotWithStacks(SnapshotReason::kStreamStart);
-  // Live-state records at or below seq still in the ring are in the snapshot; failures and
-  // marks among them are still written after it, as after a flight-recorder rotation.
-  d.segment_min_seq = seq;
-  d.stream_start_seq = seq;
-  d.events_since_snapshot = 0;
-  d.segment_head = d.segment_bytes;
+  BeginSegment(SnapshotReason::kStreamStart, &info);
   FlushWriter();
   char line[512];
   int n = snprintf(line, sizeof(line),
@@ -416,9 +416,7 @@ void MaybeReconnect(bool at_exit = false) {
 }
 
 // Flight recorder: the current file becomes "<path>.prev" and a new one starts at `path` with
-// the head of a stream, the devices, the stacks of the live entries and a PERIODIC snapshot
-// exact at its seq S. Live-state records at or below S still in the ring are skipped (the
-// snapshot has them); failures and marks at or below S are still written, after it.
+// a segment head and a PERIODIC snapshot (BeginSegment).
 void RotateSegment() {
   DrainState& d = g_drain;
   FlushWriter();
@@ -431,13 +429,7 @@ void RotateSegment() {
   d.output.Close();
   d.output.Open(d.path, "");
   ++d.rotations;
-  WriteStreamHead();
-  for (int i = 0; i < kMaxDevices; ++i) WriteDeviceInfo(i);
-  const uint64_t seq = WriteSnapshotWithStacks(SnapshotReason::kPeriodic);
-  d.segment_min_seq = seq;
-  d.stream_start_seq = seq;  // End.events_recorded counts this segment's seqs
-  d.events_since_snapshot = 0;
-  d.segment_head = d.segment_bytes;
+  BeginSegment(SnapshotReason::kPeriodic, /*drops=*/nullptr);
 }
 
 // Pops and writes what the ring holds. Returns the number of records popped.
