@@ -19,7 +19,7 @@ constexpr int kSendTimeoutSeconds = 2;
 
 }  // namespace
 
-void Output::Fail(const char* what, const char* path, int error) {
+void Output::Fail(const char* what, int error) {
   failed_ = true;
   if (warned_) return;
   warned_ = true;
@@ -27,7 +27,7 @@ void Output::Fail(const char* what, const char* path, int error) {
   int n = snprintf(line, sizeof(line),
                    "fragscope: cannot %s %.300s: %s; the program continues, events are counted "
                    "as dropped%s\n",
-                   what, path != nullptr ? path : path_, strerror(error),
+                   what, path_, strerror(error),
                    is_socket_ ? " until a collector accepts the stream again (retried every few "
                                 "seconds)"
                               : "");
@@ -45,13 +45,13 @@ bool Output::Open(const char* file_path, const char* socket_path) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (strlen(socket_path) >= sizeof(addr.sun_path)) {
-      Fail("connect to", socket_path, ENAMETOOLONG);
+      Fail("connect to", ENAMETOOLONG);
       return false;
     }
     strcpy(addr.sun_path, socket_path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-      Fail("connect to", socket_path, errno);
+      Fail("connect to", errno);
       return false;
     }
     timeval timeout{kSendTimeoutSeconds, 0};
@@ -63,7 +63,7 @@ bool Output::Open(const char* file_path, const char* socket_path) {
     if (rc != 0) {
       int error = errno;
       close(fd);
-      Fail("connect to", socket_path, error);
+      Fail("connect to", error);
       return false;
     }
     fd_ = fd;
@@ -76,7 +76,7 @@ bool Output::Open(const char* file_path, const char* socket_path) {
     fd = open(file_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) {
-    Fail("write trace file", file_path, errno);
+    Fail("write trace file", errno);
     return false;
   }
   fd_ = fd;
@@ -90,7 +90,7 @@ bool Output::Write(const void* data, size_t size) {
     ssize_t n = is_socket_ ? send(fd_, p, size, MSG_NOSIGNAL) : write(fd_, p, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      Fail(is_socket_ ? "send to collector" : "write trace file", nullptr, errno);
+      Fail(is_socket_ ? "send to collector" : "write trace file", errno);
       return false;
     }
     p += n;

@@ -31,7 +31,8 @@ class Output {
   bool is_file() const { return !is_socket_; }
 
  private:
-  void Fail(const char* what, const char* path, int error);
+  // One warning (the first failure only) naming what failed on path_.
+  void Fail(const char* what, int error);
 
   int fd_ = -1;
   bool is_socket_ = false;
