@@ -332,7 +332,7 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemAddressReserve, (CUdeviceptr * ptr, size_t size, s
   rec.address = *ptr;
   rec.size = size;
   rec.aux1 = alignment;
-  LiveEntry e{};
+  LiveEntry e = ZeroLiveEntry();
   e.cls = LiveClass::kReservation;
   e.api = ApiOf(id);
   e.device = -1;
@@ -389,7 +389,7 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemCreate, (CUmemGenericAllocationHandle * handle, si
   rec.size = size;
   rec.device = device;
   rec.aux1 = prop != nullptr ? static_cast<uint64_t>(prop->requestedHandleTypes) : 0;
-  LiveEntry e{};
+  LiveEntry e = ZeroLiveEntry();
   e.cls = LiveClass::kHandle;
   e.api = ApiOf(id);
   e.device = device;
@@ -475,7 +475,7 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemMap,
     ++e.maps;
     return true;
   });
-  LiveEntry e{};
+  LiveEntry e = ZeroLiveEntry();
   e.cls = LiveClass::kMapping;
   e.api = ApiOf(id);
   e.device = device;
@@ -545,7 +545,7 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemRetainAllocationHandle,
   rec.address = reinterpret_cast<uint64_t>(addr);
   if (r == CUDA_SUCCESS && handle != nullptr) {
     rec.pool = *handle;
-    LiveEntry e{};
+    LiveEntry e = ZeroLiveEntry();
     if (Agent().live.Update(LiveClass::kHandle, *handle, [&](LiveEntry& x) {
           ++x.refs;
           e = x;
@@ -601,7 +601,7 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemImportFromShareableHandle,
   EventRecord rec = HandleRecord(id, HandleOp::kImport);
   rec.pool = *handle;
   rec.aux1 = static_cast<uint64_t>(handle_type);
-  LiveEntry e{};
+  LiveEntry e = ZeroLiveEntry();
   e.cls = LiveClass::kHandle;
   e.api = ApiOf(id);
   e.flags = kLiveImported;

@@ -255,7 +255,8 @@ void SnapshotEncoder::Add(const LiveEntry& e) {
       size_t m = w_.BeginMessage(4);
       w_.Uint64(1, e.address);
       w_.Uint64(2, e.size);
-      w_.Int32(3, e.device);
+      // A device still deferred (a wake's pass could not read it) is unknown, not a device.
+      w_.Int32(3, e.device == kDeviceDeferred ? -1 : e.device);
       w_.Uint64(4, e.stream);
       w_.Uint64(5, e.pool);
       w_.Uint64(6, e.stack_id);

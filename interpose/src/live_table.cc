@@ -52,13 +52,12 @@ void LiveTable::StoreEntry(size_t index, const LiveEntry& e) {
   const bool cold = (e.pool | e.handle | e.offset | static_cast<uint64_t>(e.refs) |
                      static_cast<uint64_t>(e.maps)) != 0;
   // Devices are small ordinals (-1: unknown); 16 bits hold them.
-  const uint16_t device = static_cast<uint16_t>(static_cast<int16_t>(e.device));
   const uint8_t flags = static_cast<uint8_t>((e.flags & ~kColdFlag) | (cold ? kColdFlag : 0));
-  StoreWord(slot.header, static_cast<uint64_t>(e.cls) |
-                             static_cast<uint64_t>(static_cast<uint16_t>(e.api)) << 8 |
-                             static_cast<uint64_t>(static_cast<uint8_t>(e.kind)) << 24 |
-                             static_cast<uint64_t>(flags) << 32 |
-                             static_cast<uint64_t>(device) << 48);
+  StoreWord(slot.header, WithDevice(static_cast<uint64_t>(e.cls) |
+                                        static_cast<uint64_t>(static_cast<uint16_t>(e.api)) << 8 |
+                                        static_cast<uint64_t>(static_cast<uint8_t>(e.kind)) << 24 |
+                                        static_cast<uint64_t>(flags) << 32,
+                                    e.device));
   StoreWord(slot.address, e.address);
   StoreWord(slot.size, e.size);
   StoreWord(slot.seq, e.seq);
@@ -82,7 +81,7 @@ void LiveTable::LoadEntry(size_t index, LiveEntry* out) const {
   out->kind = static_cast<MemoryKind>((header >> 24) & 0xff);
   const uint8_t flags = static_cast<uint8_t>((header >> 32) & 0xff);
   out->flags = static_cast<uint8_t>(flags & ~kColdFlag);
-  out->device = static_cast<int16_t>(static_cast<uint16_t>(header >> 48));
+  out->device = DeviceOf(header);
   out->address = LoadWord(slot.address);
   out->size = LoadWord(slot.size);
   out->seq = LoadWord(slot.seq);
@@ -203,6 +202,31 @@ void LiveTable::SetSeq(size_t index, uint64_t seq) {
   __atomic_store_n(&slots_mem_[index].seq, seq, __ATOMIC_RELEASE);
 }
 
+void LiveTable::SetDevice(size_t index, int32_t device) {
+  Slot& slot = slots_mem_[index];
+  const void* const outer = t_live_slot_held;
+  for (int spin = 0;; ++spin) {
+    uint64_t s = slot.state.load(std::memory_order_acquire);
+    if ((s & 3) == kBusy) {  // ResolveDeferredDevices stores into it for a few instructions
+      Backoff(spin);
+      continue;
+    }
+    if ((s & 3) != kLive) return;
+    t_live_slot_held = &slot;
+    if (!slot.state.compare_exchange_weak(s, Next(s, kBusy), std::memory_order_acquire)) continue;
+    __atomic_store_n(&slot.header, WithDevice(slot.header, device), __ATOMIC_RELAXED);
+    slot.state.store(Next(Next(s, kBusy), kLive), std::memory_order_release);
+    t_live_slot_held = outer;
+    return;
+  }
+}
+
+void LiveTable::SetErasedDevice(size_t index, int32_t device) {
+  Slot& slot = slots_mem_[index];
+  // Pending tombstone: nobody reuses it or reads its entry until SetRemovedSeq (release).
+  __atomic_store_n(&slot.header, WithDevice(slot.header, device), __ATOMIC_RELAXED);
+}
+
 void LiveTable::SetRemovedSeq(size_t index, uint64_t seq) {
   __atomic_store_n(&slots_mem_[index].removed_seq, seq, __ATOMIC_RELEASE);
 }
@@ -233,13 +257,15 @@ bool LiveTable::LiveAt(const Slot& slot, uint64_t at, LiveEntry* out) const {
     uint64_t kind = before & 3;
     if (kind == kEmpty) return false;
     if (kind == kBusy) continue;  // a writer holds it for a few instructions
-    LoadEntry(static_cast<size_t>(&slot - slots_mem_), out);
-    uint64_t removed =
+    // A tombstone's stamp first: what its remover wrote before stamping it (SetErasedDevice)
+    // is then in the copy.
+    const uint64_t removed =
         kind == kTombstone ? __atomic_load_n(&slot.removed_seq, __ATOMIC_ACQUIRE) : kSeqPending;
+    if (kind == kTombstone && removed == kSeqPending) continue;  // seq not stamped yet
+    LoadEntry(static_cast<size_t>(&slot - slots_mem_), out);
     if (slot.state.load(std::memory_order_relaxed) != before) continue;
     if (out->seq == kSeqPending) continue;  // inserted, seq not stamped yet
     if (kind == kLive) return out->seq <= at;
-    if (removed == kSeqPending) continue;   // removed, seq not stamped yet
     return out->seq <= at && removed > at;  // removed after the snapshot point
   }
   return false;  // a writer stalled for seconds: leave the entry out

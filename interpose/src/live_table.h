@@ -43,7 +43,7 @@ struct alignas(8) LiveEntry {
   Api api;
   MemoryKind kind;
   uint8_t flags;     // LiveFlags
-  int32_t device;    // -1 unknown
+  int32_t device;    // -1 unknown; kDeviceDeferred: not read yet
   uint64_t address;  // key (address, or handle value for kHandle)
   uint64_t size;     // bytes
   uint64_t stream;
@@ -57,12 +57,28 @@ struct alignas(8) LiveEntry {
 };
 static_assert(sizeof(LiveEntry) % 8 == 0, "copied as 64-bit words");
 
+// A zero entry, copied rather than value-initialized: GCC zeroes a value-initialized LiveEntry
+// with `rep stos`, whose start-up cost was half of the dormant allocation hook's own time in
+// perf; the copy is a few vector moves. (The empty asm hides the zeros from the optimizer,
+// which would turn the copy back into the store loop.)
+inline LiveEntry ZeroLiveEntry() {
+  static constexpr LiveEntry kZero{};
+  const LiveEntry* zero = &kZero;
+  asm("" : "+r"(zero));
+  return *zero;
+}
+
 enum LiveFlags : uint8_t {
   kLiveImported = 1 << 0,
   kLivePendingFree = 1 << 1,
 };
 
 inline constexpr uint64_t kSeqPending = ~uint64_t{0};
+
+// LiveEntry::device of an allocation a dormant agent recorded: asking the driver for the
+// current device was a third of the dormant hook's cost, and nothing reads the device until a
+// wake, which reads it then (ResolveDeferredDevices) from the allocation itself.
+inline constexpr int32_t kDeviceDeferred = -2;
 
 // The slot this thread is claiming or holds busy, if any. A signal handler that interrupts the
 // holder on the same thread and uses the table itself (its CUDA calls are recorded) must not
@@ -95,6 +111,24 @@ class LiveTable {
   // (callers must stamp it); without, it counts as removed before any snapshot.
   bool Erase(LiveClass cls, uint64_t key, LiveEntry* out, size_t* index = nullptr);
   void SetRemovedSeq(size_t index, uint64_t seq);
+
+  // Sets the device of the live entry Insert put at `index`. Only for the inserting thread's
+  // own entry (the program does not have the address yet, so nobody erases it meanwhile).
+  void SetDevice(size_t index, int32_t device);
+  // Sets the device of the entry an Erase(..., &index) left pending, before SetRemovedSeq: a
+  // scanner reads a tombstone's entry only once its removal is stamped.
+  void SetErasedDevice(size_t index, int32_t device);
+  // For every live entry whose device is kDeviceDeferred, `device_of(const LiveEntry&)` reads
+  // the device (from the driver, by address) and it is stored, unless the entry changed while
+  // it was read: then it is read again. Returns how many were set. One thread at a time.
+  //
+  // Why the answer is the entry's: the store is a compare-and-swap from the state word read
+  // before `device_of` ran, and a release erases its entry before the program's real release
+  // call (PendingRelease). An unchanged state word therefore means the memory was still
+  // allocated, under the same address, all the while the driver was asked. Tombstones are the
+  // releasing thread's to fill (SetErasedDevice).
+  template <typename Fn>
+  size_t ResolveDeferredDevices(Fn&& device_of);
 
   // Copies (cls, key) to *out. False if absent.
   bool Find(LiveClass cls, uint64_t key, LiveEntry* out) const;
@@ -188,6 +222,13 @@ class LiveTable {
     return static_cast<size_t>(i & (slots_ - 1));
   }
   static uint64_t Next(uint64_t state, uint64_t kind) { return ((state | 3) + 1) | kind; }
+  static uint64_t WithDevice(uint64_t header, int32_t device) {
+    const uint64_t bits = static_cast<uint16_t>(static_cast<int16_t>(device));
+    return (header & ~(uint64_t{0xffff} << 48)) | bits << 48;
+  }
+  static int32_t DeviceOf(uint64_t header) {
+    return static_cast<int16_t>(static_cast<uint16_t>(header >> 48));
+  }
   // Word-by-word atomic copies in and out of slot `index`: the scanner may read an entry a
   // writer is changing; the state word check discards such a torn copy.
   void StoreEntry(size_t index, const LiveEntry& entry);
@@ -230,6 +271,36 @@ bool LiveTable::Update(LiveClass cls, uint64_t key, Fn&& fn) {
   slot->state.store(Next(state, kLive), std::memory_order_release);
   t_live_slot_held = outer;
   return result;
+}
+
+template <typename Fn>
+size_t LiveTable::ResolveDeferredDevices(Fn&& device_of) {
+  size_t resolved = 0;
+  for (size_t i = 0; i < slots_; ++i) {
+    Slot& slot = slots_mem_[i];
+    // Bounded: an entry that keeps changing is being released or replaced, and what replaces
+    // it was inserted after the wake, with its device read at once.
+    for (int attempt = 0; attempt < 1024; ++attempt) {
+      Backoff(attempt);
+      uint64_t before = slot.state.load(std::memory_order_acquire);
+      const uint64_t kind = before & 3;
+      if (kind == kBusy) continue;
+      if (kind != kLive) break;
+      if (DeviceOf(__atomic_load_n(&slot.header, __ATOMIC_ACQUIRE)) != kDeviceDeferred) break;
+      LiveEntry entry;
+      LoadEntry(i, &entry);
+      const int32_t device = device_of(static_cast<const LiveEntry&>(entry));
+      if (!slot.state.compare_exchange_strong(before, Next(before, kBusy),
+                                              std::memory_order_acquire)) {
+        continue;  // changed while the driver was asked: look again
+      }
+      __atomic_store_n(&slot.header, WithDevice(slot.header, device), __ATOMIC_RELAXED);
+      slot.state.store(Next(Next(before, kBusy), kLive), std::memory_order_release);
+      ++resolved;
+      break;
+    }
+  }
+  return resolved;
 }
 
 template <typename Fn>

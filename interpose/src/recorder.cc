@@ -97,6 +97,19 @@ int32_t CurrentDevice() {
   return dev;
 }
 
+int32_t DeviceOfAllocation(uint64_t address) {
+  const DriverCalls& d = Driver();
+  int ordinal = -1;
+  if (!AgentMayCallDriver() || d.pointer_get_attribute == nullptr ||
+      d.pointer_get_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                              static_cast<CUdeviceptr>(address)) != CUDA_SUCCESS) {
+    return -1;
+  }
+  return ordinal;
+}
+
+void DescribeDevice(int32_t device) { EnsureDeviceInfo(device); }
+
 EventRecord NewRecord(RecordType type, Api api) {
   // A copy of a zero record, not memset: GCC turns the 120-byte memset into `rep stos`, whose
   // start-up cost was a quarter of RecordAlloc's own time in perf; a copy is eight vector moves.
@@ -117,9 +130,9 @@ void Submit(EventRecord& r) {
   // Loaded after r.seq was taken (seq_cst, like the wake's store and its snapshot scan): an
   // event that misses the woken stream is inside its first snapshot (drain.cc, Wake).
   if (!Agent().shipping.load(std::memory_order_seq_cst)) {
-    // Dormant: the live table is all we keep. The device is read now so a wake can describe it
-    // without calling the driver from the agent's thread; the thread that serves the control
-    // socket starts with the first event, like the drain thread.
+    // Dormant: the live table is all we keep. A device the record names is described now (an
+    // allocation's device is left to the wake, which describes what it reads); the thread that
+    // serves the control socket starts with the first event, like the drain thread.
     EnsureDeviceInfo(r.device);
     EnsureBackgroundThread();
     return;
@@ -144,24 +157,34 @@ void RecordAlloc(const AllocInfo& info) {
   AgentState& a = Agent();
   a.live.Prefetch(LiveClass::kAllocation, info.address);
   if (!a.shipping.load(std::memory_order_relaxed)) {
-    // Dormant: the live entry alone (the seq_cst load in Submit decides for a woken stream;
-    // this one only skips building a record that would be thrown away).
-    LiveEntry e{};
+    // Dormant: the live entry alone (the seq_cst load below decides for a woken stream; this
+    // one only skips building a record that would be thrown away). The device is left to the
+    // wake (kDeviceDeferred), which reads it from the allocation.
+    LiveEntry e = ZeroLiveEntry();
     e.cls = LiveClass::kAllocation;
     e.api = info.api;
     e.kind = info.kind;
-    e.device = info.device >= 0 ? info.device : CurrentDevice();
+    e.device = info.device >= 0 ? info.device : kDeviceDeferred;
     e.address = info.address;
     e.size = info.size;
     e.stream = info.stream;
     e.pool = info.pool;
-    uint64_t seq = InsertLive(e);
+    e.seq = kSeqPending;
+    size_t index = 0;
+    const bool inserted = a.live.Insert(e, &index);
+    const uint64_t seq = NextSeq();
+    if (inserted) a.live.SetSeq(index, seq);
     if (!a.shipping.load(std::memory_order_seq_cst)) {
       EnsureDeviceInfo(e.device);
       EnsureBackgroundThread();
       return;
     }
-    // Woken in between: this event's seq may be above the wake's snapshot, so ship it.
+    // Woken in between: this event's seq may be above the wake's snapshot, so ship it, and
+    // the wake's pass over deferred devices may have gone by this entry already.
+    if (e.device == kDeviceDeferred) {
+      e.device = CurrentDevice();
+      if (inserted) a.live.SetDevice(index, e.device);
+    }
     EventRecord r = NewRecord(RecordType::kAlloc, info.api);
     r.device = e.device;
     r.address = info.address;
@@ -188,7 +211,7 @@ void RecordAlloc(const AllocInfo& info) {
   r.pool = info.pool;
   r.aux0 = info.pitch;
   if (info.in_capture) r.flags |= kFlagInCapture;
-  LiveEntry e{};
+  LiveEntry e = ZeroLiveEntry();
   e.cls = LiveClass::kAllocation;
   e.api = info.api;
   e.kind = info.kind;
@@ -233,11 +256,26 @@ PendingRelease::PendingRelease(LiveClass cls, uint64_t key) : cls_(cls), key_(ke
     entry_.device = -1;
   }
   seq_ = NextSeq();
-  if (known_) live.SetRemovedSeq(index, seq_);
+  if (!known_) return;
+  // Allocated while dormant, released once a wake began: the event ships, and if its seq is
+  // above the wake's snapshot, the snapshot lists the entry (removed after it) with the device
+  // the tombstone holds. The memory is still allocated (the real call comes next), so the
+  // driver can say. (Loaded after the seq: a wake that sets `shipping` later reads a snapshot
+  // seq at or above ours, and such a snapshot does not hold the entry.)
+  if (entry_.device == kDeviceDeferred && Agent().shipping.load(std::memory_order_seq_cst)) {
+    entry_.device = DeviceOfAllocation(key_);
+    live.SetErasedDevice(index, entry_.device);
+  }
+  live.SetRemovedSeq(index, seq_);
 }
 
 void PendingRelease::Restore() {
-  if (known_) Agent().live.Insert(entry_);
+  if (!known_) return;
+  // Still allocated (the release failed): a woken stream's entry gets its device now.
+  if (entry_.device == kDeviceDeferred && Agent().shipping.load(std::memory_order_seq_cst)) {
+    entry_.device = DeviceOfAllocation(key_);
+  }
+  Agent().live.Insert(entry_);
 }
 
 void PendingRelease::EndFree(Api api, int32_t result, uint64_t stream) {
@@ -250,6 +288,9 @@ void PendingRelease::EndFree(Api api, int32_t result, uint64_t stream) {
   r.address = key_;
   r.size = entry_.size;
   r.device = known_ ? entry_.device : CurrentDevice();
+  // Still deferred: the seq is at or below the wake's snapshot (see the constructor), which the
+  // drain skips; never ship the placeholder.
+  if (r.device == kDeviceDeferred) r.device = -1;
   r.stream = stream;
   r.pool = entry_.pool;
   Submit(r);

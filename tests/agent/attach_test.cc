@@ -248,6 +248,91 @@ TEST(AttachTest, SleepEndsTheStreamAndAWakeAfterItStartsExactAgain) {
   EXPECT_EQ(Replay(second).size(), at_detach.size() + 2);
 }
 
+using DeviceMap = std::map<uint64_t, int>;  // address -> device
+
+// The device of every allocation live at the end of the stream (as Replay).
+DeviceMap ReplayDevices(const Trace& trace) {
+  DeviceMap live;
+  for (const v1::Frame& f : trace.frames) {
+    if (f.has_snapshot()) {
+      live.clear();
+      for (const auto& a : f.snapshot().allocations()) live[a.address()] = a.device();
+    } else if (f.has_alloc() && f.alloc().result() == 0) {
+      live[f.alloc().address()] = f.alloc().device();
+    } else if (f.has_free() && f.free().result() == 0) {
+      live.erase(f.free().address());
+    }
+  }
+  return live;
+}
+
+DeviceMap GroundTruthDevices(const std::string& path) {
+  DeviceMap live;
+  std::istringstream in(ReadFile(path));
+  std::string kind, address;
+  uint64_t size = 0;
+  int device = 0;
+  while (in >> kind >> address >> size >> device) live[ParseAddress(address)] = device;
+  return live;
+}
+
+// A dormant agent does not ask the driver for the current device at each allocation; a wake
+// reads the device from each allocation instead. Allocations on device 1 made while dormant
+// must come out on device 1 in the snapshot, in the free of one of them (made while device 0
+// is current), and again after a sleep and a second wake.
+TEST(AttachTest, DevicesOfDormantAllocationsAreReadAtTheWake) {
+  TempDir dir;
+  RunOptions options = Dormant(dir);
+  options.env["FAKECUDA_DEVICES"] = "2";
+  options.env["ATTACH_APP_SECOND_DEVICE"] = "1";
+  LiveProcess app(AppPath("agent_attach_app"), {}, options);
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string control = AgentSocket(dir, app.pid());
+  ASSERT_TRUE(WaitForSocket(control)) << app.err();
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  {
+    Sink sink(dir.File("c1.sock"));
+    std::string answer = Control(control, "wake " + sink.path());
+    ASSERT_EQ(answer.substr(0, 12), "ok streaming") << answer << app.err();
+    EXPECT_NE(answer.find("live=6"), std::string::npos) << answer;
+    app.Send("go");
+    ASSERT_TRUE(app.WaitForLine("ready 2"));
+    EXPECT_EQ(Control(control, "sleep").substr(0, 10), "ok dormant");
+    Trace trace = sink.Collect(dir.File("first.fst"));
+    ASSERT_TRUE(trace.clean) << trace.error;
+    ASSERT_FALSE(trace.Snapshots().empty());
+    std::map<uint64_t, int> device_by_size;
+    for (const auto& a : trace.Snapshots()[0]->allocations()) device_by_size[a.size()] = a.device();
+    EXPECT_EQ(device_by_size, (std::map<uint64_t, int>{{1 * kMiB, 0},
+                                                       {3 * kMiB, 0},
+                                                       {4 * kMiB, 0},
+                                                       {3 * kMiB + 512, 0},
+                                                       {2 * kMiB + 4096, 1},
+                                                       {6 * kMiB, 1}}));
+    std::vector<std::string> events = DescribeEvents(trace);
+    EXPECT_NE(std::find(events.begin(), events.end(), "free cudaFree size=2101248 dev=1"),
+              events.end())
+        << ::testing::PrintToString(events);
+    // The devices the snapshot names are described in the stream.
+    std::set<int> described;
+    for (const v1::Frame& f : trace.frames) {
+      if (f.has_device()) described.insert(f.device().ordinal());
+    }
+    EXPECT_EQ(described, (std::set<int>{0, 1}));
+  }
+  app.Send("go");  // phase 3, dormant again: 9 MiB on device 1
+  ASSERT_TRUE(app.WaitForLine("ready 3"));
+  Sink sink(dir.File("c2.sock"));
+  ASSERT_EQ(Control(control, "wake " + sink.path()).substr(0, 12), "ok streaming");
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+  Trace second = sink.Collect(dir.File("second.fst"));
+  ASSERT_TRUE(second.clean) << second.error;
+  const DeviceMap truth = GroundTruthDevices(dir.File("truth"));
+  EXPECT_EQ(ReplayDevices(second), truth);
+  EXPECT_EQ(std::count_if(truth.begin(), truth.end(), [](const auto& e) { return e.second == 1; }),
+            2);  // 6 MiB and 9 MiB
+}
+
 TEST(AttachTest, UnknownCommandsAreAnswered) {
   TempDir dir;
   LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));

@@ -4,7 +4,8 @@
 // keeps the pointers in statics, as PyTorch does, so an attach must catch calls through them.
 // Everything still live at exit is leaked on purpose (FAKECUDA_LIVE_DUMP is the ground truth).
 // ATTACH_APP_NOT_DUMPABLE=1 makes it non-dumpable (prctl), so that only CAP_SYS_PTRACE may trace
-// it.
+// it. ATTACH_APP_SECOND_DEVICE=1 (with FAKECUDA_DEVICES=2) also allocates on device 1 in phases
+// 1 and 3, and frees one of those in phase 2 while device 0 is current.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -63,12 +64,21 @@ int main() {
   for (int i = 0; i < 4; ++i) a[i] = Malloc((i + 1) * kMiB);
   CUdeviceptr d1 = DriverAlloc(3 * kMiB + 512);
   cudaFree(a[1]);
+  const bool second_device = std::getenv("ATTACH_APP_SECOND_DEVICE") != nullptr;
+  void* b1 = nullptr;
+  if (second_device) {
+    if (cudaSetDevice(1) != cudaSuccess) return 5;
+    b1 = Malloc(2 * kMiB + 4096);
+    Malloc(6 * kMiB);
+    cudaSetDevice(0);
+  }
   if (!WaitForLine(1)) return 0;
   // Phase 2: the attached part.
   Malloc(5 * kMiB);
   DriverAlloc(7 * kMiB);
   g_free(d1);
   cudaFree(a[0]);
+  if (second_device) cudaFree(b1);  // device 0 is current
   void* huge = nullptr;
   cudaError_t r = cudaMalloc(&huge, size_t{1} << 50);  // an OOM the stream must carry
   std::printf("oom %d\n", static_cast<int>(r));
@@ -76,6 +86,11 @@ int main() {
   // Phase 3: after a detach, if the test detached.
   Malloc(11 * kMiB);
   DriverAlloc(13 * kMiB);
+  if (second_device) {
+    cudaSetDevice(1);
+    Malloc(9 * kMiB);
+    cudaSetDevice(0);
+  }
   WaitForLine(3);
   return 0;
 }
