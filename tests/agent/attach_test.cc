@@ -16,39 +16,11 @@
 #include <sstream>
 #include <thread>
 
+#include "attach_client.h"
 #include "traced_process.h"
 
 namespace fragscope::agent_test {
 namespace {
-
-int ConnectUnix(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// One command to the agent's control socket; its answer without the newline.
-std::string Control(const std::string& socket_path, const std::string& line) {
-  int fd = ConnectUnix(socket_path);
-  if (fd < 0) return "connect failed";
-  std::string text = line + "\n";
-  // MSG_NOSIGNAL: a refused peer may find the connection already closed.
-  ssize_t ignored = send(fd, text.data(), text.size(), MSG_NOSIGNAL);
-  (void)ignored;
-  std::string answer;
-  char buffer[512];
-  ssize_t n;
-  while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
-  close(fd);
-  while (!answer.empty() && answer.back() == '\n') answer.pop_back();
-  return answer;
-}
 
 // A minimal collector: accepts one connection and keeps every byte until the peer closes.
 class Sink {
@@ -89,55 +61,6 @@ class Sink {
   std::thread thread_;
 };
 
-std::string AgentSocket(const TempDir& dir, int pid) {
-  return dir.path() + "/fragscope/agent-" + std::to_string(pid) + ".sock";
-}
-
-// The socket appears once the program's first CUDA event started the agent's thread.
-bool WaitForSocket(const std::string& path) {
-  for (int i = 0; i < 6000; ++i) {
-    if (access(path.c_str(), F_OK) == 0) return true;
-    usleep(10000);
-  }
-  return false;
-}
-
-RunOptions Dormant(const TempDir& dir) {
-  return RunOptions{true,
-                    {{"FRAGSCOPE_DORMANT", "1"},
-                     {"XDG_RUNTIME_DIR", dir.path()},
-                     {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}};
-}
-
-using LiveSet = std::map<uint64_t, uint64_t>;  // address -> size
-
-// The allocations live at the end of the stream, replayed from snapshots and events.
-LiveSet Replay(const Trace& trace) {
-  LiveSet live;
-  for (const v1::Frame& f : trace.frames) {
-    if (f.has_snapshot()) {
-      live.clear();
-      for (const auto& a : f.snapshot().allocations()) live[a.address()] = a.size();
-    } else if (f.has_alloc() && f.alloc().result() == 0) {
-      live[f.alloc().address()] = f.alloc().size();
-    } else if (f.has_free() && f.free().result() == 0) {
-      live.erase(f.free().address());
-    }
-  }
-  return live;
-}
-
-// FAKECUDA_LIVE_DUMP: "kind 0xaddress size device" per live allocation at exit.
-LiveSet GroundTruth(const std::string& path) {
-  LiveSet live;
-  std::istringstream in(ReadFile(path));
-  std::string kind, address;
-  uint64_t size = 0;
-  int device = 0;
-  while (in >> kind >> address >> size >> device) live[ParseAddress(address)] = size;
-  return live;
-}
-
 std::multiset<uint64_t> Sizes(const LiveSet& live) {
   std::multiset<uint64_t> sizes;
   for (const auto& [address, size] : live) sizes.insert(size);
@@ -155,7 +78,7 @@ TEST(AttachTest, WokenStreamIsExactAndFollowsCachedDriverPointers) {
   LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
   const std::string control = AgentSocket(dir, app.pid());
-  ASSERT_TRUE(WaitForSocket(control)) << app.err();
+  ASSERT_TRUE(WaitForFile(control)) << app.err();
   EXPECT_EQ(Control(control, "status").substr(0, 10), "ok dormant");
   Sink sink(dir.File("collector.sock"));
   std::string answer = Control(control, "wake " + sink.path());
@@ -217,7 +140,7 @@ TEST(AttachTest, SleepEndsTheStreamAndAWakeAfterItStartsExactAgain) {
   LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
   const std::string control = AgentSocket(dir, app.pid());
-  ASSERT_TRUE(WaitForSocket(control)) << app.err();
+  ASSERT_TRUE(WaitForFile(control)) << app.err();
   EXPECT_EQ(Control(control, "sleep").substr(0, 5), "error");  // not attached
   LiveSet at_detach;
   {
@@ -248,34 +171,6 @@ TEST(AttachTest, SleepEndsTheStreamAndAWakeAfterItStartsExactAgain) {
   EXPECT_EQ(Replay(second).size(), at_detach.size() + 2);
 }
 
-using DeviceMap = std::map<uint64_t, int>;  // address -> device
-
-// The device of every allocation live at the end of the stream (as Replay).
-DeviceMap ReplayDevices(const Trace& trace) {
-  DeviceMap live;
-  for (const v1::Frame& f : trace.frames) {
-    if (f.has_snapshot()) {
-      live.clear();
-      for (const auto& a : f.snapshot().allocations()) live[a.address()] = a.device();
-    } else if (f.has_alloc() && f.alloc().result() == 0) {
-      live[f.alloc().address()] = f.alloc().device();
-    } else if (f.has_free() && f.free().result() == 0) {
-      live.erase(f.free().address());
-    }
-  }
-  return live;
-}
-
-DeviceMap GroundTruthDevices(const std::string& path) {
-  DeviceMap live;
-  std::istringstream in(ReadFile(path));
-  std::string kind, address;
-  uint64_t size = 0;
-  int device = 0;
-  while (in >> kind >> address >> size >> device) live[ParseAddress(address)] = device;
-  return live;
-}
-
 // A dormant agent does not ask the driver for the current device at each allocation; a wake
 // reads the device from each allocation instead. Allocations on device 1 made while dormant
 // must come out on device 1 in the snapshot, in the free of one of them (made while device 0
@@ -288,7 +183,7 @@ TEST(AttachTest, DevicesOfDormantAllocationsAreReadAtTheWake) {
   LiveProcess app(AppPath("agent_attach_app"), {}, options);
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
   const std::string control = AgentSocket(dir, app.pid());
-  ASSERT_TRUE(WaitForSocket(control)) << app.err();
+  ASSERT_TRUE(WaitForFile(control)) << app.err();
   constexpr uint64_t kMiB = uint64_t{1} << 20;
   {
     Sink sink(dir.File("c1.sock"));
@@ -327,10 +222,11 @@ TEST(AttachTest, DevicesOfDormantAllocationsAreReadAtTheWake) {
   ASSERT_EQ(app.Finish(), 0) << app.err();
   Trace second = sink.Collect(dir.File("second.fst"));
   ASSERT_TRUE(second.clean) << second.error;
-  const DeviceMap truth = GroundTruthDevices(dir.File("truth"));
-  EXPECT_EQ(ReplayDevices(second), truth);
-  EXPECT_EQ(std::count_if(truth.begin(), truth.end(), [](const auto& e) { return e.second == 1; }),
-            2);  // 6 MiB and 9 MiB
+  const LiveAllocations truth = GroundTruthAllocations(dir.File("truth"));
+  EXPECT_EQ(ReplayAllocations(second), truth);
+  EXPECT_EQ(
+      std::count_if(truth.begin(), truth.end(), [](const auto& e) { return e.second.device == 1; }),
+      2);  // 6 MiB and 9 MiB
 }
 
 TEST(AttachTest, UnknownCommandsAreAnswered) {
@@ -338,7 +234,7 @@ TEST(AttachTest, UnknownCommandsAreAnswered) {
   LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
   const std::string control = AgentSocket(dir, app.pid());
-  ASSERT_TRUE(WaitForSocket(control));
+  ASSERT_TRUE(WaitForFile(control));
   EXPECT_EQ(Control(control, "dance").substr(0, 21), "error unknown command");
   EXPECT_EQ(Control(control, "wake relative.sock").substr(0, 21), "error unknown command");
   std::string answer = Control(control, "wake " + dir.File("nobody-listens.sock"));
@@ -359,7 +255,7 @@ TEST(AttachTest, AnotherUserIsRefusedEvenWhenFileModesLetItIn) {
   LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
   const std::string control = AgentSocket(dir, app.pid());
-  ASSERT_TRUE(WaitForSocket(control));
+  ASSERT_TRUE(WaitForFile(control));
   // Open the way on purpose, so that only SO_PEERCRED stands between.
   ASSERT_EQ(chmod(dir.path().c_str(), 0711), 0);
   ASSERT_EQ(chmod((dir.path() + "/fragscope").c_str(), 0711), 0);

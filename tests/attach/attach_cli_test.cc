@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "attach_client.h"
 #include "traced_process.h"
 
 namespace fragscope::agent_test {
@@ -18,78 +19,7 @@ namespace {
 
 const std::string kCli = FRAGSCOPE_CLI_BIN;
 
-std::string AgentSocket(const TempDir& dir, int pid) {
-  return dir.path() + "/fragscope/agent-" + std::to_string(pid) + ".sock";
-}
-
-bool WaitForFile(const std::string& path) {
-  for (int i = 0; i < 6000; ++i) {  // safety net, not a timing assertion
-    if (access(path.c_str(), F_OK) == 0) return true;
-    usleep(10000);
-  }
-  return false;
-}
-
-std::string Status(const std::string& socket_path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
-  std::string answer;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    ssize_t ignored = send(fd, "status\n", 7, MSG_NOSIGNAL);
-    (void)ignored;
-    char buffer[512];
-    ssize_t n;
-    while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
-  }
-  close(fd);
-  return answer;
-}
-
-bool WaitForStatus(const std::string& socket_path, const std::string& prefix) {
-  for (int i = 0; i < 6000; ++i) {
-    if (Status(socket_path).rfind(prefix, 0) == 0) return true;
-    usleep(10000);
-  }
-  return false;
-}
-
-RunOptions Dormant(const TempDir& dir) {
-  return RunOptions{true,
-                    {{"FRAGSCOPE_DORMANT", "1"},
-                     {"XDG_RUNTIME_DIR", dir.path()},
-                     {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}};
-}
-
 RunOptions Cli(const TempDir& dir) { return RunOptions{false, {{"XDG_RUNTIME_DIR", dir.path()}}}; }
-
-using LiveSet = std::map<uint64_t, uint64_t>;
-
-LiveSet Replay(const Trace& trace) {
-  LiveSet live;
-  for (const v1::Frame& f : trace.frames) {
-    if (f.has_snapshot()) {
-      live.clear();
-      for (const auto& a : f.snapshot().allocations()) live[a.address()] = a.size();
-    } else if (f.has_alloc() && f.alloc().result() == 0) {
-      live[f.alloc().address()] = f.alloc().size();
-    } else if (f.has_free() && f.free().result() == 0) {
-      live.erase(f.free().address());
-    }
-  }
-  return live;
-}
-
-LiveSet GroundTruth(const std::string& path) {
-  LiveSet live;
-  std::istringstream in(ReadFile(path));
-  std::string kind, address;
-  uint64_t size = 0;
-  int device = 0;
-  while (in >> kind >> address >> size >> device) live[ParseAddress(address)] = size;
-  return live;
-}
 
 TEST(AttachCliTest, CollectsUntilTheProcessEndsAndMatchesTheDriver) {
   TempDir dir;

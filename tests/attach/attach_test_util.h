@@ -1,5 +1,6 @@
 // Helpers shared by the attach-by-injection tests: whether this machine lets a test inject
-// (Yama's ptrace_scope, a trial PTRACE_SEIZE, Capstone), and the agent's control socket.
+// (Yama's ptrace_scope, a trial PTRACE_SEIZE, Capstone). The control-socket client is
+// attach_client.h.
 #ifndef FRAGSCOPE_TESTS_ATTACH_ATTACH_TEST_UTIL_H_
 #define FRAGSCOPE_TESTS_ATTACH_ATTACH_TEST_UTIL_H_
 
@@ -7,8 +8,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/ptrace.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <fstream>
 #include <string>
 
+#include "attach_client.h"
 #include "traced_process.h"
 
 namespace fragscope::agent_test {
@@ -59,33 +59,8 @@ inline std::string WhyNotPossible() {
     if (std::string why = WhyNotPossible(); !why.empty()) GTEST_SKIP() << why; \
   } while (0)
 
-inline std::string AgentSocket(const TempDir& dir, int pid) {
-  return dir.path() + "/fragscope/agent-" + std::to_string(pid) + ".sock";
-}
-
-inline std::string Status(const std::string& socket_path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
-  std::string answer;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    ssize_t ignored = send(fd, "status\n", 7, MSG_NOSIGNAL);
-    (void)ignored;
-    char buffer[512];
-    ssize_t n;
-    while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, n);
-  }
-  close(fd);
-  return answer;
-}
-
 inline bool WaitForStreaming(const std::string& socket_path) {
-  for (int i = 0; i < 6000; ++i) {  // safety net, not a timing assertion
-    if (Status(socket_path).rfind("ok streaming", 0) == 0) return true;
-    usleep(10000);
-  }
-  return false;
+  return WaitForStatus(socket_path, "ok streaming");
 }
 
 }  // namespace fragscope::agent_test

@@ -35,8 +35,6 @@ const std::string kCli = FRAGSCOPE_CLI_BIN;
 const char* const kWatched[] = {"cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemCreate",
                                 "cuLaunchKernel"};
 
-using LiveSet = std::map<uint64_t, uint64_t>;
-
 RunOptions Plain(const TempDir& dir) {
   return RunOptions{false,
                     {{"XDG_RUNTIME_DIR", dir.path()}, {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}};
@@ -100,16 +98,6 @@ std::vector<LiveSet> PrintedAllocations(const std::string& out) {
     }
   }
   return phases;
-}
-
-LiveSet GroundTruth(const std::string& path) {
-  LiveSet live;
-  std::istringstream in(ReadFile(path));
-  std::string kind, address;
-  uint64_t size = 0;
-  int device = 0;
-  while (in >> kind >> address >> size >> device) live[ParseAddress(address)] = size;
-  return live;
 }
 
 struct Window {
