@@ -8,13 +8,42 @@
 
 namespace fragscope::agent {
 
+namespace {
+
+inline uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+// MurmurHash3's 64-bit finalizer: every input bit reaches every output bit.
+inline uint64_t Fmix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+inline uint64_t Step(uint64_t lane, uint64_t pc) {
+  lane = (lane ^ pc) * 0x9e3779b97f4a7c15ull;
+  return lane ^ (lane >> 29);
+}
+
+}  // namespace
+
 uint64_t HashStack(const uint64_t* pcs, int count) {
-  uint64_t h = 0xcbf29ce484222325ull ^ static_cast<uint64_t>(count);
-  for (int i = 0; i < count; ++i) {
-    h ^= pcs[i];
-    h *= 0x100000001b3ull;
-    h ^= h >> 29;
+  // Four lanes, frame i in lane i % 4, so that four multiply chains run side by side: one chain
+  // over 32 frames was ~160 cycles of latency, 15 % of a 32-frame event's cost in perf.
+  uint64_t lane[4] = {0xcbf29ce484222325ull ^ static_cast<uint64_t>(count), 0x84222325cbf29ce4ull,
+                      0x1b873593cc9e2d51ull, 0x2d51cc9e1b873593ull};
+  int i = 0;
+  for (; i + 4 <= count; i += 4) {
+    lane[0] = Step(lane[0], pcs[i]);
+    lane[1] = Step(lane[1], pcs[i + 1]);
+    lane[2] = Step(lane[2], pcs[i + 2]);
+    lane[3] = Step(lane[3], pcs[i + 3]);
   }
+  for (int l = 0; i < count; ++i, ++l) lane[l] = Step(lane[l], pcs[i]);
+  // Rotations keep the lanes apart (a frame moved to another lane changes the hash).
+  const uint64_t h = Fmix(lane[0] ^ Rotl(lane[1], 16) ^ Rotl(lane[2], 32) ^ Rotl(lane[3], 48));
   return h == 0 ? 1 : h;
 }
 

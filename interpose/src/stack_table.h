@@ -13,7 +13,7 @@
 
 namespace fragscope::agent {
 
-// FNV-1a-like mix of the pcs; never 0 (0 means "no stack").
+// A 64-bit hash of the pcs in order (the stack's id); never 0 (0 means "no stack").
 uint64_t HashStack(const uint64_t* pcs, int count);
 
 class StackTable {

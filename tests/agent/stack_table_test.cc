@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <thread>
 #include <vector>
@@ -30,6 +31,48 @@ TEST(StackTableTest, SameStackSameIdDifferentStackDifferentId) {
   // A prefix is a different stack.
   uint32_t slot_p = 0;
   EXPECT_NE(table.Intern(a, 2, &slot_p), id_a);
+}
+
+// The id is the hash alone (Intern compares ids, not frames), so stacks that differ a little
+// must hash apart: every prefix, every swap of two frames (inside a lane and across lanes),
+// every frame moved by one byte or one page, and many random stacks.
+TEST(StackTableTest, HashStackSeparatesNearbyStacks) {
+  std::vector<uint64_t> base(StackTable::kMaxDepth);
+  for (size_t i = 0; i < base.size(); ++i) base[i] = 0x7f1234560000ull + i * 0x1a3;
+  const int n = static_cast<int>(base.size());
+  std::set<uint64_t> seen;
+  size_t made = 0;
+  auto add = [&](const std::vector<uint64_t>& pcs, int count) {
+    const uint64_t h = HashStack(pcs.data(), count);
+    EXPECT_NE(h, 0u);
+    seen.insert(h);
+    ++made;
+  };
+  for (int count = 1; count <= n; ++count) add(base, count);
+  for (int i = 0; i < n; ++i) {
+    for (int j = i + 1; j < n; ++j) {
+      std::vector<uint64_t> swapped = base;
+      std::swap(swapped[i], swapped[j]);
+      add(swapped, n);
+    }
+    for (uint64_t delta : {uint64_t{1}, uint64_t{4096}}) {
+      std::vector<uint64_t> moved = base;
+      moved[i] += delta;
+      add(moved, n);
+    }
+  }
+  uint64_t x = 0x243f6a8885a308d3ull;  // xorshift: reproducible "random" stacks
+  for (int k = 0; k < 100000; ++k) {
+    std::vector<uint64_t> pcs(32);
+    for (uint64_t& pc : pcs) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      pc = 0x7f0000000000ull + (x & 0xffffffffull);
+    }
+    add(pcs, 1 + k % 32);
+  }
+  EXPECT_EQ(seen.size(), made);
 }
 
 TEST(StackTableTest, EmptyStackHasNoId) {
