@@ -36,6 +36,9 @@ struct ThreadState {
   // inside one, and the driver need not be reentrant.
   int signal_over_hook;
   int32_t last_device;  // 1 + the device CurrentDevice() last read here (0: none yet)
+  // This thread's errno, once read: glibc's errno is a call to __errno_location, and a
+  // recording hook reads or writes it three times (1-2 % of a call in perf).
+  int* errno_location;
 };
 
 // initial-exec: no __tls_get_addr (which may allocate) on the hot path. Small, so it fits the
@@ -104,11 +107,14 @@ class HookCall {
     ++thread_.depth;
     record_ = outermost_ && thread_.guard == 0 && AgentRecording();
     keep_errno_ = record_ || keep_errno;
-    if (keep_errno_) saved_errno_ = errno;
+    if (keep_errno_) {
+      if (thread_.errno_location == nullptr) thread_.errno_location = &errno;
+      saved_errno_ = *thread_.errno_location;
+    }
   }
   ~HookCall() {
     --thread_.depth;
-    if (keep_errno_) errno = saved_errno_;
+    if (keep_errno_) *thread_.errno_location = saved_errno_;
   }
   HookCall(const HookCall&) = delete;
   HookCall& operator=(const HookCall&) = delete;
@@ -120,7 +126,7 @@ class HookCall {
   // hook returns) and passes a driver result to an enclosing runtime hook. `report` false for
   // results the outer call should not see (a failure-only function that succeeded).
   void Returned(int result, bool report = true) {
-    if (keep_errno_) saved_errno_ = errno;
+    if (keep_errno_) saved_errno_ = *thread_.errno_location;
     if (!outermost_ && report) {
       thread_.inner_seen = true;
       thread_.inner_result = result;
