@@ -241,9 +241,13 @@ bool LiveTable::Reusable(const Slot& slot) const {
   // milliseconds and the program reuses the same few addresses thousands of times meanwhile).
   // Keeping those too made every reuse take one slot further down its probe chain, until
   // inserts ran past kMaxProbe and were lost, and with them entries of later snapshots.
-  // S is 0 while not published yet: nothing may go then.
+  // S is 0 while not published yet (just after the scan is announced, and as it ends). Then
+  // only what was removed at or below the scan's floor may go: S is at least that. (Nothing at
+  // all, as before, let a scanner preempted in that window stop every reuse for a time slice;
+  // churning writers then ran their probe chains past kMaxProbe and lost entries: a flaky
+  // ConcurrentWritersAndScanner under load.)
   const uint64_t at = scan_at_.load(std::memory_order_seq_cst);
-  if (at == 0) return false;
+  if (at == 0) return removed <= scan_floor_.load(std::memory_order_seq_cst);
   if (removed <= at) return true;
   const uint64_t made = __atomic_load_n(&slot.seq, __ATOMIC_ACQUIRE);
   return made != kSeqPending && made > at;
@@ -303,6 +307,7 @@ void LiveTable::Clear() {
   }
   scans_.store(0, std::memory_order_relaxed);
   scan_at_.store(0, std::memory_order_relaxed);
+  scan_floor_.store(0, std::memory_order_relaxed);
   overflows_.store(0, std::memory_order_relaxed);
 }
 

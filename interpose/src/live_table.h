@@ -251,6 +251,8 @@ class LiveTable {
   size_t slots_ = 0;
   std::atomic<int> scans_{0};         // scans in progress (at most one)
   std::atomic<uint64_t> scan_at_{0};  // its snapshot seq once known, else 0
+  // A lower bound of the running scan's snapshot seq, known before the scan is announced.
+  std::atomic<uint64_t> scan_floor_{0};
   mutable std::atomic<uint64_t> overflows_{0};
 };
 
@@ -308,6 +310,9 @@ size_t LiveTable::ForEachAt(const std::atomic<uint64_t>& seq_source, uint64_t* s
                             Fn&& fn) {
   // seq_cst on both sides (see NextSeq): an insert that saw no scan announced and reused a
   // tombstone did so after that tombstone's removal seq, which is then <= S.
+  // The floor first: an insert that sees the scan before its seq is published reuses only
+  // tombstones removed at or below it, and S is at least the floor.
+  scan_floor_.store(seq_source.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
   scans_.fetch_add(1, std::memory_order_seq_cst);
   const uint64_t at = seq_source.load(std::memory_order_seq_cst);
   scan_at_.store(at, std::memory_order_seq_cst);  // tombstones removed by then stay reusable
