@@ -109,9 +109,9 @@ std::vector<std::pair<uint64_t, int>> Segment::Unmap(uint64_t begin, uint64_t en
 }
 
 void Segment::RebuildFreeSizes() {
-  free_sizes_.RebuildFrom([this](auto push) {
+  free_sizes_.Rebuild([this](auto push) {
     for (const auto& [address, extent] : extents_) {
-      if (extent.is_free()) push(extent.size);
+      if (extent.is_free()) push(extent.size, address);
     }
   });
 }
@@ -134,7 +134,7 @@ void Segment::InsertFree(uint64_t begin, uint64_t end) {
     }
     lo = std::min(lo, it->first);
     hi = std::max(hi, it->first + it->second.size);
-    CountFreeRemoved(it->second.size);
+    CountFreeRemoved(it->first, it->second.size);
     it = extents_.erase(it);
   }
   // What remains in [lo, hi) are blocks: the gaps between them are the free runs. Collected
@@ -153,9 +153,9 @@ void Segment::InsertFree(uint64_t begin, uint64_t end) {
   if (cursor < hi) runs.emplace_back(cursor, hi);
   for (const auto& [b, e] : runs) {
     extents_.emplace(b, FreeExtent(e - b));
-    CountFreeAdded(e - b);
+    CountFreeAdded(b, e - b);
   }
-  TrimFreeSizes();
+  SettleFreeSizes();
 }
 
 void Segment::EraseFree(uint64_t begin, uint64_t end) {
@@ -173,14 +173,14 @@ void Segment::EraseFree(uint64_t begin, uint64_t end) {
     const uint64_t r_end = r_begin + it->second.size;
     if (r_begin < begin) keep.emplace_back(r_begin, begin);
     if (r_end > end) keep.emplace_back(end, r_end);
-    CountFreeRemoved(it->second.size);
+    CountFreeRemoved(it->first, it->second.size);
     it = extents_.erase(it);
   }
   for (const auto& [b, e] : keep) {
     extents_.emplace(b, FreeExtent(e - b));
-    CountFreeAdded(e - b);
+    CountFreeAdded(b, e - b);
   }
-  TrimFreeSizes();
+  SettleFreeSizes();
 }
 
 uint32_t Segment::NewBlockData(const SubBlock& block) {
@@ -267,19 +267,19 @@ Segment::Placement Segment::AllocBlock(uint64_t address, const SubBlock& block,
   if (!range->second.is_free() || r_end < end) return AllocBlockSlow(address, block, replaced);
   // [r_begin, address) and [end, r_end) stay free; the block takes the middle.
   const uint32_t data = NewBlockData(block);
-  CountFreeRemoved(range->second.size);
+  CountFreeRemoved(r_begin, range->second.size);
   if (r_begin == address) {
     range->second = BlockExtent(block, data);  // the free extent becomes the block
   } else {
     range->second.size = address - r_begin;
-    CountFreeAdded(address - r_begin);
+    CountFreeAdded(r_begin, address - r_begin);
     next = std::next(extents_.emplace_hint(next, address, BlockExtent(block, data)));
   }
   if (end < r_end) {
     extents_.emplace_hint(next, end, FreeExtent(r_end - end));
-    CountFreeAdded(r_end - end);
+    CountFreeAdded(end, r_end - end);
   }
-  TrimFreeSizes();
+  SettleFreeSizes();
   AccountPlaced(block);
   return Placement::kPlaced;
 }
@@ -335,23 +335,23 @@ bool Segment::FreeBlock(uint64_t address, BlockSite* freed) {
   uint64_t run = size;
   if (merge_next) {
     run += next->second.size;
-    CountFreeRemoved(next->second.size);
+    CountFreeRemoved(next->first, next->second.size);
   }
   if (it != extents_.begin()) {
     auto prev = std::prev(it);
     if (prev->second.is_free() && prev->first + prev->second.size == address) {
-      CountFreeRemoved(prev->second.size);
+      CountFreeRemoved(prev->first, prev->second.size);
       prev->second.size += run;
-      CountFreeAdded(prev->second.size);
+      CountFreeAdded(prev->first, prev->second.size);
       extents_.erase(it, merge_next ? std::next(next) : next);
-      TrimFreeSizes();
+      SettleFreeSizes();
       return true;
     }
   }
   it->second = FreeExtent(run);
-  CountFreeAdded(run);
+  CountFreeAdded(address, run);
   if (merge_next) extents_.erase(next);
-  TrimFreeSizes();
+  SettleFreeSizes();
   return true;
 }
 

@@ -4,6 +4,7 @@
 #define FRAGSCOPE_MODEL_SEGMENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -13,7 +14,8 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
-#include "fragscope/model/max_multiset.h"
+#include "fragscope/model/validated_max_heap.h"
+#include "fragscope/model/wide_btree_map.h"
 
 namespace fragscope {
 
@@ -66,9 +68,10 @@ struct SegmentContribution {
   uint64_t free_ranges = 0;
 };
 
-// Address order for the model's B-trees, searching a node by bisection: for integer keys absl
-// scans a node linearly by default, which on these nodes (10 to 15 keys) executes about twice
-// the instructions of a bisection.
+// Address order for the model's B-trees of absl's default node size, searching a node by
+// bisection: for integer keys absl scans a node linearly by default, which on these nodes (10 to
+// 15 keys) executes about twice the instructions of a bisection. (Wide nodes are another matter:
+// wide_btree_map.h.)
 struct AddressOrder {
   using absl_btree_prefer_linear_node_search = std::false_type;
   bool operator()(uint64_t a, uint64_t b) const { return a < b; }
@@ -185,7 +188,7 @@ class Segment {
   uint64_t LargestFreeIfPendingCompleted() const;
 
   // Inline: every event that changes a segment takes it twice (before and after).
-  SegmentContribution Contribution() const {
+  [[gnu::always_inline]] SegmentContribution Contribution() const {
     SegmentContribution c;
     c.coverage = coverage();
     c.backing = backing_bytes();
@@ -252,11 +255,13 @@ class Segment {
     bool pending_free = false;
     bool is_free() const { return block == kFreeExtent; }
   };
+  static constexpr int kExtentNodeBytes = 1024;
   static Extent FreeExtent(uint64_t size) { return Extent{size, 0, kFreeExtent, false}; }
   static Extent BlockExtent(const SubBlock& b, uint32_t data) {
     return Extent{b.size, b.stack_id, data, b.pending_free};
   }
-  using ExtentMap = absl::btree_map<uint64_t, Extent, AddressOrder>;
+  // Wide nodes, searched linearly (std::less), not AddressOrder: see wide_btree_map.h.
+  using ExtentMap = WideBtreeMap<uint64_t, Extent, std::less<uint64_t>, kExtentNodeBytes>;
 
   // The general (slower) paths: the first block, a replaced block, zero-size blocks, blocks
   // over unbacked bytes or several free ranges.
@@ -276,20 +281,44 @@ class Segment {
   void InsertFree(uint64_t begin, uint64_t end);
   // Marks the free bytes of [begin, end) not free.
   void EraseFree(uint64_t begin, uint64_t end);
-  // Free-range bookkeeping of one free extent entering or leaving the map.
-  void CountFreeAdded(uint64_t size) {
+  // Free-range bookkeeping of one free extent entering or leaving the map (a free extent whose
+  // size changes in place leaves and enters again). Every change of the free extents removes
+  // what it removes before it adds, and ends with SettleFreeSizes before a figure is read.
+  void CountFreeAdded(uint64_t begin, uint64_t size) {
     free_total_ += size;
     ++free_count_;
-    free_sizes_.Insert(size);
+    free_sizes_.Push(size, begin);
+    // Live when the change ends (nothing is removed after an add): Settle need not look it up.
+    if (fresh_count_ < kFresh) fresh_[fresh_count_++] = {size, begin};
   }
-  void CountFreeRemoved(uint64_t size) {
+  void CountFreeRemoved(uint64_t begin, uint64_t size) {
     free_total_ -= size;
     --free_count_;
-    free_sizes_.Erase(size);
+    // Its entry stays in free_sizes_, stale, unless it is the top: then it is dropped at once,
+    // without a lookup (the top is live, and this extent is going), and the item now on top,
+    // not checked since it was pushed, is SettleFreeSizes' to check. A smaller extent cannot
+    // be the top's, so the top stays live; one as large (a tie) asks for the check too, which
+    // then finds the top live.
+    if (free_sizes_.PopIfTop(size, begin) || size >= free_sizes_.Max()) {
+      free_top_may_be_stale_ = true;
+    }
   }
-  // Drops the sizes of free ranges that are gone once they outnumber the live ones.
-  void TrimFreeSizes() {
-    if (free_sizes_.Wasteful()) RebuildFreeSizes();
+  // Restores "the top of free_sizes_ is a live free extent" after a change, and rebuilds
+  // free_sizes_ once its stale entries outnumber the live ones.
+  void SettleFreeSizes() {
+    if (free_sizes_.Wasteful(free_count_)) {
+      RebuildFreeSizes();
+    } else if (free_top_may_be_stale_) {
+      free_sizes_.Settle([this](uint64_t size, uint64_t begin) {
+        for (std::size_t i = 0; i < fresh_count_; ++i) {
+          if (fresh_[i].first == size && fresh_[i].second == begin) return true;
+        }
+        auto it = extents_.find(begin);
+        return it != extents_.end() && it->second.is_free() && it->second.size == size;
+      });
+    }
+    free_top_may_be_stale_ = false;
+    fresh_count_ = 0;
   }
   void RebuildFreeSizes();
 
@@ -305,7 +334,13 @@ class Segment {
   bool mixed_streams_ = false;
   uint64_t free_total_ = 0;
   std::size_t free_count_ = 0;
-  MaxMultiset free_sizes_;  // of the free extents, for largest_free_bytes()
+  // (size, begin) of the free extents, for largest_free_bytes(); stale entries included.
+  ValidatedMaxHeap free_sizes_;
+  bool free_top_may_be_stale_ = false;
+  // (size, begin) of the free extents the change under way added (at most kFresh remembered).
+  static constexpr std::size_t kFresh = 4;
+  std::pair<uint64_t, uint64_t> fresh_[kFresh];
+  std::size_t fresh_count_ = 0;
 };
 
 template <typename F>
