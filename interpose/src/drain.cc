@@ -582,13 +582,12 @@ void Wake(const char* socket_path, char* reply, size_t reply_size) {
   // `shipping` after taking its seq; both seq_cst), and every one at or below it is in the
   // snapshot, so the stream is exact from its first frame.
   a.shipping.store(true, std::memory_order_seq_cst);
-  // Dormant hooks left the devices of their allocations to now (recorder.cc); hooks from here
-  // on read their own. Before the devices are described, so that every device the snapshot
-  // names has its DeviceInfo ahead of it.
-  a.live.ResolveDeferredDevices([](const LiveEntry& e) {
-    const int32_t device = DeviceOfAllocation(e.address);
-    DescribeDevice(device);
-    return device;
+  // Dormant hooks left the devices (and stream-ordered pools) of their allocations to now
+  // (recorder.cc); hooks from here on read their own. Before the devices are described, so
+  // that every device the snapshot names has its DeviceInfo ahead of it.
+  a.live.ResolveDeferred([](LiveEntry& e) {
+    ResolveDeferred(e);
+    DescribeDevice(e.device);
   });
   for (int i = 0; i < kMaxDevices; ++i) WriteDeviceInfo(i);
   const uint64_t seq = WriteSnapshot(SnapshotReason::kStreamStart);

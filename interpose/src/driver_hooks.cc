@@ -97,8 +97,7 @@ CUresult Release(DriverHookId id, Fn real, Ptr ptr, uint64_t stream,
   hook.Returned(r);
   if (hook.record()) {
     bool capture = StreamCapturing(stream);
-    uint64_t pool_id =
-        from_pool ? reinterpret_cast<uint64_t>(pool) : DeviceCurrentPool(CurrentDevice());
+    uint64_t pool_id = from_pool ? reinterpret_cast<uint64_t>(pool) : CurrentPoolUnlessDormant();
     OnAcquire(id, r, r == CUDA_SUCCESS && dptr != nullptr ? *dptr : 0, size,
               capture ? MemoryKind::kGraph : MemoryKind::kPool, reinterpret_cast<uint64_t>(stream),
               pool_id, 0, capture);

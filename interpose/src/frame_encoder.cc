@@ -258,7 +258,7 @@ void SnapshotEncoder::Add(const LiveEntry& e) {
       // A device still deferred (a wake's pass could not read it) is unknown, not a device.
       w_.Int32(3, e.device == kDeviceDeferred ? -1 : e.device);
       w_.Uint64(4, e.stream);
-      w_.Uint64(5, e.pool);
+      w_.Uint64(5, e.pool == kPoolDeferred ? 0 : e.pool);
       w_.Uint64(6, e.stack_id);
       w_.Enum(7, static_cast<uint32_t>(e.api));
       w_.Enum(8, static_cast<uint32_t>(e.kind));

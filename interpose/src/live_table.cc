@@ -202,29 +202,36 @@ void LiveTable::SetSeq(size_t index, uint64_t seq) {
   __atomic_store_n(&slots_mem_[index].seq, seq, __ATOMIC_RELEASE);
 }
 
-void LiveTable::SetDevice(size_t index, int32_t device) {
+void LiveTable::StoreResolved(size_t index, int32_t device, uint64_t pool) {
+  Slot& slot = slots_mem_[index];
+  const uint64_t header = LoadWord(slot.header);
+  StoreWord(slot.header, WithDevice(header, device));
+  // A deferred pool is not zero, so its entry has the cold fields (StoreEntry).
+  if (((header >> 32) & kColdFlag) != 0) StoreWord(cold_[index].pool, pool);
+}
+
+void LiveTable::SetResolved(size_t index, int32_t device, uint64_t pool) {
   Slot& slot = slots_mem_[index];
   const void* const outer = t_live_slot_held;
   for (int spin = 0;; ++spin) {
     uint64_t s = slot.state.load(std::memory_order_acquire);
-    if ((s & 3) == kBusy) {  // ResolveDeferredDevices stores into it for a few instructions
+    if ((s & 3) == kBusy) {  // ResolveDeferred stores into it for a few instructions
       Backoff(spin);
       continue;
     }
     if ((s & 3) != kLive) return;
     t_live_slot_held = &slot;
     if (!slot.state.compare_exchange_weak(s, Next(s, kBusy), std::memory_order_acquire)) continue;
-    __atomic_store_n(&slot.header, WithDevice(slot.header, device), __ATOMIC_RELAXED);
+    StoreResolved(index, device, pool);
     slot.state.store(Next(Next(s, kBusy), kLive), std::memory_order_release);
     t_live_slot_held = outer;
     return;
   }
 }
 
-void LiveTable::SetErasedDevice(size_t index, int32_t device) {
-  Slot& slot = slots_mem_[index];
+void LiveTable::SetErasedResolved(size_t index, int32_t device, uint64_t pool) {
   // Pending tombstone: nobody reuses it or reads its entry until SetRemovedSeq (release).
-  __atomic_store_n(&slot.header, WithDevice(slot.header, device), __ATOMIC_RELAXED);
+  StoreResolved(index, device, pool);
 }
 
 void LiveTable::SetRemovedSeq(size_t index, uint64_t seq) {
@@ -261,7 +268,7 @@ bool LiveTable::LiveAt(const Slot& slot, uint64_t at, LiveEntry* out) const {
     uint64_t kind = before & 3;
     if (kind == kEmpty) return false;
     if (kind == kBusy) continue;  // a writer holds it for a few instructions
-    // A tombstone's stamp first: what its remover wrote before stamping it (SetErasedDevice)
+    // A tombstone's stamp first: what its remover wrote before stamping it (SetErasedResolved)
     // is then in the copy.
     const uint64_t removed =
         kind == kTombstone ? __atomic_load_n(&slot.removed_seq, __ATOMIC_ACQUIRE) : kSeqPending;

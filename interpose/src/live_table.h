@@ -77,8 +77,14 @@ inline constexpr uint64_t kSeqPending = ~uint64_t{0};
 
 // LiveEntry::device of an allocation a dormant agent recorded: asking the driver for the
 // current device was a third of the dormant hook's cost, and nothing reads the device until a
-// wake, which reads it then (ResolveDeferredDevices) from the allocation itself.
+// wake, which reads it then (ResolveDeferred) from the allocation itself.
 inline constexpr int32_t kDeviceDeferred = -2;
+// LiveEntry::pool of a stream-ordered allocation a dormant agent recorded, for the same reason
+// (the current device and its current pool were two driver calls per cudaMallocAsync).
+inline constexpr uint64_t kPoolDeferred = ~uint64_t{0};
+inline bool HasDeferredFields(const LiveEntry& e) {
+  return e.device == kDeviceDeferred || e.pool == kPoolDeferred;
+}
 
 // The slot this thread is claiming or holds busy, if any. A signal handler that interrupts the
 // holder on the same thread and uses the table itself (its CUDA calls are recorded) must not
@@ -112,23 +118,25 @@ class LiveTable {
   bool Erase(LiveClass cls, uint64_t key, LiveEntry* out, size_t* index = nullptr);
   void SetRemovedSeq(size_t index, uint64_t seq);
 
-  // Sets the device of the live entry Insert put at `index`. Only for the inserting thread's
-  // own entry (the program does not have the address yet, so nobody erases it meanwhile).
-  void SetDevice(size_t index, int32_t device);
-  // Sets the device of the entry an Erase(..., &index) left pending, before SetRemovedSeq: a
-  // scanner reads a tombstone's entry only once its removal is stamped.
-  void SetErasedDevice(size_t index, int32_t device);
-  // For every live entry whose device is kDeviceDeferred, `device_of(const LiveEntry&)` reads
-  // the device (from the driver, by address) and it is stored, unless the entry changed while
-  // it was read: then it is read again. Returns how many were set. One thread at a time.
+  // Sets the device and pool of the live entry Insert put at `index`. Only for the inserting
+  // thread's own entry (the program does not have the address yet, so nobody erases it
+  // meanwhile).
+  void SetResolved(size_t index, int32_t device, uint64_t pool);
+  // Sets the device and pool of the entry an Erase(..., &index) left pending, before
+  // SetRemovedSeq: a scanner reads a tombstone's entry only once its removal is stamped.
+  void SetErasedResolved(size_t index, int32_t device, uint64_t pool);
+  // For every live entry with deferred fields (HasDeferredFields), `resolve(LiveEntry&)`
+  // replaces them (reading the driver, by address) and the entry's device and pool are
+  // stored, unless the entry changed meanwhile: then it is read again. Returns how many were
+  // set. One thread at a time.
   //
   // Why the answer is the entry's: the store is a compare-and-swap from the state word read
-  // before `device_of` ran, and a release erases its entry before the program's real release
+  // before `resolve` ran, and a release erases its entry before the program's real release
   // call (PendingRelease). An unchanged state word therefore means the memory was still
   // allocated, under the same address, all the while the driver was asked. Tombstones are the
-  // releasing thread's to fill (SetErasedDevice).
+  // releasing thread's to fill (SetErasedResolved).
   template <typename Fn>
-  size_t ResolveDeferredDevices(Fn&& device_of);
+  size_t ResolveDeferred(Fn&& resolve);
 
   // Copies (cls, key) to *out. False if absent.
   bool Find(LiveClass cls, uint64_t key, LiveEntry* out) const;
@@ -229,6 +237,8 @@ class LiveTable {
   static int32_t DeviceOf(uint64_t header) {
     return static_cast<int16_t>(static_cast<uint16_t>(header >> 48));
   }
+  // Writes device and pool into slot `index`, which the caller holds or owns.
+  void StoreResolved(size_t index, int32_t device, uint64_t pool);
   // Word-by-word atomic copies in and out of slot `index`: the scanner may read an entry a
   // writer is changing; the state word check discards such a torn copy.
   void StoreEntry(size_t index, const LiveEntry& entry);
@@ -276,27 +286,27 @@ bool LiveTable::Update(LiveClass cls, uint64_t key, Fn&& fn) {
 }
 
 template <typename Fn>
-size_t LiveTable::ResolveDeferredDevices(Fn&& device_of) {
+size_t LiveTable::ResolveDeferred(Fn&& resolve) {
   size_t resolved = 0;
   for (size_t i = 0; i < slots_; ++i) {
     Slot& slot = slots_mem_[i];
     // Bounded: an entry that keeps changing is being released or replaced, and what replaces
-    // it was inserted after the wake, with its device read at once.
+    // it was inserted after the wake, with its fields read at once.
     for (int attempt = 0; attempt < 1024; ++attempt) {
       Backoff(attempt);
       uint64_t before = slot.state.load(std::memory_order_acquire);
       const uint64_t kind = before & 3;
       if (kind == kBusy) continue;
       if (kind != kLive) break;
-      if (DeviceOf(__atomic_load_n(&slot.header, __ATOMIC_ACQUIRE)) != kDeviceDeferred) break;
       LiveEntry entry;
       LoadEntry(i, &entry);
-      const int32_t device = device_of(static_cast<const LiveEntry&>(entry));
+      if (!HasDeferredFields(entry)) break;  // a torn copy fails the compare-and-swap below
+      resolve(entry);
       if (!slot.state.compare_exchange_strong(before, Next(before, kBusy),
                                               std::memory_order_acquire)) {
         continue;  // changed while the driver was asked: look again
       }
-      __atomic_store_n(&slot.header, WithDevice(slot.header, device), __ATOMIC_RELAXED);
+      StoreResolved(i, entry.device, entry.pool);
       slot.state.store(Next(Next(before, kBusy), kLive), std::memory_order_release);
       ++resolved;
       break;

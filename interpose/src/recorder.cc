@@ -110,6 +110,20 @@ int32_t DeviceOfAllocation(uint64_t address) {
 
 void DescribeDevice(int32_t device) { EnsureDeviceInfo(device); }
 
+void ResolveDeferred(LiveEntry& e) {
+  const DriverCalls& d = Driver();
+  if (e.device == kDeviceDeferred) e.device = DeviceOfAllocation(e.address);
+  if (e.pool == kPoolDeferred) {
+    CUmemoryPool pool = nullptr;
+    if (!AgentMayCallDriver() || d.pointer_get_attribute == nullptr ||
+        d.pointer_get_attribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+                                static_cast<CUdeviceptr>(e.address)) != CUDA_SUCCESS) {
+      pool = nullptr;  // 0: not known, as when the hook could not read it
+    }
+    e.pool = reinterpret_cast<uint64_t>(pool);
+  }
+}
+
 EventRecord NewRecord(RecordType type, Api api) {
   // A copy of a zero record, not memset: GCC turns the 120-byte memset into `rep stos`, whose
   // start-up cost was a quarter of RecordAlloc's own time in perf; a copy is eight vector moves.
@@ -158,8 +172,9 @@ void RecordAlloc(const AllocInfo& info) {
   a.live.Prefetch(LiveClass::kAllocation, info.address);
   if (!a.shipping.load(std::memory_order_relaxed)) {
     // Dormant: the live entry alone (the seq_cst load below decides for a woken stream; this
-    // one only skips building a record that would be thrown away). The device is left to the
-    // wake (kDeviceDeferred), which reads it from the allocation.
+    // one only skips building a record that would be thrown away). The device (and a
+    // stream-ordered allocation's pool, kPoolDeferred from the hook) is left to the wake,
+    // which reads it from the allocation.
     LiveEntry e = ZeroLiveEntry();
     e.cls = LiveClass::kAllocation;
     e.api = info.api;
@@ -180,10 +195,10 @@ void RecordAlloc(const AllocInfo& info) {
       return;
     }
     // Woken in between: this event's seq may be above the wake's snapshot, so ship it, and
-    // the wake's pass over deferred devices may have gone by this entry already.
-    if (e.device == kDeviceDeferred) {
-      e.device = CurrentDevice();
-      if (inserted) a.live.SetDevice(index, e.device);
+    // the wake's pass over deferred fields may have gone by this entry already.
+    if (HasDeferredFields(e)) {
+      ResolveDeferred(e);
+      if (inserted) a.live.SetResolved(index, e.device, e.pool);
     }
     EventRecord r = NewRecord(RecordType::kAlloc, info.api);
     r.device = e.device;
@@ -191,7 +206,7 @@ void RecordAlloc(const AllocInfo& info) {
     r.size = info.size;
     r.kind = info.kind;
     r.stream = info.stream;
-    r.pool = info.pool;
+    r.pool = e.pool;
     r.aux0 = info.pitch;
     if (info.in_capture) r.flags |= kFlagInCapture;
     r.seq = seq;
@@ -208,7 +223,8 @@ void RecordAlloc(const AllocInfo& info) {
   r.size = info.size;
   r.kind = info.kind;
   r.stream = info.stream;
-  r.pool = info.pool;
+  // Deferred by a hook that saw the agent dormant just before a wake (CurrentPoolUnlessDormant).
+  r.pool = info.pool == kPoolDeferred ? DeviceCurrentPool(r.device) : info.pool;
   r.aux0 = info.pitch;
   if (info.in_capture) r.flags |= kFlagInCapture;
   LiveEntry e = ZeroLiveEntry();
@@ -219,7 +235,7 @@ void RecordAlloc(const AllocInfo& info) {
   e.address = info.address;
   e.size = info.size;
   e.stream = info.stream;
-  e.pool = info.pool;
+  e.pool = r.pool;
   e.stack_id = r.stack_id;
   r.seq = InsertLive(e);
   Submit(r);
@@ -232,7 +248,7 @@ void RecordFailure(const FailureInfo& info) {
   r.device = info.device >= 0 ? info.device : CurrentDevice();
   r.size = info.size;
   r.stream = info.stream;
-  r.pool = info.pool;
+  r.pool = info.pool == kPoolDeferred ? DeviceCurrentPool(r.device) : info.pool;
   r.kind = info.kind;
   if (info.from_sub_allocator) r.flags |= kFlagSubAllocator;
   uint64_t free_bytes = 0, total_bytes = 0;
@@ -262,18 +278,18 @@ PendingRelease::PendingRelease(LiveClass cls, uint64_t key) : cls_(cls), key_(ke
   // the tombstone holds. The memory is still allocated (the real call comes next), so the
   // driver can say. (Loaded after the seq: a wake that sets `shipping` later reads a snapshot
   // seq at or above ours, and such a snapshot does not hold the entry.)
-  if (entry_.device == kDeviceDeferred && Agent().shipping.load(std::memory_order_seq_cst)) {
-    entry_.device = DeviceOfAllocation(key_);
-    live.SetErasedDevice(index, entry_.device);
+  if (HasDeferredFields(entry_) && Agent().shipping.load(std::memory_order_seq_cst)) {
+    ResolveDeferred(entry_);
+    live.SetErasedResolved(index, entry_.device, entry_.pool);
   }
   live.SetRemovedSeq(index, seq_);
 }
 
 void PendingRelease::Restore() {
   if (!known_) return;
-  // Still allocated (the release failed): a woken stream's entry gets its device now.
-  if (entry_.device == kDeviceDeferred && Agent().shipping.load(std::memory_order_seq_cst)) {
-    entry_.device = DeviceOfAllocation(key_);
+  // Still allocated (the release failed): a woken stream's entry gets its fields now.
+  if (HasDeferredFields(entry_) && Agent().shipping.load(std::memory_order_seq_cst)) {
+    ResolveDeferred(entry_);
   }
   Agent().live.Insert(entry_);
 }
@@ -289,10 +305,10 @@ void PendingRelease::EndFree(Api api, int32_t result, uint64_t stream) {
   r.size = entry_.size;
   r.device = known_ ? entry_.device : CurrentDevice();
   // Still deferred: the seq is at or below the wake's snapshot (see the constructor), which the
-  // drain skips; never ship the placeholder.
+  // drain skips; never ship the placeholders.
   if (r.device == kDeviceDeferred) r.device = -1;
   r.stream = stream;
-  r.pool = entry_.pool;
+  r.pool = entry_.pool == kPoolDeferred ? 0 : entry_.pool;
   Submit(r);
   if (result == 0) MaybeSampleMemInfo(r.device, r.time_ns);
 }

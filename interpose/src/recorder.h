@@ -18,6 +18,7 @@
 
 #include "agent.h"
 #include "api.h"
+#include "driver_api.h"
 #include "event_clock.h"
 #include "event_record.h"
 #include "live_table.h"
@@ -156,6 +157,16 @@ int32_t CurrentDevice();  // cuCtxGetDevice, -1 without a context (see AgentMayC
 int32_t DeviceOfAllocation(uint64_t address);
 // Reads a device's description (name, UUID, memory) once, for the DeviceInfo frames.
 void DescribeDevice(int32_t device);
+// The pool a stream-ordered allocation without an explicit pool comes from: the current
+// device's current pool, or kPoolDeferred while dormant (two driver calls the wake makes
+// instead, for the allocations still live then).
+inline uint64_t CurrentPoolUnlessDormant() {
+  if (!Agent().shipping.load(std::memory_order_relaxed)) return kPoolDeferred;
+  return DeviceCurrentPool(CurrentDevice());
+}
+// Replaces a live allocation's deferred fields (kDeviceDeferred, kPoolDeferred) with what the
+// driver says of the allocation (-1 / 0 where it cannot say).
+void ResolveDeferred(LiveEntry& e);
 
 // An allocation that succeeded: inserts into the live table, stamps seq, pushes AllocEvent.
 struct AllocInfo {

@@ -109,7 +109,7 @@ cudaError_t MallocAsync(RuntimeHookId id, int abi, void** ptr, size_t size, cuda
     bool capture = StreamCapturing(stream);
     OnAcquire(hook, id, r, r == cudaSuccess && ptr ? Address(*ptr) : 0, size,
               capture ? MemoryKind::kGraph : MemoryKind::kPool, Address(stream),
-              DeviceCurrentPool(CurrentDevice()), 0, capture);
+              CurrentPoolUnlessDormant(), 0, capture);
   }
   return r;
 }

@@ -98,14 +98,19 @@ inline LiveAllocations ReplayAllocations(const Trace& trace) {
   return live;
 }
 
-// FAKECUDA_LIVE_DUMP: "kind 0xaddress size device" per allocation live at exit.
+// FAKECUDA_LIVE_DUMP: "kind 0xaddress size device" per allocation live at exit. A pool's
+// chunks and VMM objects are listed too, and are not allocations in a trace's sense (a chunk
+// starts where its first block does): left out.
 inline LiveAllocations GroundTruthAllocations(const std::string& path) {
   LiveAllocations live;
   std::istringstream in(ReadFile(path));
   std::string kind, address;
   uint64_t size = 0;
   int device = 0;
-  while (in >> kind >> address >> size >> device) live[ParseAddress(address)] = {size, device};
+  while (in >> kind >> address >> size >> device) {
+    if (kind == "pool_chunk" || kind.rfind("vmm_", 0) == 0) continue;
+    live[ParseAddress(address)] = {size, device};
+  }
   return live;
 }
 

@@ -189,7 +189,7 @@ TEST(AttachTest, DevicesOfDormantAllocationsAreReadAtTheWake) {
     Sink sink(dir.File("c1.sock"));
     std::string answer = Control(control, "wake " + sink.path());
     ASSERT_EQ(answer.substr(0, 12), "ok streaming") << answer << app.err();
-    EXPECT_NE(answer.find("live=6"), std::string::npos) << answer;
+    EXPECT_NE(answer.find("live=7"), std::string::npos) << answer;
     app.Send("go");
     ASSERT_TRUE(app.WaitForLine("ready 2"));
     EXPECT_EQ(Control(control, "sleep").substr(0, 10), "ok dormant");
@@ -203,7 +203,22 @@ TEST(AttachTest, DevicesOfDormantAllocationsAreReadAtTheWake) {
                                                        {4 * kMiB, 0},
                                                        {3 * kMiB + 512, 0},
                                                        {2 * kMiB + 4096, 1},
-                                                       {6 * kMiB, 1}}));
+                                                       {6 * kMiB, 1},
+                                                       {3 * kMiB / 2, 1}}));
+    // The stream-ordered one carries device 1's default pool, as the program printed it.
+    std::string printed_pool;
+    for (const std::vector<std::string>& words : Lines(app.out())) {
+      if (words.size() == 6 && words[0] == "cudaMallocAsync" && words[4] == "pool") {
+        printed_pool = words[5];
+      }
+    }
+    ASSERT_FALSE(printed_pool.empty()) << app.out();
+    uint64_t snapshot_pool = 0;
+    for (const auto& a : trace.Snapshots()[0]->allocations()) {
+      if (a.size() == 3 * kMiB / 2) snapshot_pool = a.pool();
+    }
+    EXPECT_EQ(snapshot_pool, ParseAddress(printed_pool));
+    EXPECT_NE(snapshot_pool, 0u);
     std::vector<std::string> events = DescribeEvents(trace);
     EXPECT_NE(std::find(events.begin(), events.end(), "free cudaFree size=2101248 dev=1"),
               events.end())
@@ -226,7 +241,7 @@ TEST(AttachTest, DevicesOfDormantAllocationsAreReadAtTheWake) {
   EXPECT_EQ(ReplayAllocations(second), truth);
   EXPECT_EQ(
       std::count_if(truth.begin(), truth.end(), [](const auto& e) { return e.second.device == 1; }),
-      2);  // 6 MiB and 9 MiB
+      3);  // 6 MiB, 1.5 MiB (stream-ordered) and 9 MiB
 }
 
 TEST(AttachTest, UnknownCommandsAreAnswered) {

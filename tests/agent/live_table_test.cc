@@ -268,30 +268,34 @@ LiveEntry Deferred(uint64_t address, uint64_t seq) {
   return e;
 }
 
-TEST(LiveTableTest, SetDeviceAndSetErasedDeviceFillADeferredEntry) {
+TEST(LiveTableTest, SetResolvedAndSetErasedResolvedFillADeferredEntry) {
   LiveTable t;
   ASSERT_TRUE(t.Init(256));
   size_t index = 0;
-  ASSERT_TRUE(t.Insert(Deferred(0x10000, 1), &index));
-  t.SetDevice(index, 3);
+  LiveEntry pooled = Deferred(0x10000, 1);
+  pooled.pool = kPoolDeferred;
+  ASSERT_TRUE(t.Insert(pooled, &index));
+  t.SetResolved(index, 3, 0xabc0);
   LiveEntry e;
   ASSERT_TRUE(t.Find(LiveClass::kAllocation, 0x10000, &e));
   EXPECT_EQ(e.device, 3);
+  EXPECT_EQ(e.pool, 0xabc0u);
   EXPECT_EQ(e.size, 4096u);
 
-  // Released after a snapshot point: the tombstone's device is what the remover set.
+  // Released after a snapshot point: the tombstone's fields are what the remover set.
   ASSERT_TRUE(t.Insert(Deferred(0x20000, 2)));
   ASSERT_TRUE(t.Erase(LiveClass::kAllocation, 0x20000, nullptr, &index));
-  t.SetErasedDevice(index, 5);
+  t.SetErasedResolved(index, 5, 0);
   t.SetRemovedSeq(index, 10);
   std::atomic<uint64_t> seq{9};
   uint64_t at = 0;
-  std::map<uint64_t, int> devices;
-  t.ForEachAt(seq, &at, [&](const LiveEntry& x) { devices[x.address] = x.device; });
-  EXPECT_EQ(devices, (std::map<uint64_t, int>{{0x10000, 3}, {0x20000, 5}}));
+  std::map<uint64_t, std::pair<int, uint64_t>> fields;
+  t.ForEachAt(seq, &at, [&](const LiveEntry& x) { fields[x.address] = {x.device, x.pool}; });
+  EXPECT_EQ(fields, (std::map<uint64_t, std::pair<int, uint64_t>>{{0x10000, {3, 0xabc0}},
+                                                                  {0x20000, {5, 0}}}));
 }
 
-TEST(LiveTableTest, ResolveDeferredDevicesFillsOnlyDeferredLiveEntries) {
+TEST(LiveTableTest, ResolveDeferredFillsOnlyDeferredLiveEntries) {
   LiveTable t;
   ASSERT_TRUE(t.Init(256));
   ASSERT_TRUE(t.Insert(Deferred(uint64_t{1} << 20, 1)));
@@ -299,19 +303,24 @@ TEST(LiveTableTest, ResolveDeferredDevicesFillsOnlyDeferredLiveEntries) {
   ASSERT_TRUE(t.Insert(Alloc(uint64_t{3} << 20, 64, 3)));  // device 0, read at the call
   ASSERT_TRUE(t.Insert(Deferred(uint64_t{4} << 20, 4)));
   ASSERT_TRUE(t.Erase(LiveClass::kAllocation, uint64_t{4} << 20, nullptr));
+  LiveEntry pool_only = Alloc(uint64_t{5} << 20, 64, 5);  // device read, pool deferred
+  pool_only.pool = kPoolDeferred;
+  ASSERT_TRUE(t.Insert(pool_only));
   int asked = 0;
-  size_t set = t.ResolveDeferredDevices([&](const LiveEntry& e) {
+  size_t set = t.ResolveDeferred([&](LiveEntry& e) {
     ++asked;
-    return static_cast<int32_t>(e.address >> 20);
+    if (e.device == kDeviceDeferred) e.device = static_cast<int32_t>(e.address >> 20);
+    if (e.pool == kPoolDeferred) e.pool = 0x900d;
   });
-  EXPECT_EQ(set, 2u);
-  EXPECT_EQ(asked, 2);
-  for (uint64_t mib : {1, 2, 3}) {
+  EXPECT_EQ(set, 3u);
+  EXPECT_EQ(asked, 3);
+  for (uint64_t mib : {1, 2, 3, 5}) {
     LiveEntry e;
     ASSERT_TRUE(t.Find(LiveClass::kAllocation, mib << 20, &e));
-    EXPECT_EQ(e.device, mib == 3 ? 0 : static_cast<int>(mib)) << mib;
+    EXPECT_EQ(e.device, mib >= 3 ? 0 : static_cast<int>(mib)) << mib;
+    EXPECT_EQ(e.pool, mib == 5 ? 0x900du : 0u) << mib;
   }
-  EXPECT_EQ(t.ResolveDeferredDevices([](const LiveEntry&) { return 7; }), 0u);  // none left
+  EXPECT_EQ(t.ResolveDeferred([](LiveEntry& e) { e.device = 7; }), 0u);  // none left
 }
 
 // A program frees an address and gets it again on another device while a wake reads the
@@ -330,13 +339,13 @@ TEST(LiveTableTest, ResolvedDeviceIsTheAllocationsWhileAddressesMoveBetweenDevic
   std::atomic<uint64_t> wrong{0}, resolved{0};
   std::thread resolver([&] {
     while (!done.load()) {
-      resolved += t.ResolveDeferredDevices([&](const LiveEntry& e) {
+      resolved += t.ResolveDeferred([&](LiveEntry& e) {
         const size_t i = (e.address - (uint64_t{1} << 32)) / 4096 - 1;
         const int32_t device = truth[i].load();
         // A driver call takes a while to return: the window in which the address may move.
         for (int spin = 0; spin < 200; ++spin) std::atomic_signal_fence(std::memory_order_seq_cst);
         std::this_thread::yield();
-        return device;
+        e.device = device;
       });
     }
   });

@@ -5,7 +5,8 @@
 // Everything still live at exit is leaked on purpose (FAKECUDA_LIVE_DUMP is the ground truth).
 // ATTACH_APP_NOT_DUMPABLE=1 makes it non-dumpable (prctl), so that only CAP_SYS_PTRACE may trace
 // it. ATTACH_APP_SECOND_DEVICE=1 (with FAKECUDA_DEVICES=2) also allocates on device 1 in phases
-// 1 and 3, and frees one of those in phase 2 while device 0 is current.
+// 1 (one of them stream-ordered) and 3, and frees one of those in phase 2 while device 0 is
+// current.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -70,6 +71,15 @@ int main() {
     if (cudaSetDevice(1) != cudaSuccess) return 5;
     b1 = Malloc(2 * kMiB + 4096);
     Malloc(6 * kMiB);
+    // Stream-ordered, from device 1's default pool (printed: a dormant agent reads the pool
+    // at the wake).
+    cudaMemPool_t pool = nullptr;
+    void* c = nullptr;
+    cudaDeviceGetDefaultMemPool(&pool, 1);
+    cudaError_t r = cudaMallocAsync(&c, 3 * kMiB / 2, nullptr);
+    std::printf("cudaMallocAsync %p %zu %d pool %p\n", c, 3 * kMiB / 2, static_cast<int>(r),
+                static_cast<void*>(pool));
+    cudaStreamSynchronize(nullptr);
     cudaSetDevice(0);
   }
   if (!WaitForLine(1)) return 0;
