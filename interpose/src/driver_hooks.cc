@@ -458,22 +458,25 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemMap,
   CUresult r = real(ptr, size, offset, handle, flags);
   hook.Returned(r);
   if (!hook.record()) return r;
-  int32_t device = HandleDevice(handle);
   if (r != CUDA_SUCCESS) {
-    FailureInfo info{ApiOf(id), r, size, device};
+    FailureInfo info{ApiOf(id), r, size, HandleDevice(handle)};
     RecordFailure(info);
     return r;
   }
+  // The handle's device and its mapping count in one claim of its slot (a separate lookup
+  // was a second compare-and-swap per map).
+  int32_t device = -1;
+  Agent().live.Update(LiveClass::kHandle, handle, [&device](LiveEntry& e) {
+    ++e.maps;
+    device = e.device;
+    return true;
+  });
   EventRecord rec = MapRecord(id, MapOp::kMap);
   rec.address = ptr;
   rec.size = size;
   rec.aux0 = offset;
   rec.pool = handle;
   rec.device = device;
-  Agent().live.Update(LiveClass::kHandle, handle, [](LiveEntry& e) {
-    ++e.maps;
-    return true;
-  });
   LiveEntry e = ZeroLiveEntry();
   e.cls = LiveClass::kMapping;
   e.api = ApiOf(id);
