@@ -295,18 +295,11 @@ void WriteStack(uint64_t id, uint32_t slot) {
   if (Put([&](WireWriter& w) { return EncodeStack(w, id, pcs, n); })) stacks.MarkSent(slot);
 }
 
-// The stack `id` when only its id is known (a live entry): found where Intern probes.
+// The stack `id` when only its id is known (a live entry): the id names its slot.
 void WriteStackById(uint64_t id) {
   StackTable& stacks = Agent().stacks;
-  if (id == 0 || stacks.slots() == 0) return;
-  uint64_t pcs[StackTable::kMaxDepth];
-  for (int probe = 0; probe < StackTable::kMaxProbe; ++probe) {
-    const uint32_t slot =
-        static_cast<uint32_t>((id + static_cast<uint64_t>(probe)) & (stacks.slots() - 1));
-    if (stacks.Frames(slot, id, pcs) < 0) continue;
-    WriteStack(id, slot);
-    return;
-  }
+  if (id == 0 || id > stacks.slots()) return;
+  WriteStack(id, StackTable::SlotOfId(id));
 }
 
 bool LiveStateRecord(RecordType type) {

@@ -70,7 +70,7 @@ bool StackTable::Init(size_t slots, int max_depth) {
 uint64_t StackTable::Intern(const uint64_t* pcs, int count, uint32_t* slot) {
   if (count <= 0 || memory_ == nullptr) return 0;
   if (count > max_depth_) count = max_depth_;
-  uint64_t id = HashStack(pcs, count);
+  const uint64_t id = HashStack(pcs, count);  // what the slot holds; never 0
   size_t mask = slots_ - 1;
   for (int probe = 0; probe < kMaxProbe; ++probe) {
     size_t i = (id + static_cast<uint64_t>(probe)) & mask;
@@ -82,13 +82,13 @@ uint64_t StackTable::Intern(const uint64_t* pcs, int count, uint32_t* slot) {
         s->count = static_cast<uint16_t>(count);
         s->ready.store(1, std::memory_order_release);
         *slot = static_cast<uint32_t>(i);
-        return id;
+        return IdOfSlot(i);
       }
-      // Lost the race: `current` now holds the winner's id.
+      // Lost the race: `current` now holds the winner's hash.
     }
     if (current == id) {
       *slot = static_cast<uint32_t>(i);
-      return id;
+      return IdOfSlot(i);
     }
   }
   overflows_.fetch_add(1, std::memory_order_relaxed);
@@ -96,9 +96,9 @@ uint64_t StackTable::Intern(const uint64_t* pcs, int count, uint32_t* slot) {
 }
 
 int StackTable::Frames(uint32_t slot, uint64_t id, uint64_t* pcs) const {
-  if (slot >= slots_) return -1;
+  if (slot >= slots_ || id != IdOfSlot(slot)) return -1;
   const Slot* s = SlotAt(slot);
-  if (s->id.load(std::memory_order_acquire) != id) return -1;
+  if (s->id.load(std::memory_order_acquire) == 0) return -1;  // nothing interned there
   // The inserting thread writes a few hundred bytes between claiming the slot and setting
   // `ready`; wait for it, but never forever (it may have been frozen by a debugger or killed);
   // it may also have been preempted on a loaded machine: up to about two seconds.

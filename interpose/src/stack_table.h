@@ -30,9 +30,14 @@ class StackTable {
   // `slots` is rounded up to a power of two; `max_depth` in 1..kMaxDepth.
   bool Init(size_t slots, int max_depth);
 
-  // Returns the stack's id (its hash) and sets *slot to where its frames live; returns 0 when
-  // `count` is 0 or the table is too full. `count` is clamped to max_depth.
+  // Returns the stack's id and sets *slot to where its frames live; returns 0 when `count` is
+  // 0 or the table is too full. `count` is clamped to max_depth. The id is the slot + 1: unique
+  // for the table's life (slots are never reused, a fork's child starts a stream of its own)
+  // and small, so it is a varint of 1 to 4 bytes in every event; the 64-bit hash (a 10-byte
+  // varint half the time) stays in the table, where lookups compare it.
   uint64_t Intern(const uint64_t* pcs, int count, uint32_t* slot);
+  // The slot whose frames an id names (ids from Intern only).
+  static uint32_t SlotOfId(uint64_t id) { return static_cast<uint32_t>(id - 1); }
 
   // Copies the frames of `id` stored at `slot` into pcs (max_depth entries). Waits (bounded,
   // ~100 ms) for a producer still writing them. Returns the frame count, or -1 if `slot` does
@@ -52,13 +57,14 @@ class StackTable {
 
  private:
   struct Slot {
-    std::atomic<uint64_t> id;     // 0 = empty
+    std::atomic<uint64_t> id;     // the frames' HashStack; 0 = empty
     std::atomic<uint32_t> ready;  // frames fully written
     uint16_t count;
     uint8_t sent;  // drain thread only
     uint8_t pad;
     uint64_t pcs[1];  // max_depth_ entries follow
   };
+  static uint64_t IdOfSlot(size_t i) { return static_cast<uint64_t>(i) + 1; }
   Slot* SlotAt(size_t i) const {
     return reinterpret_cast<Slot*>(reinterpret_cast<char*>(memory_) + i * slot_bytes_);
   }
