@@ -162,6 +162,30 @@ bool StreamCapturing(CUstream stream) {
          status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
+namespace {
+
+// cuPointerGetAttribute of `address` into *out; false (and *out untouched) if unavailable.
+bool PointerAttribute(CUpointer_attribute attribute, uint64_t address, void* out) {
+  if (!AgentMayCallDriver()) return false;  // a signal handler over agent code (recorder.h)
+  const DriverCalls& d = Driver();
+  return d.pointer_get_attribute != nullptr &&
+         d.pointer_get_attribute(out, attribute, static_cast<CUdeviceptr>(address)) == CUDA_SUCCESS;
+}
+
+}  // namespace
+
+int32_t DeviceOfAllocation(uint64_t address) {
+  int ordinal = -1;
+  return PointerAttribute(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address, &ordinal) ? ordinal : -1;
+}
+
+uint64_t PoolOfAllocation(uint64_t address) {
+  CUmemoryPool pool = nullptr;
+  return PointerAttribute(CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, address, &pool)
+             ? reinterpret_cast<uint64_t>(pool)
+             : 0;
+}
+
 uint64_t DeviceCurrentPool(int device) {
   if (!AgentMayCallDriver()) return 0;  // a signal handler over agent code (recorder.h)
   const DriverCalls& d = Driver();

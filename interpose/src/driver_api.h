@@ -45,6 +45,12 @@ bool StreamCapturing(CUstream stream);
 // The current memory pool of `device` (where cudaMallocAsync/cuMemAllocAsync allocate), 0 if
 // unknown.
 uint64_t DeviceCurrentPool(int device);
+// The device a live allocation is on, -1 if the driver cannot say
+// (cuPointerGetAttribute, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL).
+int32_t DeviceOfAllocation(uint64_t address);
+// The memory pool a live stream-ordered allocation came from, 0 if the driver cannot say
+// (CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE).
+uint64_t PoolOfAllocation(uint64_t address);
 
 }  // namespace fragscope::agent
 

@@ -97,31 +97,11 @@ int32_t CurrentDevice() {
   return dev;
 }
 
-int32_t DeviceOfAllocation(uint64_t address) {
-  const DriverCalls& d = Driver();
-  int ordinal = -1;
-  if (!AgentMayCallDriver() || d.pointer_get_attribute == nullptr ||
-      d.pointer_get_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                              static_cast<CUdeviceptr>(address)) != CUDA_SUCCESS) {
-    return -1;
-  }
-  return ordinal;
-}
-
 void DescribeDevice(int32_t device) { EnsureDeviceInfo(device); }
 
 void ResolveDeferred(LiveEntry& e) {
-  const DriverCalls& d = Driver();
   if (e.device == kDeviceDeferred) e.device = DeviceOfAllocation(e.address);
-  if (e.pool == kPoolDeferred) {
-    CUmemoryPool pool = nullptr;
-    if (!AgentMayCallDriver() || d.pointer_get_attribute == nullptr ||
-        d.pointer_get_attribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
-                                static_cast<CUdeviceptr>(e.address)) != CUDA_SUCCESS) {
-      pool = nullptr;  // 0: not known, as when the hook could not read it
-    }
-    e.pool = reinterpret_cast<uint64_t>(pool);
-  }
+  if (e.pool == kPoolDeferred) e.pool = PoolOfAllocation(e.address);
 }
 
 EventRecord NewRecord(RecordType type, Api api) {

@@ -152,9 +152,6 @@ class HookCall {
 inline uint64_t NowNs() { return EventClockNs(); }  // CLOCK_MONOTONIC (event_clock.h)
 uint64_t NextSeq();                                 // the next global sequence number (starts at 1)
 int32_t CurrentDevice();  // cuCtxGetDevice, -1 without a context (see AgentMayCallDriver)
-// The device `address` (a live allocation) is on, from cuPointerGetAttribute; -1 if the
-// driver cannot say. Fills in kDeviceDeferred (live_table.h).
-int32_t DeviceOfAllocation(uint64_t address);
 // Reads a device's description (name, UUID, memory) once, for the DeviceInfo frames.
 void DescribeDevice(int32_t device);
 // The pool a stream-ordered allocation without an explicit pool comes from: the current
