@@ -25,8 +25,9 @@ void StampStack(EventRecord& r) {
   const int depth = a.config.stack_depth;
   if (depth <= 0) return;
   uint64_t pcs[StackTable::kMaxDepth];
-  int n = CaptureStack(pcs, depth);
-  r.stack_id = a.stacks.Intern(pcs, n, &r.stack_slot);
+  uint64_t hash = 0;
+  int n = CaptureStack(pcs, depth, &hash);
+  r.stack_id = a.stacks.Intern(pcs, n, hash, &r.stack_slot);
 }
 
 [[gnu::noinline]] void ReadDeviceInfo(int32_t device) {

@@ -6,34 +6,13 @@
 
 #include <cstring>
 
+#include "stack_hash.h"
+
 namespace fragscope::agent {
 
-namespace {
-
-inline uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-// MurmurHash3's 64-bit finalizer: every input bit reaches every output bit.
-inline uint64_t Fmix(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
-}
-
-inline uint64_t Step(uint64_t lane, uint64_t pc) {
-  lane = (lane ^ pc) * 0x9e3779b97f4a7c15ull;
-  return lane ^ (lane >> 29);
-}
-
-}  // namespace
-
 uint64_t HashStack(const uint64_t* pcs, int count) {
-  // Four lanes, frame i in lane i % 4, so that four multiply chains run side by side: one chain
-  // over 32 frames was ~160 cycles of latency, 15 % of a 32-frame event's cost in perf.
-  uint64_t lane[4] = {0xcbf29ce484222325ull ^ static_cast<uint64_t>(count), 0x84222325cbf29ce4ull,
-                      0x1b873593cc9e2d51ull, 0x2d51cc9e1b873593ull};
+  using namespace stack_hash;
+  uint64_t lane[4] = {kSeed[0], kSeed[1], kSeed[2], kSeed[3]};
   int i = 0;
   for (; i + 4 <= count; i += 4) {
     lane[0] = Step(lane[0], pcs[i]);
@@ -42,9 +21,7 @@ uint64_t HashStack(const uint64_t* pcs, int count) {
     lane[3] = Step(lane[3], pcs[i + 3]);
   }
   for (int l = 0; i < count; ++i, ++l) lane[l] = Step(lane[l], pcs[i]);
-  // Rotations keep the lanes apart (a frame moved to another lane changes the hash).
-  const uint64_t h = Fmix(lane[0] ^ Rotl(lane[1], 16) ^ Rotl(lane[2], 32) ^ Rotl(lane[3], 48));
-  return h == 0 ? 1 : h;
+  return Finish(lane[0], lane[1], lane[2], lane[3], count);
 }
 
 StackTable::~StackTable() {
@@ -70,7 +47,17 @@ bool StackTable::Init(size_t slots, int max_depth) {
 uint64_t StackTable::Intern(const uint64_t* pcs, int count, uint32_t* slot) {
   if (count <= 0 || memory_ == nullptr) return 0;
   if (count > max_depth_) count = max_depth_;
-  const uint64_t id = HashStack(pcs, count);  // what the slot holds; never 0
+  return InternHashed(pcs, count, HashStack(pcs, count), slot);
+}
+
+uint64_t StackTable::Intern(const uint64_t* pcs, int count, uint64_t hash, uint32_t* slot) {
+  if (count <= 0 || memory_ == nullptr) return 0;
+  if (count > max_depth_) return Intern(pcs, count, slot);  // hash of frames the slot won't hold
+  return InternHashed(pcs, count, hash, slot);
+}
+
+uint64_t StackTable::InternHashed(const uint64_t* pcs, int count, uint64_t id, uint32_t* slot) {
+  // `id` (what the slot holds) is HashStack(pcs, count); never 0.
   size_t mask = slots_ - 1;
   for (int probe = 0; probe < kMaxProbe; ++probe) {
     size_t i = (id + static_cast<uint64_t>(probe)) & mask;

@@ -36,6 +36,9 @@ class StackTable {
   // and small, so it is a varint of 1 to 4 bytes in every event; the 64-bit hash (a 10-byte
   // varint half the time) stays in the table, where lookups compare it.
   uint64_t Intern(const uint64_t* pcs, int count, uint32_t* slot);
+  // The same, for frames whose HashStack(pcs, count) the caller already has (CaptureStack
+  // computes it during the walk).
+  uint64_t Intern(const uint64_t* pcs, int count, uint64_t hash, uint32_t* slot);
   // The slot whose frames an id names (ids from Intern only).
   static uint32_t SlotOfId(uint64_t id) { return static_cast<uint32_t>(id - 1); }
 
@@ -64,6 +67,7 @@ class StackTable {
     uint8_t pad;
     uint64_t pcs[1];  // max_depth_ entries follow
   };
+  uint64_t InternHashed(const uint64_t* pcs, int count, uint64_t hash, uint32_t* slot);
   static uint64_t IdOfSlot(size_t i) { return static_cast<uint64_t>(i) + 1; }
   Slot* SlotAt(size_t i) const {
     return reinterpret_cast<Slot*>(reinterpret_cast<char*>(memory_) + i * slot_bytes_);

@@ -1,8 +1,11 @@
 // Frame-pointer stack capture: sees its callers, honours the skipped range and the depth limit.
 #include "stack_capture.h"
 
+#include "stack_table.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 namespace fragscope::agent {
@@ -21,6 +24,22 @@ __attribute__((noinline)) int Level2(uint64_t* pcs, int max) {
 }
 __attribute__((noinline)) int Level1(uint64_t* pcs, int max) {
   int n = Level2(pcs, max);
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+__attribute__((noinline)) int HashedLevel3(uint64_t* pcs, int max, uint64_t* hash) {
+  int n = CaptureStack(pcs, max, hash);
+  asm volatile("" ::: "memory");
+  return n;
+}
+__attribute__((noinline)) int HashedLevel2(uint64_t* pcs, int max, uint64_t* hash) {
+  int n = HashedLevel3(pcs, max, hash);
+  asm volatile("" ::: "memory");
+  return n;
+}
+__attribute__((noinline)) int HashedLevel1(uint64_t* pcs, int max, uint64_t* hash) {
+  int n = HashedLevel2(pcs, max, hash);
   asm volatile("" ::: "memory");
   return n;
 }
@@ -73,6 +92,39 @@ TEST(StackCaptureTest, WorksOnOtherThreads) {
   t.join();
   ASSERT_GE(n, 3);
   EXPECT_TRUE(Inside(first, reinterpret_cast<void*>(&Level3)));
+}
+
+// The hash computed during the walk is the one the stack table computes from the frames, for
+// every depth limit (each lane count and remainder), with and without skipped frames.
+TEST(StackCaptureTest, HashDuringTheWalkIsHashStackOfTheFrames) {
+  SetSkippedRange(0, 0);
+  uint64_t all[64];
+  const int total = Level1(all, 64);
+  ASSERT_GE(total, 3);
+  for (int max = 0; max <= 64; ++max) {
+    uint64_t pcs[64];
+    uint64_t hash = 12345;
+    const int n = HashedLevel1(pcs, max, &hash);
+    ASSERT_EQ(n, std::min(max, total)) << "max " << max;
+    if (n == 0) {
+      EXPECT_EQ(hash, 0u);
+      continue;
+    }
+    EXPECT_EQ(hash, HashStack(pcs, n)) << "max " << max;
+    EXPECT_NE(hash, 0u);
+  }
+  // Skipping the innermost frame (HashedLevel3's return address) hashes what is left.
+  uint64_t first[64];
+  uint64_t ignored = 0;
+  ASSERT_GE(HashedLevel1(first, 64, &ignored), 3);
+  SetSkippedRange(first[0], first[0] + 1);
+  uint64_t pcs[64];
+  uint64_t hash = 0;
+  const int n = HashedLevel1(pcs, 64, &hash);
+  SetSkippedRange(0, 0);
+  ASSERT_GE(n, 2);
+  EXPECT_EQ(pcs[0], first[1]);
+  EXPECT_EQ(hash, HashStack(pcs, n));
 }
 
 }  // namespace

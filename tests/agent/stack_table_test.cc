@@ -75,6 +75,23 @@ TEST(StackTableTest, HashStackSeparatesNearbyStacks) {
   EXPECT_EQ(seen.size(), made);
 }
 
+// A caller that hashed the frames during the walk finds the same slot as one that did not; a
+// hash of more frames than the table keeps is not trusted (the table hashes what it keeps).
+TEST(StackTableTest, InternWithTheCallersHashFindsTheSameSlot) {
+  StackTable table;
+  ASSERT_TRUE(table.Init(64, 8));
+  uint64_t pcs[12] = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
+  uint32_t slot_a = 0, slot_b = 0, slot_c = 0;
+  const uint64_t id = table.Intern(pcs, 5, HashStack(pcs, 5), &slot_a);
+  ASSERT_NE(id, 0u);
+  EXPECT_EQ(table.Intern(pcs, 5, &slot_b), id);
+  EXPECT_EQ(slot_b, slot_a);
+  const uint64_t long_id = table.Intern(pcs, 12, HashStack(pcs, 12), &slot_c);
+  uint32_t slot_d = 0;
+  EXPECT_EQ(table.Intern(pcs, 8, &slot_d), long_id);  // clamped to the table's 8 frames
+  EXPECT_EQ(slot_d, slot_c);
+}
+
 TEST(StackTableTest, EmptyStackHasNoId) {
   StackTable table;
   ASSERT_TRUE(table.Init(64, 8));
