@@ -25,7 +25,8 @@ enum FrameField : uint32_t {
 };
 
 // Fields 1..6, common to all event messages.
-void CommonEventFields(WireWriter& w, const EventRecord& r) {
+template <typename Writer>
+void CommonEventFields(Writer& w, const EventRecord& r) {
   w.Uint64(1, r.seq);
   w.Uint64(2, r.time_ns);
   w.Uint32(3, r.tid);
@@ -117,10 +118,38 @@ bool EncodeStack(WireWriter& w, uint64_t id, const uint64_t* pcs, int count) {
   return frame.Close();
 }
 
-bool EncodeRecord(WireWriter& w, const EventRecord& r) {
+namespace {
+
+// The frame field of a record's message, 0 for none.
+uint32_t BodyField(RecordType type) {
+  switch (type) {
+    case RecordType::kAlloc:
+      return kAlloc;
+    case RecordType::kFree:
+      return kFree;
+    case RecordType::kMap:
+      return kMap;
+    case RecordType::kHandle:
+      return kHandle;
+    case RecordType::kFailed:
+      return kFailed;
+    case RecordType::kMemInfo:
+      return kMemInfo;
+    case RecordType::kMark:
+      return kMark;
+    case RecordType::kBlock:
+      return kBlock;
+    case RecordType::kNone:
+      break;
+  }
+  return 0;
+}
+
+// The record's message fields, with either writer (below: the same bytes).
+template <typename Writer>
+void EncodeEventBody(Writer& w, const EventRecord& r) {
   switch (r.type) {
     case RecordType::kAlloc: {
-      FrameScope frame(w, kAlloc);
       CommonEventFields(w, r);
       w.Uint64(7, r.address);
       w.Uint64(8, r.size);
@@ -130,20 +159,18 @@ bool EncodeRecord(WireWriter& w, const EventRecord& r) {
       w.Enum(12, static_cast<uint32_t>(r.kind));
       w.Uint64(13, r.aux0);
       w.Bool(14, (r.flags & kFlagInCapture) != 0);
-      return frame.Close();
+      return;
     }
     case RecordType::kFree: {
-      FrameScope frame(w, kFree);
       CommonEventFields(w, r);
       w.Uint64(7, r.address);
       w.Uint64(8, r.size);
       w.Int32(9, r.device);
       w.Uint64(10, r.stream);
       w.Uint64(11, r.pool);
-      return frame.Close();
+      return;
     }
     case RecordType::kMap: {
-      FrameScope frame(w, kMap);
       CommonEventFields(w, r);
       w.Enum(7, r.op);
       w.Uint64(8, r.address);
@@ -152,10 +179,9 @@ bool EncodeRecord(WireWriter& w, const EventRecord& r) {
       w.Uint64(11, r.pool);
       w.Int32(12, r.device);
       w.Uint64(13, r.aux1);
-      return frame.Close();
+      return;
     }
     case RecordType::kHandle: {
-      FrameScope frame(w, kHandle);
       CommonEventFields(w, r);
       w.Enum(7, r.op);
       w.Uint64(8, r.pool);
@@ -163,10 +189,9 @@ bool EncodeRecord(WireWriter& w, const EventRecord& r) {
       w.Int32(10, r.device);
       w.Uint32(11, static_cast<uint32_t>(r.aux1));
       w.Uint64(12, r.address);
-      return frame.Close();
+      return;
     }
     case RecordType::kFailed: {
-      FrameScope frame(w, kFailed);
       CommonEventFields(w, r);
       w.Uint64(7, r.size);
       w.Int32(8, r.device);
@@ -180,10 +205,9 @@ bool EncodeRecord(WireWriter& w, const EventRecord& r) {
         w.Uint64(14, r.aux1);
       }
       w.Bool(15, (r.flags & kFlagSubAllocator) != 0);
-      return frame.Close();
+      return;
     }
     case RecordType::kMemInfo: {
-      FrameScope frame(w, kMemInfo);
       w.Uint64(1, r.seq);
       w.Uint64(2, r.time_ns);
       w.Int32(3, r.device);
@@ -192,19 +216,17 @@ bool EncodeRecord(WireWriter& w, const EventRecord& r) {
       w.Uint64(6, r.pool);
       w.Uint64(7, r.aux2);
       w.Uint64(8, r.aux3);
-      return frame.Close();
+      return;
     }
     case RecordType::kMark: {
-      FrameScope frame(w, kMark);
       w.Uint64(1, r.seq);
       w.Uint64(2, r.time_ns);
       w.Uint32(3, r.tid);
       size_t n = r.label_size <= EventRecord::kLabelCapacity ? r.label_size : 0;
       w.Bytes(4, r.label, n);
-      return frame.Close();
+      return;
     }
     case RecordType::kBlock: {
-      FrameScope frame(w, kBlock);
       CommonEventFields(w, r);
       w.Enum(7, r.op);
       w.Uint64(8, r.address);
@@ -213,12 +235,42 @@ bool EncodeRecord(WireWriter& w, const EventRecord& r) {
       w.Uint64(11, r.stream);
       w.Uint64(12, r.aux2);
       w.Uint64(13, r.pool);
-      return frame.Close();
+      return;
     }
     case RecordType::kNone:
       break;
   }
-  return true;  // nothing to write
+}
+
+// An event frame is at most its 3 header bytes (frame length, body tag, body length) and 15
+// varint fields, or a Mark's 3 fields and label: one room check covers all of it.
+constexpr size_t kMaxEventFrameBytes = 3 + 15 * RawWireWriter::kMaxVarintField;
+static_assert(kMaxEventFrameBytes >=
+              3 + 3 * RawWireWriter::kMaxVarintField + 2 + EventRecord::kLabelCapacity);
+
+}  // namespace
+
+bool EncodeRecord(WireWriter& w, const EventRecord& r) {
+  const uint32_t field = BodyField(r.type);
+  if (field == 0) return true;  // nothing to write
+  // The drain thread's per-event path: without a bounds check per field. The body is written
+  // after three bytes kept for the header, which fit as long as both lengths are below 128:
+  // nearly every event frame (a longer one takes the checked path, which moves it up).
+  if (uint8_t* start = w.Room(kMaxEventFrameBytes)) {
+    RawWireWriter raw(start + 3);
+    EncodeEventBody(raw, r);
+    const size_t body = static_cast<size_t>(raw.end() - (start + 3));
+    if (body + 2 < 0x80) {
+      start[0] = static_cast<uint8_t>(body + 2);
+      start[1] = static_cast<uint8_t>((field << 3) | WireWriter::kLengthDelimited);
+      start[2] = static_cast<uint8_t>(body);
+      w.Commit(raw.end());
+      return true;
+    }
+  }
+  FrameScope frame(w, field);
+  EncodeEventBody(w, r);
+  return frame.Close();
 }
 
 bool EncodeDrops(WireWriter& w, const DropsData& d) {

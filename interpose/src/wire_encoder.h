@@ -24,6 +24,19 @@ constexpr size_t VarintSize(uint64_t value) {
   return n;
 }
 
+// Writes `value` at `p` as a varint, returns the byte after it. A free function over a local
+// pointer: byte stores through a member pointer may alias the writer's own members, so a
+// member-based loop reloaded buf_ and pos_ for every byte (a third of the drain thread's
+// instructions).
+inline uint8_t* PutVarint(uint8_t* p, uint64_t value) {
+  while (value >= 0x80) {
+    *p++ = static_cast<uint8_t>(value | 0x80);
+    value >>= 7;
+  }
+  *p++ = static_cast<uint8_t>(value);
+  return p;
+}
+
 class WireWriter {
  public:
   // A nested length is reserved as one byte, which holds every length below 128 (nearly every
@@ -131,6 +144,12 @@ class WireWriter {
     memcpy(buf_ + pos_ - size, data, size);
   }
 
+  // For a caller that writes a region of known maximum size itself (RawWireWriter): where it
+  // starts, or nullptr when `bound` bytes do not fit (or the writer overflowed). Nothing is
+  // claimed until Commit(end), with `end` at most `bound` bytes past the start.
+  uint8_t* Room(size_t bound) { return !overflow_ && cap_ - pos_ >= bound ? buf_ + pos_ : nullptr; }
+  void Commit(const uint8_t* end) { pos_ = static_cast<size_t>(end - buf_); }
+
  private:
   // Claims `n` bytes at the end; false (and overflow) when they do not fit.
   bool Reserve(size_t n) {
@@ -142,17 +161,6 @@ class WireWriter {
     return true;
   }
   static constexpr size_t kMaxVarint = 10;
-  // Writes `value` at `p`, returns the byte after it. A static function over a local pointer:
-  // byte stores through `buf_ + pos_` may alias the writer's own members, so a member-based loop
-  // reloaded buf_ and pos_ for every byte (a third of the drain thread's instructions).
-  static uint8_t* PutVarint(uint8_t* p, uint64_t value) {
-    while (value >= 0x80) {
-      *p++ = static_cast<uint8_t>(value | 0x80);
-      value >>= 7;
-    }
-    *p++ = static_cast<uint8_t>(value);
-    return p;
-  }
   size_t WriteVarintAt(size_t at, uint64_t value) {
     return static_cast<size_t>(PutVarint(buf_ + at, value) - (buf_ + at));
   }
@@ -161,6 +169,41 @@ class WireWriter {
   size_t cap_;
   size_t pos_ = 0;
   bool overflow_ = false;
+};
+
+// WireWriter's field methods without bounds checks, over room the caller has made sure of
+// (WireWriter::Room). For small messages of bounded size (event frames): one check per frame
+// instead of one per field. Fields numbered below 16 only (their tag is one byte).
+class RawWireWriter {
+ public:
+  explicit RawWireWriter(uint8_t* p) : p_(p) {}
+
+  void Uint64(uint32_t field, uint64_t value) {
+    if (value == 0) return;
+    *p_++ = static_cast<uint8_t>((field << 3) | WireWriter::kVarint);
+    p_ = PutVarint(p_, value);
+  }
+  void Uint32(uint32_t field, uint32_t value) { Uint64(field, value); }
+  void Enum(uint32_t field, uint32_t value) { Uint64(field, value); }
+  void Bool(uint32_t field, bool value) { Uint64(field, value ? 1 : 0); }
+  void Int32(uint32_t field, int32_t value) {
+    Uint64(field, static_cast<uint64_t>(static_cast<int64_t>(value)));
+  }
+  void Bytes(uint32_t field, const void* data, size_t size) {
+    if (size == 0) return;
+    *p_++ = static_cast<uint8_t>((field << 3) | WireWriter::kLengthDelimited);
+    p_ = PutVarint(p_, size);
+    memcpy(p_, data, size);
+    p_ += size;
+  }
+
+  uint8_t* end() const { return p_; }
+
+  // Bytes one field takes at most: a one-byte tag and a 10-byte varint.
+  static constexpr size_t kMaxVarintField = 11;
+
+ private:
+  uint8_t* p_;
 };
 
 }  // namespace fragscope::agent

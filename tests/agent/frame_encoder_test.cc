@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "parse_frames.h"
@@ -445,6 +446,60 @@ TEST_F(FrameEncoderTest, AFrameThatDoesNotFitLeavesTheWriterUnchanged) {
   EXPECT_FALSE(EncodeHello(w, h));
   EXPECT_TRUE(w.ok());
   EXPECT_EQ(w.size(), before);
+}
+
+// Event frames have two encoders: the drain thread's unchecked one (when the buffer has room
+// for the largest event frame) and the checked one (near the end of a buffer, and for a frame
+// whose lengths do not fit one byte each). Both must write what libprotobuf writes for the
+// same message, for every record type, with small values and with every field at its widest.
+TEST_F(FrameEncoderTest, EventFramesAreWhatLibprotobufWritesOnEitherPath) {
+  std::vector<EventRecord> records;
+  for (RecordType type :
+       {RecordType::kAlloc, RecordType::kFree, RecordType::kMap, RecordType::kHandle,
+        RecordType::kFailed, RecordType::kMemInfo, RecordType::kMark, RecordType::kBlock}) {
+    EventRecord small = Record(type, Api::k_cudaMalloc);
+    small.address = 0x7f0000001000;
+    small.size = 256;
+    small.op = 1;
+    small.label_size = 5;
+    memcpy(small.label, "epoch", 5);
+    records.push_back(small);
+    EventRecord wide;
+    memset(&wide, 0xff, sizeof(wide));  // every field at its widest varint (int32 -1: 10 bytes)
+    wide.type = type;
+    wide.api = Api::k_cudaMallocAsync;
+    wide.kind = MemoryKind::kPitched;
+    wide.op = 3;
+    wide.flags = kFlagInCapture | kFlagHasMemInfo | kFlagSubAllocator;
+    wide.label_size = EventRecord::kLabelCapacity;
+    records.push_back(wide);
+  }
+  for (const EventRecord& r : records) {
+    SCOPED_TRACE(static_cast<int>(r.type));
+    std::vector<uint8_t> roomy(4096);
+    WireWriter fast(roomy.data(), roomy.size());
+    ASSERT_TRUE(EncodeRecord(fast, r));
+    bool ok = false;
+    std::vector<v1::Frame> frames = ParseFrames(roomy.data(), fast.size(), &ok);
+    ASSERT_TRUE(ok);
+    ASSERT_EQ(frames.size(), 1u);
+    const std::string body = frames[0].SerializeAsString();
+    // The frame is its varint length, then exactly libprotobuf's bytes.
+    const size_t prefix = body.size() < 0x80 ? 1 : 2;
+    ASSERT_EQ(fast.size(), prefix + body.size());
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(roomy.data()) + prefix, body.size()), body);
+    // A buffer of exactly the frame's size has less room than the largest event frame: the
+    // checked path writes it, byte for byte the same.
+    std::vector<uint8_t> exact(fast.size());
+    WireWriter checked(exact.data(), exact.size());
+    ASSERT_TRUE(EncodeRecord(checked, r));
+    ASSERT_EQ(checked.size(), fast.size());
+    EXPECT_EQ(0, memcmp(exact.data(), roomy.data(), exact.size()));
+    // One byte less does not fit, and leaves the writer as it was.
+    WireWriter tight(exact.data(), exact.size() - 1);
+    EXPECT_FALSE(EncodeRecord(tight, r));
+    EXPECT_EQ(tight.size(), 0u);
+  }
 }
 
 }  // namespace
