@@ -20,8 +20,7 @@ constinit std::atomic<uintptr_t> g_skip_end{0};
 thread_local constinit int t_bounds_state __attribute__((tls_model("initial-exec"))) = 0;
 thread_local constinit uintptr_t t_stack_high __attribute__((tls_model("initial-exec"))) = 0;
 
-bool LoadBounds() {
-  if (t_bounds_state != 0) return t_bounds_state == 1;
+[[gnu::noinline]] bool LoadBoundsSlow() {
   if (static_cast<pid_t>(syscall(SYS_gettid)) == getpid()) {
     // The main thread: pthread_getattr_np would parse /proc/self/maps; the loader knows the top.
     t_stack_high = reinterpret_cast<uintptr_t>(__libc_stack_end);
@@ -40,6 +39,13 @@ bool LoadBounds() {
     pthread_attr_destroy(&attr);
   }
   return t_bounds_state == 1;
+}
+
+// After a thread's first capture: one thread-local load (a call was 0.8 % of the depth
+// workload's samples).
+inline bool LoadBounds() {
+  if (__builtin_expect(t_bounds_state != 0, 1)) return t_bounds_state == 1;
+  return LoadBoundsSlow();
 }
 
 }  // namespace
