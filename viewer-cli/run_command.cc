@@ -40,6 +40,8 @@ constexpr char kUsage[] =
     "  --report FILE          write the report to FILE instead of stderr ('-' = stdout)\n"
     "  --quiet                no report\n"
     "  --stack-depth N        frames per stack (default 32, 0 = off)\n"
+    "  --no-free-stacks       stacks for allocations only, not for frees and unmaps (less\n"
+    "                         overhead; FRAGSCOPE_FREE_STACKS=0)\n"
     "  --ring-mb N            agent ring buffer size in MiB\n"
     "  --agent PATH           libfragscope.so to preload (default: next to this command)\n"
     "  --backend preload|cupti|auto   capture backend (default auto = preload; CUPTI allows one\n"
@@ -67,7 +69,7 @@ bool ParseInt(const std::string& s, long lo, long hi, long* out) {
 int RunCommand(const std::vector<std::string>& args) {
   std::string trace_path, format_name = "text", report_path, stack_depth, ring_mb, agent,
                           linger = "2000", backend = "auto";
-  bool quiet = false, no_adapter = false;
+  bool quiet = false, no_adapter = false, no_free_stacks = false;
   ArgReader reader("run", args);
   reader.Option("output", "o", &trace_path);
   reader.Option("format", "f", &format_name);
@@ -78,6 +80,7 @@ int RunCommand(const std::vector<std::string>& args) {
   reader.Option("linger-ms", "", &linger);
   reader.Option("backend", "", &backend);
   reader.Flag("no-adapter", &no_adapter);
+  reader.Flag("no-free-stacks", &no_free_stacks);
   reader.Flag("quiet", &quiet);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   ReportFormat format;
@@ -192,6 +195,7 @@ int RunCommand(const std::vector<std::string>& args) {
     unsetenv("FRAGSCOPE_DORMANT");
     if (!stack_depth.empty()) setenv("FRAGSCOPE_STACK_DEPTH", stack_depth.c_str(), 1);
     if (!ring_mb.empty()) setenv("FRAGSCOPE_RING_MB", ring_mb.c_str(), 1);
+    if (no_free_stacks) setenv("FRAGSCOPE_FREE_STACKS", "0", 1);
     std::vector<char*> argv;
     for (std::string& a : cmd) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -29,7 +29,7 @@ void BlockRelease(void* ptr, int device, void* stream, BlockOp op) {
       return true;
     });
   }
-  EventRecord r = NewRecord(RecordType::kBlock, Api::k_fragscope_block_free);
+  EventRecord r = NewReleaseRecord(RecordType::kBlock, Api::k_fragscope_block_free);
   r.op = static_cast<uint8_t>(op);
   r.seq = NextSeq();
   if (erased) live.SetRemovedSeq(index, r.seq);

@@ -63,6 +63,7 @@ void LoadConfig(Config* c) {
   ReadPath("FRAGSCOPE_SOCKET", c->socket_path, sizeof(c->socket_path));
   uint64_t v;
   if (ReadUint("FRAGSCOPE_STACK_DEPTH", 0, 64, &v)) c->stack_depth = static_cast<int>(v);
+  if (ReadUint("FRAGSCOPE_FREE_STACKS", 0, 1, &v)) c->release_stacks = v == 1;
   if (ReadUint("FRAGSCOPE_RING_MB", 1, 4096, &v)) c->ring_bytes = static_cast<size_t>(v) << 20;
   c->follow_fork = ReadFlag("FRAGSCOPE_FOLLOW_FORK");
   c->dormant = ReadFlag("FRAGSCOPE_DORMANT");

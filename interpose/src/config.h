@@ -12,9 +12,12 @@ struct Config {
   char output_path[kPathCapacity] = {};  // FRAGSCOPE_OUTPUT ('%p' becomes the pid)
   char socket_path[kPathCapacity] = {};  // FRAGSCOPE_SOCKET (wins over OUTPUT)
   int stack_depth = 32;                  // FRAGSCOPE_STACK_DEPTH, 0 = no stacks
-  size_t ring_bytes = size_t{8} << 20;   // FRAGSCOPE_RING_MB
-  bool follow_fork = false;              // FRAGSCOPE_FOLLOW_FORK=1
-  bool dormant = false;                  // FRAGSCOPE_DORMANT=1: live table only until woken
+  // FRAGSCOPE_FREE_STACKS=0: releases (frees, unmaps, handle and block releases) carry no stack,
+  // as in heaptrack and heapprofd (PyTorch's context="alloc"); allocation sites are kept.
+  bool release_stacks = true;
+  size_t ring_bytes = size_t{8} << 20;  // FRAGSCOPE_RING_MB
+  bool follow_fork = false;             // FRAGSCOPE_FOLLOW_FORK=1
+  bool dormant = false;                 // FRAGSCOPE_DORMANT=1: live table only until woken
   // FRAGSCOPE_SNAPSHOT_EVERY (trace files; 0 = never). Unset: DefaultSnapshotEvery(live_slots).
   uint64_t snapshot_every = 0;
   size_t live_slots = size_t{1} << 18;        // FRAGSCOPE_LIVE_SLOTS

@@ -136,12 +136,15 @@ CUresult IpcOpen(DriverHookId id, CUdeviceptr* pdptr, CUipcMemHandle handle, uns
 
 // MapEvent / HandleEvent records, stack captured now.
 EventRecord MapRecord(DriverHookId id, MapOp op) {
-  EventRecord r = NewRecord(RecordType::kMap, ApiOf(id));
+  const bool release = op == MapOp::kUnmap || op == MapOp::kFreeRange;
+  EventRecord r = release ? NewReleaseRecord(RecordType::kMap, ApiOf(id))
+                          : NewRecord(RecordType::kMap, ApiOf(id));
   r.op = static_cast<uint8_t>(op);
   return r;
 }
 EventRecord HandleRecord(DriverHookId id, HandleOp op) {
-  EventRecord r = NewRecord(RecordType::kHandle, ApiOf(id));
+  EventRecord r = op == HandleOp::kRelease ? NewReleaseRecord(RecordType::kHandle, ApiOf(id))
+                                           : NewRecord(RecordType::kHandle, ApiOf(id));
   r.op = static_cast<uint8_t>(op);
   return r;
 }

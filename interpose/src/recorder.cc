@@ -18,7 +18,7 @@ namespace fragscope::agent {
 namespace {
 
 // The stack of the current event, interned.
-void StampStack(EventRecord& r) {
+[[gnu::always_inline]] inline void StampStack(EventRecord& r) {
   AgentState& a = Agent();
   // Shipping first: while dormant the stack table is not mapped (and depth may still change).
   if (!a.shipping.load(std::memory_order_acquire)) return;
@@ -105,7 +105,9 @@ void ResolveDeferred(LiveEntry& e) {
   if (e.pool == kPoolDeferred) e.pool = PoolOfAllocation(e.address);
 }
 
-EventRecord NewRecord(RecordType type, Api api) {
+namespace {
+
+[[gnu::always_inline]] inline EventRecord ZeroRecord(RecordType type, Api api) {
   // A copy of a zero record, not memset: GCC turns the 120-byte memset into `rep stos`, whose
   // start-up cost was a quarter of RecordAlloc's own time in perf; a copy is eight vector moves.
   // (The empty asm hides the zeros from the optimizer, which would turn the copy back into
@@ -117,7 +119,20 @@ EventRecord NewRecord(RecordType type, Api api) {
   r.type = type;
   r.api = api;
   r.device = -1;
+  return r;
+}
+
+}  // namespace
+
+EventRecord NewRecord(RecordType type, Api api) {
+  EventRecord r = ZeroRecord(type, api);
   StampStack(r);
+  return r;
+}
+
+EventRecord NewReleaseRecord(RecordType type, Api api) {
+  EventRecord r = ZeroRecord(type, api);
+  if (Agent().config.release_stacks) StampStack(r);
   return r;
 }
 
@@ -279,7 +294,7 @@ void PendingRelease::EndFree(Api api, int32_t result, uint64_t stream) {
   if (result != 0) Restore();
   // Dormant: nothing to ship (seq_cst: see Submit; the seq was taken in the constructor).
   if (!Agent().shipping.load(std::memory_order_seq_cst)) return;
-  EventRecord r = NewRecord(RecordType::kFree, api);
+  EventRecord r = NewReleaseRecord(RecordType::kFree, api);
   r.seq = seq_;
   r.result = result;
   r.address = key_;

@@ -217,8 +217,11 @@ class PendingRelease {
 // Fills time, tid and (when stacks are on) the interned stack, then pushes. `record.seq` must
 // be set. Also records DeviceInfo the first time a device is seen.
 void Submit(EventRecord& record);
-// A record with type/api set and everything else zero.
+// A record with type/api set, the current stack (when stacks are on) and everything else zero.
 EventRecord NewRecord(RecordType type, Api api);
+// The same for a release (free, unmap, address-range free, handle or block release): without a
+// stack when FRAGSCOPE_FREE_STACKS=0.
+EventRecord NewReleaseRecord(RecordType type, Api api);
 
 // After a successful tracked call: a rate-limited MemInfo sample of `device` (driver calls).
 // `now_ns`: the event's time, if the caller has it (0: read the clock).

@@ -19,7 +19,7 @@ class ConfigTest : public ::testing::Test {
                                            "FRAGSCOPE_STACK_DEPTH",    "FRAGSCOPE_RING_MB",
                                            "FRAGSCOPE_FOLLOW_FORK",    "FRAGSCOPE_DORMANT",
                                            "FRAGSCOPE_SNAPSHOT_EVERY", "FRAGSCOPE_MEMINFO_MS",
-                                           "FRAGSCOPE_LIVE_SLOTS"};
+                                           "FRAGSCOPE_LIVE_SLOTS",     "FRAGSCOPE_FREE_STACKS"};
 };
 
 TEST_F(ConfigTest, DefaultsWithoutEnvironment) {
@@ -27,6 +27,7 @@ TEST_F(ConfigTest, DefaultsWithoutEnvironment) {
   LoadConfig(&c);
   EXPECT_FALSE(c.has_output());
   EXPECT_EQ(c.stack_depth, 32);
+  EXPECT_TRUE(c.release_stacks);
   EXPECT_EQ(c.ring_bytes, size_t{8} << 20);
   EXPECT_FALSE(c.follow_fork);
   EXPECT_FALSE(c.dormant);
@@ -57,6 +58,7 @@ TEST_F(ConfigTest, ReadsEveryVariable) {
   setenv("FRAGSCOPE_FOLLOW_FORK", "1", 1);
   setenv("FRAGSCOPE_SNAPSHOT_EVERY", "10", 1);
   setenv("FRAGSCOPE_MEMINFO_MS", "0", 1);
+  setenv("FRAGSCOPE_FREE_STACKS", "0", 1);
   Config c;
   LoadConfig(&c);
   EXPECT_TRUE(c.has_output());
@@ -66,14 +68,17 @@ TEST_F(ConfigTest, ReadsEveryVariable) {
   EXPECT_TRUE(c.follow_fork);
   EXPECT_EQ(c.snapshot_every, 10u);
   EXPECT_EQ(c.meminfo_interval_ns, 0u);
+  EXPECT_FALSE(c.release_stacks);
 }
 
 TEST_F(ConfigTest, InvalidValuesKeepDefaults) {
   setenv("FRAGSCOPE_STACK_DEPTH", "lots", 1);
   setenv("FRAGSCOPE_RING_MB", "-4", 1);
   setenv("FRAGSCOPE_FOLLOW_FORK", "yes", 1);
+  setenv("FRAGSCOPE_FREE_STACKS", "2", 1);
   Config c;
   LoadConfig(&c);
+  EXPECT_TRUE(c.release_stacks);
   EXPECT_EQ(c.stack_depth, 32);
   EXPECT_EQ(c.ring_bytes, size_t{8} << 20);
   EXPECT_FALSE(c.follow_fork);

@@ -151,6 +151,34 @@ TEST_F(DriverRoutesTest, VirtualMemoryManagement) {
   EXPECT_EQ(e[9]->map().handle(), h2);
 }
 
+// FRAGSCOPE_FREE_STACKS=0: releases (frees, unmaps, address-range frees, handle releases) carry
+// no stack; everything else keeps its stack, and the events themselves are the same.
+TEST_F(DriverRoutesTest, WithoutFreeStacksOnlyReleasesLoseTheirStack) {
+  for (const std::string scenario : {"vmm", "getprocaddress"}) {
+    SCOPED_TRACE(scenario);
+    const std::vector<std::string> with_stacks = DescribeEvents(RunScenario(scenario));
+    Trace trace = RunScenario(scenario, {{"FRAGSCOPE_FREE_STACKS", "0"}});
+    EXPECT_EQ(DescribeEvents(trace), with_stacks);
+    EXPECT_EQ(run_.err.find("FRAGSCOPE_FREE_STACKS"), std::string::npos) << run_.err;
+    std::map<uint64_t, std::vector<uint64_t>> stacks = trace.Stacks();
+    size_t releases = 0;
+    for (const v1::Frame* f : trace.Events()) {
+      const bool release = f->has_free() ||
+                           (f->has_map() && (f->map().op() == v1::MapEvent::OP_UNMAP ||
+                                             f->map().op() == v1::MapEvent::OP_FREE_RANGE)) ||
+                           (f->has_handle() && f->handle().op() == v1::HandleEvent::OP_RELEASE);
+      if (release) {
+        ++releases;
+        EXPECT_EQ(StackOf(*f), 0u) << Describe(*f);
+      } else {
+        EXPECT_NE(StackOf(*f), 0u) << Describe(*f);
+        EXPECT_TRUE(stacks.count(StackOf(*f))) << Describe(*f);
+      }
+    }
+    EXPECT_GE(releases, 4u);
+  }
+}
+
 TEST_F(DriverRoutesTest, ManagedPitchedAndPoolAllocations) {
   Trace trace = RunScenario("managed_pitch_pool");
   uint64_t row_pitch = 0, pool = 0;

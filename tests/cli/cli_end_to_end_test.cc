@@ -190,6 +190,42 @@ TEST_F(CliEndToEnd, TraceEndingBetweenFramesIsReportedAsCutWithExit0) {
   EXPECT_EQ(r.output.find("truncated"), std::string::npos) << r.output;
 }
 
+// --no-free-stacks: the same figures, allocation sites kept, releases without a site.
+TEST_F(CliEndToEnd, NoFreeStacksKeepsTheFiguresAndOnlyReleasesLoseTheirSite) {
+  Result r = Shell("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() +
+                   " run --no-free-stacks --format json --report " + dir_ + "/nofree.json -- " +
+                   FRAGSCOPE_DEMO_BIN);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  json with = json::parse(Slurp(dir_ + "/live.json"), nullptr, false);
+  json without = json::parse(Slurp(dir_ + "/nofree.json"), nullptr, false);
+  ASSERT_FALSE(with.is_discarded());
+  ASSERT_FALSE(without.is_discarded()) << Slurp(dir_ + "/nofree.json");
+  ASSERT_EQ(without["ooms"].size(), with["ooms"].size());
+  size_t releases = 0, allocations = 0;
+  for (size_t i = 0; i < with["ooms"].size(); ++i) {
+    const json& a = with["ooms"][i];
+    const json& b = without["ooms"][i];
+    for (const char* figure : {"class", "requested_bytes", "largest_free_range_bytes",
+                               "cached_bytes", "reserved_bytes", "allocated_bytes"}) {
+      EXPECT_EQ(b.at(figure), a.at(figure)) << figure;
+    }
+    EXPECT_NE(b["stack"].dump().find("Logits"), std::string::npos) << b["stack"].dump();
+    for (const json& e : b["recent_events"]) {
+      const std::string kind = e["kind"];
+      if (kind == "free" || kind == "free_async" || kind == "block_free" || kind == "unmap" ||
+          kind == "free_range" || kind == "handle_release") {
+        ++releases;
+        EXPECT_EQ(e["stack_id"].get<uint64_t>(), 0u) << e.dump();
+      } else if (kind == "alloc" || kind == "block_alloc") {
+        ++allocations;
+        EXPECT_NE(e["stack_id"].get<uint64_t>(), 0u) << e.dump();
+      }
+    }
+  }
+  EXPECT_GT(releases, 0u);
+  EXPECT_GT(allocations, 0u);
+}
+
 TEST_F(CliEndToEnd, BackendOption) {
   EXPECT_EQ(Shell(Fragscope() + " run --backend magic -- /bin/true").exit_code, 2);
   // The fake driver never calls a CUDA injection library, so CUPTI captures nothing here: the
