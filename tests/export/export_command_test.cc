@@ -1,7 +1,7 @@
 // `fragscope export` and `fragscope report --format html` end to end on a trace file: outputs
 // written, exit codes 0 / 2 (usage) / 3 (bad input).
-#include <unistd.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 class ExportCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("fragscope_export_command_test." + std::to_string(getpid()));
+    dir_ = fs::path(::testing::TempDir()) /
+           ("fragscope_export_command_test." + std::to_string(getpid()));
     fs::create_directories(dir_);
     trace_ = (dir_ / "trace.fst").string();
     auto writer = FrameWriter::CreateFile(trace_);

@@ -119,7 +119,8 @@ struct BrowserRun {
 // Runs headless Chromium with `args` (paths in them must not hold a single quote), bounded by
 // `timeout` so a hung browser fails the test instead of hanging it.
 BrowserRun RunChromium(const std::string& chromium, const std::string& args) {
-  const fs::path profile = fs::path(::testing::TempDir()) / ("fragscope-chromium-profile." + std::to_string(getpid()));
+  const fs::path profile =
+      fs::path(::testing::TempDir()) / ("fragscope-chromium-profile." + std::to_string(getpid()));
   fs::create_directories(profile);
   const std::string command = "timeout 120 '" + chromium +
                               "' --headless --no-sandbox --disable-gpu --no-first-run "

@@ -2,8 +2,8 @@
 // (with every global refused), including the integer encodings at their boundaries.
 #include "fragscope/export/pickle_writer.h"
 
-#include <unistd.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -117,7 +117,8 @@ TEST(PickleWriterTest, FragscopeReaderReadsEveryValue) {
 TEST(PickleWriterTest, PythonReadsItWithGlobalsRefused) {
   if (!PythonAvailable()) GTEST_SKIP() << "python3 not found on PATH: cannot cross-check";
   const std::filesystem::path path =
-      std::filesystem::path(::testing::TempDir()) / ("pickle_writer_sample." + std::to_string(getpid()) + ".pickle");
+      std::filesystem::path(::testing::TempDir()) /
+      ("pickle_writer_sample." + std::to_string(getpid()) + ".pickle");
   std::ofstream(path, std::ios::binary) << Sample();
   // repr() of what Python reads; a refused global would raise and exit non-zero.
   PythonResult r = RunRestrictedPython(path.string(),

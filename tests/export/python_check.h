@@ -3,8 +3,8 @@
 #ifndef FRAGSCOPE_TESTS_EXPORT_PYTHON_CHECK_H_
 #define FRAGSCOPE_TESTS_EXPORT_PYTHON_CHECK_H_
 
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -27,7 +27,8 @@ struct PythonResult {
 // go through files, not the shell, so any path is safe.
 inline PythonResult RunRestrictedPython(const std::string& pickle_path, const std::string& body) {
   const std::filesystem::path script =
-      std::filesystem::path(::testing::TempDir()) / ("fragscope_restricted_load." + std::to_string(getpid()) + ".py");
+      std::filesystem::path(::testing::TempDir()) /
+      ("fragscope_restricted_load." + std::to_string(getpid()) + ".py");
   std::ofstream(script)
       << "import pickle, sys\n"
          "class NoGlobals(pickle.Unpickler):\n"

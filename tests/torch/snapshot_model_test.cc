@@ -44,8 +44,7 @@ TEST(TorchSnapshotModel, CurrentFormatFiguresMatchTheIndependentOnes) {
   EXPECT_TRUE(s.imported);
   EXPECT_TRUE(s.stream_ended);
   EXPECT_FALSE(d.untracked_bytes.known());
-  EXPECT_NE(d.untracked_bytes.unknown_reason.find("imported allocator snapshot"),
-            std::string::npos)
+  EXPECT_NE(d.untracked_bytes.unknown_reason.find("imported allocator snapshot"), std::string::npos)
       << d.untracked_bytes.unknown_reason;
 }
 
