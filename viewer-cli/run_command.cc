@@ -39,7 +39,7 @@ constexpr char kUsage[] =
     "  --format text|json     report format (default text)\n"
     "  --report FILE          write the report to FILE instead of stderr ('-' = stdout)\n"
     "  --quiet                no report\n"
-    "  --stack-depth N        frames per stack (default 32, 0 = off)\n"
+    "  --stack-depth N        frames per stack, 0..64 (default 32, 0 = off)\n"
     "  --no-free-stacks       stacks for allocations only, not for frees and unmaps (less\n"
     "                         overhead; FRAGSCOPE_FREE_STACKS=0)\n"
     "  --ring-mb N            agent ring buffer size in MiB\n"
@@ -94,8 +94,10 @@ int RunCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   long value = 0, linger_ms = 2000;
-  if (!stack_depth.empty() && !ParseInt(stack_depth, 0, 256, &value)) {
-    std::fprintf(stderr, "fragscope run: --stack-depth '%s' must be 0..256\n", stack_depth.c_str());
+  // The agent keeps at most 64 frames (and ignores a larger FRAGSCOPE_STACK_DEPTH, falling back
+  // to its default): refuse here rather than run with a depth nobody asked for.
+  if (!stack_depth.empty() && !ParseInt(stack_depth, 0, 64, &value)) {
+    std::fprintf(stderr, "fragscope run: --stack-depth '%s' must be 0..64\n", stack_depth.c_str());
     return kExitUsage;
   }
   if (!ring_mb.empty() && !ParseInt(ring_mb, 1, 4096, &value)) {

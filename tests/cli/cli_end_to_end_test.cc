@@ -132,6 +132,11 @@ TEST_F(CliEndToEnd, UsageErrorsExit2AndBadInputExits3) {
   EXPECT_EQ(Shell(Fragscope()).exit_code, 2);
   EXPECT_EQ(Shell(Fragscope() + " frobnicate").exit_code, 2);
   EXPECT_EQ(Shell(Fragscope() + " run /bin/true").exit_code, 2) << "the command goes after --";
+  // The agent keeps at most 64 frames: a deeper request is refused, not silently run at 32.
+  Result deep = Shell(Fragscope() + " run --stack-depth 65 -- /bin/true");
+  EXPECT_EQ(deep.exit_code, 2);
+  EXPECT_NE(deep.output.find("0..64"), std::string::npos) << deep.output;
+  EXPECT_EQ(Shell(Fragscope() + " run --quiet --stack-depth 64 -- /bin/true").exit_code, 0);
   EXPECT_EQ(Shell(Fragscope() + " report").exit_code, 2);
   EXPECT_EQ(Shell(Fragscope() + " report " + Trace() + " --format xml").exit_code, 2);
   EXPECT_EQ(Shell(Fragscope() + " gate " + Trace()).exit_code, 2) << "no limit given";
