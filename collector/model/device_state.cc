@@ -66,14 +66,19 @@ void DeviceState::Retract(const SegmentContribution& c) {
 }
 
 void DeviceState::Replace(const SegmentContribution& before, const SegmentContribution& after) {
-  if (before.counted != after.counted || before.coverage != after.coverage ||
-      before.largest_free != after.largest_free) {
+  if (before.counted != after.counted || before.coverage != after.coverage) {
     Retract(before);
     Deposit(after);
     return;
   }
   if (!after.counted) return;
-  // Same coverage, same largest free range: only the sums move (unsigned wrap-around cancels).
+  if (before.largest_free != after.largest_free) {
+    // Only annotated segments have a largest free range (the others' is 0 before and after):
+    // one Replace in the summary where Retract + Deposit took an erase and an insert.
+    largest_free_by_segment_.Replace(before.largest_free, after.largest_free);
+    if (largest_free_by_segment_.Wasteful()) largest_free_by_segment_.Compact();
+  }
+  // Same coverage: only the sums move (unsigned wrap-around cancels).
   seg_allocated_ += after.allocated - before.allocated;
   seg_opaque_ += after.opaque - before.opaque;
   seg_cached_ += after.cached - before.cached;

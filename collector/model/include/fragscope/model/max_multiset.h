@@ -33,6 +33,28 @@ class MaxMultiset {
     std::push_heap(erased_.begin(), erased_.end());
     Settle();
   }
+  // Erase(from) then Insert(to), the same set afterwards (so the same Max()), cheaper when
+  // `from` is the largest value: the top is then a live copy of it (Settle keeps the top live),
+  // and it is overwritten in place, no erased entry left behind: O(1) when `to` is not smaller
+  // (the heap order holds as it is), one pop and push otherwise. A segment whose largest free
+  // range changes is often the one holding its device's largest (the range its blocks split).
+  // Compact or Rebuild when Wasteful() afterwards, as after Erase.
+  void Replace(uint64_t from, uint64_t to) {
+    if (values_.empty() || values_.front() != from) {
+      Erase(from);
+      Insert(to);
+      return;
+    }
+    if (to >= from) {
+      // Still the largest; every erased value is below `from` (Settle), so below `to`: live.
+      values_.front() = to;
+      return;
+    }
+    std::pop_heap(values_.begin(), values_.end());
+    values_.back() = to;
+    std::push_heap(values_.begin(), values_.end());
+    Settle();  // the new top may be a value waiting in erased_
+  }
   // Whether erased values that still take space are more than twice the live ones (so memory
   // stays within 3x the live values, and each rebuild is paid for by as many erasures).
   bool Wasteful() const {
