@@ -255,14 +255,18 @@ TEST_F(CollectorMetrics, PrometheusExpositionParsesAndCarriesTheLiveFigures) {
   int holder_stdin = -1;
   pid_t app = StartHolder(socket_, 100663296, &holder_stdin);
   ASSERT_GT(app, 0);
-  // The agent ships asynchronously: poll until the figure shows.
+  // The agent ships asynchronously, and the collector applies frames as they come: the device
+  // can be there (its DeviceInfo applied, reserved 0) a moment before the allocation is. Poll
+  // until the allocation shows.
   const std::string want = "pid=\"" + std::to_string(app) + "\"";
+  const std::regex reserved_line("(^|\n)fragscope_reserved_bytes\\{" + want +
+                                 "[^\n]*\\} 100663296(\n|$)");
   std::string body;
   for (int i = 0; i < 300; ++i) {
     std::string resp = HttpGet(port, "/metrics");
     ASSERT_EQ(resp.rfind("HTTP/1.0 200", 0), 0u) << resp;
     body = resp.substr(resp.find("\r\n\r\n") + 4);
-    if (body.find("fragscope_reserved_bytes{" + want) != std::string::npos) break;
+    if (std::regex_search(body, reserved_line)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   // Every line is a comment or a valid sample; every family is announced before its samples.
