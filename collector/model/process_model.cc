@@ -229,6 +229,7 @@ class ProcessModel::Impl {
   std::string exe_;
   bool attached_ = false;
   bool imported_ = false;
+  bool release_stacks_off_ = false;  // Hello.release_stacks_off
   bool history_complete_ = true;
   uint64_t live_entries_not_held_ = 0;  // Snapshot.entries_not_held, the largest seen
   uint64_t not_held_since_seq_ = 0;     // seq of the first snapshot that lacked entries
@@ -562,6 +563,7 @@ void ProcessModel::Impl::OnHello(const v1::Hello& hello) {
   exe_ = hello.exe();
   attached_ = hello.attached() || hello.backend() == v1::Hello::BACKEND_INJECTED;
   imported_ = hello.backend() == v1::Hello::BACKEND_IMPORTED;
+  release_stacks_off_ = hello.release_stacks_off();
   if (attached_) history_complete_ = false;
 }
 
@@ -1120,6 +1122,7 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.host = host_;
   out.exe = exe_;
   out.attached = attached_;
+  out.release_stacks = !release_stacks_off_;
   out.imported = imported_;
   out.history_complete = history_complete_;
   out.frames = frames_;

@@ -274,6 +274,7 @@ void JsonReport::Render() {
   w_.Field("attached", s_.attached);
   w_.Field("imported", s_.imported);
   w_.Field("history_complete", s_.history_complete);
+  w_.Field("release_stacks", s_.release_stacks);
   w_.Field("stream_ended", s_.stream_ended);
   w_.Key("exit_status");
   if (s_.exit_status) {

@@ -235,6 +235,10 @@ void TextReport::Render() {
   } else if (!s_.history_complete) {
     out_ << "Note: the agent started after the program; memory allocated before is untracked.\n";
   }
+  if (!s_.release_stacks) {
+    out_ << "Note: frees and unmaps were recorded without stacks (FRAGSCOPE_FREE_STACKS=0); "
+            "allocation sites are complete.\n";
+  }
   for (const ApproximateInterval& a : s_.approximate_intervals) {
     out_ << absl::StrFormat("Note: %d events lost after seq %d; approximate until %s.\n",
                             a.dropped_events, a.from_seq,

@@ -267,6 +267,7 @@ void WriteStreamHead() {
   hello.resumed = d.reconnects;
   if (a.injected) hello.backend = 3;  // BACKEND_INJECTED: memory from before is not known
   hello.stack_depth = static_cast<uint32_t>(a.config.stack_depth);
+  hello.release_stacks_off = a.config.stack_depth > 0 && !a.config.release_stacks;
   hello.ring_bytes = a.ring.bytes();
   Put([&](WireWriter& w) { return EncodeHello(w, hello); });
   SendModules();

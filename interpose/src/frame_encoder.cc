@@ -83,6 +83,7 @@ bool EncodeHello(WireWriter& w, const HelloInfo& h) {
   w.Uint32(14, h.stack_depth);
   w.Uint64(15, h.ring_bytes);
   w.Uint32(16, h.resumed);
+  w.Bool(17, h.release_stacks_off);
   return frame.Close();
 }
 

@@ -19,7 +19,7 @@ namespace fragscope::agent {
 
 inline constexpr char kStreamMagic[8] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', '\x01'};
 inline constexpr uint32_t kFormatMajor = 1;
-inline constexpr uint32_t kFormatMinor = 1;
+inline constexpr uint32_t kFormatMinor = 2;
 inline constexpr size_t kStreamHeaderSize = 16;
 
 // Writes the 16-byte stream header into `out`.
@@ -40,7 +40,8 @@ struct HelloInfo {
   uint32_t stream_index = 0;
   uint32_t stack_depth = 0;
   uint64_t ring_bytes = 0;
-  uint32_t resumed = 0;  // reconnects so far (Hello.resumed)
+  uint32_t resumed = 0;             // reconnects so far (Hello.resumed)
+  bool release_stacks_off = false;  // FRAGSCOPE_FREE_STACKS=0
 };
 
 struct DeviceInfoData {

@@ -156,8 +156,13 @@ TEST_F(DriverRoutesTest, VirtualMemoryManagement) {
 TEST_F(DriverRoutesTest, WithoutFreeStacksOnlyReleasesLoseTheirStack) {
   for (const std::string scenario : {"vmm", "getprocaddress"}) {
     SCOPED_TRACE(scenario);
-    const std::vector<std::string> with_stacks = DescribeEvents(RunScenario(scenario));
+    Trace stacked = RunScenario(scenario);
+    ASSERT_NE(stacked.hello(), nullptr);
+    EXPECT_FALSE(stacked.hello()->release_stacks_off());
+    const std::vector<std::string> with_stacks = DescribeEvents(stacked);
     Trace trace = RunScenario(scenario, {{"FRAGSCOPE_FREE_STACKS", "0"}});
+    ASSERT_NE(trace.hello(), nullptr);
+    EXPECT_TRUE(trace.hello()->release_stacks_off());  // readers can tell "not recorded"
     EXPECT_EQ(DescribeEvents(trace), with_stacks);
     EXPECT_EQ(run_.err.find("FRAGSCOPE_FREE_STACKS"), std::string::npos) << run_.err;
     std::map<uint64_t, std::vector<uint64_t>> stacks = trace.Stacks();

@@ -54,7 +54,7 @@ class FrameEncoderTest : public ::testing::Test {
 TEST_F(FrameEncoderTest, StreamHeaderIsMagicThenVersions) {
   uint8_t header[kStreamHeaderSize];
   EncodeStreamHeader(header);
-  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 1, 0, 0, 0};
+  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 2, 0, 0, 0};
   EXPECT_EQ(memcmp(header, expected, 16), 0);
 }
 
@@ -74,12 +74,13 @@ TEST_F(FrameEncoderTest, Hello) {
   h.stack_depth = 32;
   h.ring_bytes = 8 << 20;
   h.resumed = 3;
+  h.release_stacks_off = true;
   ASSERT_TRUE(EncodeHello(w_, h));
   v1::Frame f = Single();
   ASSERT_TRUE(f.has_hello());
   const v1::Hello& m = f.hello();
   EXPECT_EQ(m.format_major(), 1u);
-  EXPECT_EQ(m.format_minor(), 1u);
+  EXPECT_EQ(m.format_minor(), 2u);
   EXPECT_EQ(m.pid(), 4242u);
   EXPECT_EQ(m.ppid(), 1u);
   EXPECT_EQ(m.host(), "node7");
@@ -97,6 +98,7 @@ TEST_F(FrameEncoderTest, Hello) {
   EXPECT_EQ(m.stack_depth(), 32u);
   EXPECT_EQ(m.ring_bytes(), 8u << 20);
   EXPECT_EQ(m.resumed(), 3u);
+  EXPECT_TRUE(m.release_stacks_off());
 }
 
 TEST_F(FrameEncoderTest, DeviceInfo) {

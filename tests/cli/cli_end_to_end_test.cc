@@ -198,14 +198,16 @@ TEST_F(CliEndToEnd, TraceEndingBetweenFramesIsReportedAsCutWithExit0) {
 // --no-free-stacks: the same figures, allocation sites kept, releases without a site.
 TEST_F(CliEndToEnd, NoFreeStacksKeepsTheFiguresAndOnlyReleasesLoseTheirSite) {
   Result r = Shell("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() +
-                   " run --no-free-stacks --format json --report " + dir_ + "/nofree.json -- " +
-                   FRAGSCOPE_DEMO_BIN);
+                   " run --no-free-stacks -o " + dir_ + "/nofree.fst --format json --report " +
+                   dir_ + "/nofree.json -- " + FRAGSCOPE_DEMO_BIN);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   json with = json::parse(Slurp(dir_ + "/live.json"), nullptr, false);
   json without = json::parse(Slurp(dir_ + "/nofree.json"), nullptr, false);
   ASSERT_FALSE(with.is_discarded());
   ASSERT_FALSE(without.is_discarded()) << Slurp(dir_ + "/nofree.json");
   ASSERT_EQ(without["ooms"].size(), with["ooms"].size());
+  EXPECT_TRUE(with.at("process").at("release_stacks").get<bool>());
+  EXPECT_FALSE(without.at("process").at("release_stacks").get<bool>());
   size_t releases = 0, allocations = 0;
   for (size_t i = 0; i < with["ooms"].size(); ++i) {
     const json& a = with["ooms"][i];
@@ -229,6 +231,11 @@ TEST_F(CliEndToEnd, NoFreeStacksKeepsTheFiguresAndOnlyReleasesLoseTheirSite) {
   }
   EXPECT_GT(releases, 0u);
   EXPECT_GT(allocations, 0u);
+  // The text report says the missing sites were not recorded (and a default run does not).
+  const std::string note = "recorded without stacks (FRAGSCOPE_FREE_STACKS=0)";
+  EXPECT_NE(Shell(Fragscope() + " report " + dir_ + "/nofree.fst").output.find(note),
+            std::string::npos);
+  EXPECT_EQ(Shell(Fragscope() + " report " + Trace()).output.find(note), std::string::npos);
 }
 
 TEST_F(CliEndToEnd, BackendOption) {

@@ -255,6 +255,9 @@ struct ModelSummary {
   std::string exe;
   bool attached = false;
   bool imported = false;  // converted from another tool's snapshot (Hello BACKEND_IMPORTED)
+  // False when the agent took no stack on releases (Hello.release_stacks_off): a free's
+  // stack_id 0 then means "not recorded", not "no stack".
+  bool release_stacks = true;
   // False when the agent started after the program (Hello.attached, or a Snapshot without
   // complete_history): memory from before is in `untracked`, reported unknown without a sample.
   bool history_complete = true;
