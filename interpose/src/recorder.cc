@@ -153,13 +153,14 @@ void Submit(EventRecord& r) {
   PushRecord(r);
 }
 
-uint64_t InsertLive(LiveEntry entry) {
+uint64_t InsertLive(LiveEntry entry, size_t* index) {
   AgentState& a = Agent();
   entry.seq = kSeqPending;
-  size_t index = 0;
-  bool inserted = a.live.Insert(entry, &index);
-  uint64_t seq = NextSeq();
-  if (inserted) a.live.SetSeq(index, seq);
+  size_t at = 0;
+  const bool inserted = a.live.Insert(entry, &at);
+  const uint64_t seq = NextSeq();
+  if (inserted) a.live.SetSeq(at, seq);
+  if (index != nullptr) *index = inserted ? at : SIZE_MAX;
   return seq;
 }
 
@@ -180,11 +181,8 @@ void RecordAlloc(const AllocInfo& info) {
     e.size = info.size;
     e.stream = info.stream;
     e.pool = info.pool;
-    e.seq = kSeqPending;
     size_t index = 0;
-    const bool inserted = a.live.Insert(e, &index);
-    const uint64_t seq = NextSeq();
-    if (inserted) a.live.SetSeq(index, seq);
+    const uint64_t seq = InsertLive(e, &index);
     if (!a.shipping.load(std::memory_order_seq_cst)) {
       EnsureDeviceInfo(e.device);
       EnsureBackgroundThread();
@@ -194,7 +192,7 @@ void RecordAlloc(const AllocInfo& info) {
     // the wake's pass over deferred fields may have gone by this entry already.
     if (HasDeferredFields(e)) {
       ResolveDeferred(e);
-      if (inserted) a.live.SetResolved(index, e.device, e.pool);
+      if (index != SIZE_MAX) a.live.SetResolved(index, e.device, e.pool);
     }
     EventRecord r = NewRecord(RecordType::kAlloc, info.api);
     r.device = e.device;

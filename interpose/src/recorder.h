@@ -230,8 +230,9 @@ void MaybeSampleMemInfo(int32_t device, uint64_t now_ns = 0);
 void SamplePool(int32_t device, uint64_t pool);
 
 // Inserts a live entry whose seq is stamped right after (see live_table.h for why), returning
-// the seq. `entry.seq` is ignored.
-uint64_t InsertLive(LiveEntry entry);
+// the seq. `entry.seq` is ignored. `*index` (optional) is where the entry went, or SIZE_MAX when
+// the table refused it.
+uint64_t InsertLive(LiveEntry entry, size_t* index = nullptr);
 
 }  // namespace fragscope::agent
 
