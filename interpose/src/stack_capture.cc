@@ -55,17 +55,14 @@ void SetSkippedRange(uintptr_t begin, uintptr_t end) {
   g_skip_end.store(end, std::memory_order_relaxed);
 }
 
-namespace {
-
-// The walk itself, inlined into both entry points (so the frame it starts from is theirs).
-template <bool kHash>
-[[gnu::always_inline]] inline int Walk(uintptr_t fp, uint64_t* pcs, int max_frames,
-                                       uint64_t* hash) {
-  if constexpr (kHash) *hash = 0;
+// noinline: its own frame is the first one walked, and always skipped.
+__attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames, uint64_t* hash) {
+  *hash = 0;
   if (max_frames <= 0 || !LoadBounds()) return 0;
   const uintptr_t skip_begin = g_skip_begin.load(std::memory_order_relaxed);
   const uintptr_t skip_end = g_skip_end.load(std::memory_order_relaxed);
   const uintptr_t high = t_stack_high;
+  uintptr_t fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   // A frame record is {saved fp, return address} on x86-64 and aarch64 alike. Each step must
   // move up the stack, stay aligned and below its top; anything else means a frame without a
   // frame pointer, and the walk ends.
@@ -85,34 +82,22 @@ template <bool kHash>
   using namespace stack_hash;
   uint64_t lane0 = kSeed[0], lane1 = kSeed[1], lane2 = kSeed[2], lane3 = kSeed[3];
   int count = 0;
-  auto frame = [&]([[maybe_unused]] uint64_t& lane) {
+  auto frame = [&](uint64_t& lane) {
     if (count >= max_frames || !valid(fp)) return false;
     const uintptr_t* record = reinterpret_cast<const uintptr_t*>(fp);
     const uintptr_t next = record[0];
     const uintptr_t pc = record[1];
     if (pc == 0) return false;
     pcs[count++] = pc;
-    if constexpr (kHash) lane = Step(lane, pc);
+    lane = Step(lane, pc);
     if (next <= fp) return false;
     fp = next;
     return true;
   };
   while (frame(lane0) && frame(lane1) && frame(lane2) && frame(lane3)) {
   }
-  if constexpr (kHash) *hash = count > 0 ? Finish(lane0, lane1, lane2, lane3, count) : 0;
+  if (count > 0) *hash = Finish(lane0, lane1, lane2, lane3, count);
   return count;
-}
-
-}  // namespace
-
-// noinline: their own frame is the first one walked, and always skipped.
-__attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames) {
-  return Walk<false>(reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), pcs, max_frames,
-                     nullptr);
-}
-
-__attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames, uint64_t* hash) {
-  return Walk<true>(reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), pcs, max_frames, hash);
 }
 
 }  // namespace fragscope::agent

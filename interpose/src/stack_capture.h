@@ -21,10 +21,9 @@ void SetSkippedRange(uintptr_t begin, uintptr_t end);
 // Writes up to `max_frames` return addresses (innermost first, the caller of the agent first)
 // into `pcs`; returns how many. The first call on a thread reads its stack bounds
 // (pthread_getattr_np, which allocates once); later calls make no system or library calls.
-int CaptureStack(uint64_t* pcs, int max_frames);
-// The same, and sets *hash to HashStack(pcs, count) (stack_table.h), computed during the walk:
-// the hash's multiplies then overlap the walk's chain of dependent loads (32 frames: the walk
-// plus a separate hash cost ~72 ns per event in perf of the depth workload).
+// Sets *hash to HashStack(pcs, count) (stack_table.h; 0 for no frames), computed during the
+// walk: the hash's multiplies then overlap the walk's chain of dependent loads (32 frames: the
+// walk plus a separate hash cost ~72 ns per event in perf of the depth workload).
 int CaptureStack(uint64_t* pcs, int max_frames, uint64_t* hash);
 
 }  // namespace fragscope::agent

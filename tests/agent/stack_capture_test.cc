@@ -11,35 +11,21 @@
 namespace fragscope::agent {
 namespace {
 
-// Distinct, non-inlined functions so their return addresses are recognisable.
-__attribute__((noinline)) int Level3(uint64_t* pcs, int max) {
-  int n = CaptureStack(pcs, max);
+// Distinct, non-inlined functions so their return addresses are recognisable. `hash`
+// (optional) receives the walk's hash.
+__attribute__((noinline)) int Level3(uint64_t* pcs, int max, uint64_t* hash = nullptr) {
+  uint64_t ignored = 0;
+  int n = CaptureStack(pcs, max, hash != nullptr ? hash : &ignored);
   asm volatile("" ::: "memory");  // keep the call from being a tail call
   return n;
 }
-__attribute__((noinline)) int Level2(uint64_t* pcs, int max) {
-  int n = Level3(pcs, max);
+__attribute__((noinline)) int Level2(uint64_t* pcs, int max, uint64_t* hash = nullptr) {
+  int n = Level3(pcs, max, hash);
   asm volatile("" ::: "memory");
   return n;
 }
-__attribute__((noinline)) int Level1(uint64_t* pcs, int max) {
-  int n = Level2(pcs, max);
-  asm volatile("" ::: "memory");
-  return n;
-}
-
-__attribute__((noinline)) int HashedLevel3(uint64_t* pcs, int max, uint64_t* hash) {
-  int n = CaptureStack(pcs, max, hash);
-  asm volatile("" ::: "memory");
-  return n;
-}
-__attribute__((noinline)) int HashedLevel2(uint64_t* pcs, int max, uint64_t* hash) {
-  int n = HashedLevel3(pcs, max, hash);
-  asm volatile("" ::: "memory");
-  return n;
-}
-__attribute__((noinline)) int HashedLevel1(uint64_t* pcs, int max, uint64_t* hash) {
-  int n = HashedLevel2(pcs, max, hash);
+__attribute__((noinline)) int Level1(uint64_t* pcs, int max, uint64_t* hash = nullptr) {
+  int n = Level2(pcs, max, hash);
   asm volatile("" ::: "memory");
   return n;
 }
@@ -104,7 +90,7 @@ TEST(StackCaptureTest, HashDuringTheWalkIsHashStackOfTheFrames) {
   for (int max = 0; max <= 64; ++max) {
     uint64_t pcs[64];
     uint64_t hash = 12345;
-    const int n = HashedLevel1(pcs, max, &hash);
+    const int n = Level1(pcs, max, &hash);
     ASSERT_EQ(n, std::min(max, total)) << "max " << max;
     if (n == 0) {
       EXPECT_EQ(hash, 0u);
@@ -113,14 +99,13 @@ TEST(StackCaptureTest, HashDuringTheWalkIsHashStackOfTheFrames) {
     EXPECT_EQ(hash, HashStack(pcs, n)) << "max " << max;
     EXPECT_NE(hash, 0u);
   }
-  // Skipping the innermost frame (HashedLevel3's return address) hashes what is left.
+  // Skipping the innermost frame (Level3's return address) hashes what is left.
   uint64_t first[64];
-  uint64_t ignored = 0;
-  ASSERT_GE(HashedLevel1(first, 64, &ignored), 3);
+  ASSERT_GE(Level1(first, 64), 3);
   SetSkippedRange(first[0], first[0] + 1);
   uint64_t pcs[64];
   uint64_t hash = 0;
-  const int n = HashedLevel1(pcs, 64, &hash);
+  const int n = Level1(pcs, 64, &hash);
   SetSkippedRange(0, 0);
   ASSERT_GE(n, 2);
   EXPECT_EQ(pcs[0], first[1]);
