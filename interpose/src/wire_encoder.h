@@ -37,7 +37,24 @@ inline uint8_t* PutVarint(uint8_t* p, uint64_t value) {
   return p;
 }
 
-class WireWriter {
+// The varint field types in terms of the writer's Uint64 (Derived::Uint64), so that both
+// writers below encode them alike.
+template <typename Derived>
+class VarintFieldForms {
+ public:
+  void Uint32(uint32_t field, uint32_t value) { Self().Uint64(field, value); }
+  void Enum(uint32_t field, uint32_t value) { Self().Uint64(field, value); }
+  void Bool(uint32_t field, bool value) { Self().Uint64(field, value ? 1 : 0); }
+  // int32 is sign-extended to 64 bits on the wire: -1 takes 10 bytes.
+  void Int32(uint32_t field, int32_t value) {
+    Self().Uint64(field, static_cast<uint64_t>(static_cast<int64_t>(value)));
+  }
+
+ private:
+  Derived& Self() { return static_cast<Derived&>(*this); }
+};
+
+class WireWriter : public VarintFieldForms<WireWriter> {
  public:
   // A nested length is reserved as one byte, which holds every length below 128 (nearly every
   // event frame and its body); a longer message is moved up by the extra bytes when it ends.
@@ -62,13 +79,6 @@ class WireWriter {
     }
     Tag(field, kVarint);
     RawVarint(value);
-  }
-  void Uint32(uint32_t field, uint32_t value) { Uint64(field, value); }
-  void Enum(uint32_t field, uint32_t value) { Uint64(field, value); }
-  void Bool(uint32_t field, bool value) { Uint64(field, value ? 1 : 0); }
-  // int32 is sign-extended to 64 bits on the wire: -1 takes 10 bytes.
-  void Int32(uint32_t field, int32_t value) {
-    Uint64(field, static_cast<uint64_t>(static_cast<int64_t>(value)));
   }
   void Bytes(uint32_t field, const void* data, size_t size) {
     if (size == 0) return;
@@ -174,7 +184,7 @@ class WireWriter {
 // WireWriter's field methods without bounds checks, over room the caller has made sure of
 // (WireWriter::Room). For small messages of bounded size (event frames): one check per frame
 // instead of one per field. Fields numbered below 16 only (their tag is one byte).
-class RawWireWriter {
+class RawWireWriter : public VarintFieldForms<RawWireWriter> {
  public:
   explicit RawWireWriter(uint8_t* p) : p_(p) {}
 
@@ -182,12 +192,6 @@ class RawWireWriter {
     if (value == 0) return;
     *p_++ = static_cast<uint8_t>((field << 3) | WireWriter::kVarint);
     p_ = PutVarint(p_, value);
-  }
-  void Uint32(uint32_t field, uint32_t value) { Uint64(field, value); }
-  void Enum(uint32_t field, uint32_t value) { Uint64(field, value); }
-  void Bool(uint32_t field, bool value) { Uint64(field, value ? 1 : 0); }
-  void Int32(uint32_t field, int32_t value) {
-    Uint64(field, static_cast<uint64_t>(static_cast<int64_t>(value)));
   }
   void Bytes(uint32_t field, const void* data, size_t size) {
     if (size == 0) return;
