@@ -82,18 +82,18 @@ void SeqOrderer::NotMissingUpTo(uint64_t seq) {
   }
 }
 
-void SeqOrderer::Emit(Held h, const Sink& sink) {
-  if (h.seq < released_) ++late_;
-  released_ = std::max(released_, h.seq);
+void SeqOrderer::Emit(uint64_t seq, bool owns_seq, const v1::Frame& frame, const Sink& sink) {
+  if (seq < released_) ++late_;
+  released_ = std::max(released_, seq);
   // A sample's seq is not its own: releasing it says nothing about that event.
-  Advance(h.seq);
-  if (h.owns_seq) next_ = std::max(next_, h.seq + 1);
-  if (h.frame.has_alloc()) {
-    live_[h.frame.alloc().address()] = h.frame.alloc().size();
-  } else if (h.frame.has_free() && h.frame.free().result() == 0) {
-    live_.erase(h.frame.free().address());
+  Advance(seq);
+  if (owns_seq) next_ = std::max(next_, seq + 1);
+  if (frame.has_alloc()) {
+    live_[frame.alloc().address()] = frame.alloc().size();
+  } else if (frame.has_free() && frame.free().result() == 0) {
+    live_.erase(frame.free().address());
   }
-  sink(h.frame);
+  sink(frame);
   if (!parked_.empty()) ReleaseParked(sink);
 }
 
@@ -115,7 +115,7 @@ void SeqOrderer::ReleaseParked(const Sink& sink) {
       if (!missing_.empty() && !Fits(it->second.frame)) continue;
       Held h = std::move(it->second);
       parked_.erase(it);
-      Emit(std::move(h), sink);
+      Emit(h.seq, h.owns_seq, h.frame, sink);
       progress = true;
       break;
     }
@@ -130,7 +130,7 @@ void SeqOrderer::Release(const Sink& sink) {
     Park(std::move(h));
     return;
   }
-  Emit(std::move(h), sink);
+  Emit(h.seq, h.owns_seq, h.frame, sink);
 }
 
 void SeqOrderer::OnSnapshot(const v1::Frame& frame, const Sink& sink) {
@@ -145,7 +145,7 @@ void SeqOrderer::OnSnapshot(const v1::Frame& frame, const Sink& sink) {
       Advance(h.seq);
       next_ = std::max(next_, h.seq + 1);
     } else {
-      Emit(std::move(h), sink);
+      Emit(h.seq, h.owns_seq, h.frame, sink);
     }
   }
   for (auto it = parked_.begin(); it != parked_.end() && it->first.first <= s;) {
@@ -162,7 +162,7 @@ void SeqOrderer::OnSnapshot(const v1::Frame& frame, const Sink& sink) {
   while (!held_.empty() && Ready()) Release(sink);
 }
 
-void SeqOrderer::Push(v1::Frame frame, const Sink& sink) {
+void SeqOrderer::Push(const v1::Frame& frame, const Sink& sink) {
   const uint64_t seq = EventSeq(frame);
   if (seq == 0) {
     switch (frame.body_case()) {
@@ -185,8 +185,15 @@ void SeqOrderer::Push(v1::Frame frame, const Sink& sink) {
     return;
   }
   const bool owns = OwnsSeq(frame);
+  // In order with nothing waiting: what the heap below would do at once (the top is this event
+  // and it is ready; nothing missing, so it fits), without copying the frame into it.
+  if (held_.empty() && parked_.empty() && missing_.empty() && (owns ? seq == next_ : seq < next_)) {
+    ++arrivals_;
+    Emit(seq, owns, frame, sink);
+    return;
+  }
   if (owns && seq < next_) Arrived(seq);  // a straggler
-  held_.push(Held{seq, owns, arrivals_++, std::move(frame)});
+  held_.push(Held{seq, owns, arrivals_++, frame});
   for (;;) {
     while (!held_.empty() && Ready()) Release(sink);
     if (held_.size() <= window_) break;

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "fragscope/trace/arena_frame_reader.h"
+
 namespace fragscope {
 
 StreamSession::StreamSession(ModelOptions options, TracePathChooser choose_trace_path)
@@ -44,7 +46,11 @@ void StreamSession::CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome) 
 
 StreamOutcome StreamSession::Run(FrameReader& reader) {
   StreamOutcome outcome;
-  v1::Frame frame;
+  // Event frames are decoded by hand into reused frames and the rest parsed on an arena
+  // (arena_frame_reader.h): the orderer copies only the few frames it must hold, so a heap
+  // frame built and destroyed per event is not needed (it cost as much as the model itself).
+  ArenaFrameReader frames(reader);
+  const v1::Frame* frame = nullptr;
   FrameReader::Result r;
   // The model sees events in seq order (see SeqOrderer); the trace copy keeps arrival order,
   // and a saved trace goes through this same path, so live and saved numbers agree.
@@ -56,12 +62,11 @@ StreamOutcome StreamSession::Run(FrameReader& reader) {
     ++frames_;
     failure_applied = failure_applied || f.has_failed();
   };
-  while ((r = reader.Next(&frame)) == FrameReader::Result::kFrame) {
+  while ((r = frames.Next(&frame)) == FrameReader::Result::kFrame) {
     ++outcome.frames;
-    if (frame.has_end()) outcome.saw_end_frame = true;
-    CopyToTrace(frame, outcome);
-    orderer_.Push(std::move(frame), apply);
-    frame.Clear();
+    if (frame->has_end()) outcome.saw_end_frame = true;
+    CopyToTrace(*frame, outcome);
+    orderer_.Push(*frame, apply);
     // Failures are rare, so a full summary per failure costs nothing that matters.
     if (failure_applied && on_failure_) on_failure_(Summarize());
     failure_applied = false;

@@ -43,6 +43,7 @@
 #include "fragscope.pb.h"
 #include "fragscope/model/model_summary.h"
 #include "fragscope/model/process_model.h"
+#include "fragscope/server/stream_session.h"
 #include "fragscope/trace/arena_frame_reader.h"
 #include "fragscope/trace/frame_reader.h"
 #include "fragscope/trace/frame_writer.h"
@@ -302,8 +303,8 @@ double CpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// One pass over `path` reading into a heap v1::Frame, as StreamSession does (its SeqOrderer
-// takes frames by value): what ArenaFrameReader saves, in BM_ReadOnly's terms.
+// One pass over `path` reading into a heap v1::Frame (what StreamSession did until it took
+// ArenaFrameReader): what the arena saves, in BM_ReadOnly's terms.
 void ReadHeapFrames(benchmark::State& state, const std::string& path) {
   for (auto _ : state) {
     absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(path);
@@ -330,8 +331,8 @@ void ReplayOnce(benchmark::State& state, const std::string& path, bool apply) {
       return;
     }
     ProcessModel model;
-    // The replay loop of the collector (StreamSession without the seq orderer): frames parsed
-    // into an arena, applied, let go.
+    // The model's part of the collector's replay loop (StreamSession without the seq orderer
+    // and its lock: BM_Report): frames parsed into an arena, applied, let go.
     ArenaFrameReader frames_in(*reader);
     const v1::Frame* frame = nullptr;
     uint64_t frames = 0;
@@ -363,6 +364,56 @@ void ReplayOnce(benchmark::State& state, const std::string& path, bool apply) {
       benchmark::DoNotOptimize(summary);
       state.counters["unmatched_events"] = static_cast<double>(summary.unmatched_events);
     }
+  }
+  state.counters["peak_rss_mb"] = PeakRssMiB();
+}
+
+// Events as the agent counted them (End.events_recorded), else frames: a pass that reads only.
+double EventsIn(const std::string& path) {
+  absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(path);
+  if (!reader.ok()) return 0;
+  ArenaFrameReader frames_in(*reader);
+  const v1::Frame* frame = nullptr;
+  uint64_t frames = 0, recorded = 0;
+  while (frames_in.Next(&frame) == FrameReader::Result::kFrame) {
+    if (frame->has_end()) recorded = frame->end().events_recorded();
+    ++frames;
+  }
+  return static_cast<double>(recorded > 0 ? recorded : frames);
+}
+
+// One pass over `path` the way `fragscope report` and the daemon take it: StreamSession (seq
+// orderer, the lock query threads take, the reader) around the same model. BM_Replay minus this
+// is what the session adds to the model.
+void ReportOnce(benchmark::State& state, const std::string& path) {
+  for (auto _ : state) {
+    absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(path);
+    if (!reader.ok()) {
+      state.SkipWithError(std::string(reader.status().message()).c_str());
+      return;
+    }
+    StreamSession session(ModelOptions{}, nullptr);
+    const double cpu_start = CpuSeconds();
+    const auto start = std::chrono::steady_clock::now();
+    const StreamOutcome outcome = session.Run(*reader);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double cpu_seconds = CpuSeconds() - cpu_start;
+    state.SetIterationTime(seconds);
+    if (outcome.result != FrameReader::Result::kEnd) {
+      state.SkipWithError(outcome.error.c_str());
+      return;
+    }
+    const double events = EventsIn(path);  // not timed
+    state.counters["events"] = events;
+    state.counters["frames"] = static_cast<double>(outcome.frames);
+    state.counters["seconds"] = seconds;
+    state.counters["events_per_s"] = events / seconds;
+    state.counters["cpu_seconds"] = cpu_seconds;
+    state.counters["events_per_cpu_s"] = events / cpu_seconds;
+    ModelSummary summary = session.Summarize();
+    benchmark::DoNotOptimize(summary);
+    state.counters["unmatched_events"] = static_cast<double>(summary.unmatched_events);
   }
   state.counters["peak_rss_mb"] = PeakRssMiB();
 }
@@ -498,6 +549,11 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark("BM_Replay",
                                  [trace](benchmark::State& s) { ReplayOnce(s, trace, true); })
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("BM_Report",
+                                 [trace](benchmark::State& s) { ReportOnce(s, trace); })
         ->Iterations(1)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);

@@ -52,6 +52,32 @@ struct Recorder {
   }
 };
 
+// The caller's frame lives only for the call (StreamSession reuses one frame per event type):
+// an event in order goes to the sink as the caller's object, one that must wait is copied.
+TEST(SeqOrderer, PassesInOrderFramesThroughAndCopiesOnlyTheOnesItHolds) {
+  SeqOrderer o;
+  std::vector<const v1::Frame*> objects;
+  std::vector<uint64_t> addresses;
+  const SeqOrderer::Sink sink = [&](const v1::Frame& f) {
+    objects.push_back(&f);
+    addresses.push_back(f.alloc().address());
+  };
+  v1::Frame reused = Alloc(1, 0x1000);
+  o.Push(reused, sink);
+  ASSERT_EQ(objects.size(), 1u);
+  EXPECT_EQ(objects[0], &reused) << "in order, nothing held: no copy";
+
+  reused = Alloc(3, 0x3000);
+  o.Push(reused, sink);  // held: seq 2 is in flight
+  EXPECT_EQ(objects.size(), 1u);
+  reused = Alloc(2, 0x2000);  // the caller overwrites its frame with the next event
+  o.Push(reused, sink);
+  ASSERT_EQ(addresses.size(), 3u);
+  EXPECT_EQ(addresses[1], 0x2000u);
+  EXPECT_EQ(addresses[2], 0x3000u) << "the held event kept its own copy";
+  EXPECT_NE(objects[2], &reused);
+}
+
 TEST(SeqOrderer, ReordersAndReleasesAsSoonAsTheSequenceIsContiguous) {
   SeqOrderer o;
   Recorder r;

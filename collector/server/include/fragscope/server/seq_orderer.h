@@ -32,6 +32,7 @@
 #include <queue>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "fragscope.pb.h"
 
 namespace fragscope {
@@ -45,7 +46,10 @@ class SeqOrderer {
   explicit SeqOrderer(std::size_t window = 65536) : window_(window) {}
 
   // Takes the next frame in arrival order; hands every frame that is ready to `sink`, in order.
-  void Push(v1::Frame frame, const Sink& sink);
+  // `frame` need only live for the call: an event that is next in sequence with nothing held
+  // (nearly every event of a trace) goes to the sink as it is, and only an event that must wait
+  // is copied.
+  void Push(const v1::Frame& frame, const Sink& sink);
   // Releases everything held (end of stream).
   void Flush(const Sink& sink);
 
@@ -75,9 +79,9 @@ class SeqOrderer {
   bool Ready() const;
   // The top of the heap goes: to the sink, or parked if it does not fit while seqs are missing.
   void Release(const Sink& sink);
-  // Hands `h` to the sink and keeps the live allocations up to date; then releases what parked
-  // frames now fit.
-  void Emit(Held h, const Sink& sink);
+  // Hands the event to the sink and keeps the live allocations up to date; then releases what
+  // parked frames now fit.
+  void Emit(uint64_t seq, bool owns_seq, const v1::Frame& frame, const Sink& sink);
   void Park(Held h);
   void ReleaseParked(const Sink& sink);
   // Whether an alloc/free fits the live allocations released so far (others always do).
@@ -97,7 +101,9 @@ class SeqOrderer {
   uint64_t covered_ = 0;
   uint64_t late_ = 0;
   std::map<std::pair<uint64_t, uint64_t>, Held> parked_;  // by (seq, arrival)
-  std::map<uint64_t, uint64_t> live_;                     // allocation address -> size, as released
+  // Allocation address -> size, as released. A B-tree: it changes at every alloc and free, and
+  // a std::map node per allocation was a malloc and a free per event.
+  absl::btree_map<uint64_t, uint64_t> live_;
   std::map<uint64_t, uint64_t> missing_;  // seqs skipped and not come: first -> last
   bool emitting_parked_ = false;
 };
