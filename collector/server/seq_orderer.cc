@@ -180,11 +180,11 @@ void SeqOrderer::Push(const v1::Frame& frame, const Sink& sink) {
     sink(frame);
     return;
   }
-  if (IsStateEvent(frame) && seq <= floor_) {
+  if (seq <= floor_ && IsStateEvent(frame)) {
     ++covered_;
     return;
   }
-  const bool owns = OwnsSeq(frame);
+  const bool owns = !frame.has_mem_info();  // OwnsSeq, seq being known not to be 0
   // In order with nothing waiting: what the heap below would do at once (the top is this event
   // and it is ready; nothing missing, so it fits), without copying the frame into it.
   if (held_.empty() && parked_.empty() && missing_.empty() && (owns ? seq == next_ : seq < next_)) {

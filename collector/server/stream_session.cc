@@ -65,7 +65,7 @@ StreamOutcome StreamSession::Run(FrameReader& reader) {
   while ((r = frames.Next(&frame)) == FrameReader::Result::kFrame) {
     ++outcome.frames;
     if (frame->has_end()) outcome.saw_end_frame = true;
-    CopyToTrace(*frame, outcome);
+    if (!chose_ || writer_) CopyToTrace(*frame, outcome);  // most sessions write no copy
     orderer_.Push(*frame, apply);
     // Failures are rare, so a full summary per failure costs nothing that matters.
     if (failure_applied && on_failure_) on_failure_(Summarize());
