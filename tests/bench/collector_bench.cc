@@ -10,8 +10,9 @@
 // Hello, DeviceInfo, a module map and 256 stacks, then N events: 70 % sub-allocator blocks in 64
 // annotated 256 MiB segments, 20 % cudaMalloc/cudaFree segments, 10 % stream-ordered pool blocks,
 // a MemInfo every 1000 events and a PERIODIC Snapshot of the whole live set every 100 000 (the
-// smallest default FRAGSCOPE_SNAPSHOT_EVERY of the agent: the most snapshot work), then End. Each event picks a slot at random and
-// allocates it when free, frees it when live, so the live set stays about half the slots
+// smallest default FRAGSCOPE_SNAPSHOT_EVERY of the agent: the most snapshot work), then End. Each
+// event picks a slot at random and allocates it when free, frees it when live, so the live set
+// stays about half the slots
 // (~12 000 entries) whatever N is: peak RSS should not grow with N.
 //
 // Replay is one pass (Iterations(1)): read + Apply every frame, counters events_per_s (wall),
