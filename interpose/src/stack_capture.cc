@@ -66,8 +66,9 @@ __attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames, uint64
   // A frame record is {saved fp, return address} on x86-64 and aarch64 alike. Each step must
   // move up the stack, stay aligned and below its top; anything else means a frame without a
   // frame pointer, and the walk ends.
-  auto valid = [high](uintptr_t p) {
-    return (p & (sizeof(uintptr_t) - 1)) == 0 && p + 2 * sizeof(uintptr_t) <= high;
+  const uintptr_t last_record = high - 2 * sizeof(uintptr_t);  // the highest valid record
+  auto valid = [last_record](uintptr_t p) {
+    return (p & (sizeof(uintptr_t) - 1)) == 0 && p <= last_record;
   };
   // The agent's own frames (a handful) first.
   for (int steps = 0; steps < 16; ++steps) {
@@ -78,12 +79,13 @@ __attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames, uint64
     fp = record[0];
   }
   // Then the caller's, as tight as it gets: about ten instructions a frame, plus one hash step
-  // into lane count % 4 (the unrolled loop keeps each lane in a register).
+  // into lane count % 4 (the unrolled loop keeps each lane in a register). The frame limit is
+  // checked once per four frames while four more fit, then per frame.
   using namespace stack_hash;
   uint64_t lane0 = kSeed[0], lane1 = kSeed[1], lane2 = kSeed[2], lane3 = kSeed[3];
   int count = 0;
   auto frame = [&](uint64_t& lane) {
-    if (count >= max_frames || !valid(fp)) return false;
+    if (!valid(fp)) return false;
     const uintptr_t* record = reinterpret_cast<const uintptr_t*>(fp);
     const uintptr_t next = record[0];
     const uintptr_t pc = record[1];
@@ -94,7 +96,17 @@ __attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames, uint64
     fp = next;
     return true;
   };
-  while (frame(lane0) && frame(lane1) && frame(lane2) && frame(lane3)) {
+  bool more = true;
+  while (count + 4 <= max_frames) {
+    if (!frame(lane0) || !frame(lane1) || !frame(lane2) || !frame(lane3)) {
+      more = false;
+      break;
+    }
+  }
+  // At most three frames are left below the limit; count % 4 is 0 here unless the walk ended.
+  if (more && count < max_frames && frame(lane0) && count < max_frames && frame(lane1) &&
+      count < max_frames) {
+    frame(lane2);
   }
   if (count > 0) *hash = Finish(lane0, lane1, lane2, lane3, count);
   return count;
