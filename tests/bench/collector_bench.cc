@@ -323,6 +323,26 @@ void ReadHeapFrames(benchmark::State& state, const std::string& path) {
   }
 }
 
+// Events as the agent counts them: End.events_recorded of the last frame, else the frames.
+double EventCount(uint64_t events_recorded, uint64_t frames) {
+  return static_cast<double>(events_recorded > 0 ? events_recorded : frames);
+}
+
+// The counters of a timed replay (BM_Replay, BM_Report: the same names, so scripts/bench reads
+// them alike).
+void SetReplayCounters(benchmark::State& state, double events, uint64_t frames, double seconds,
+                       double cpu_seconds) {
+  state.SetIterationTime(seconds);
+  state.counters["events"] = events;
+  state.counters["frames"] = static_cast<double>(frames);
+  state.counters["seconds"] = seconds;
+  state.counters["events_per_s"] = events / seconds;
+  // One thread: process CPU time is the replay's time on one core, whatever else the machine
+  // runs (wall time also counts the waits for a core).
+  state.counters["cpu_seconds"] = cpu_seconds;
+  state.counters["events_per_cpu_s"] = events / cpu_seconds;
+}
+
 // One pass over `path`; applies frames to a model when `apply`.
 void ReplayOnce(benchmark::State& state, const std::string& path, bool apply) {
   for (auto _ : state) {
@@ -348,18 +368,7 @@ void ReplayOnce(benchmark::State& state, const std::string& path, bool apply) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double cpu_seconds = CpuSeconds() - cpu_start;
-    state.SetIterationTime(seconds);
-    // Events as the agent counts them: End.events_recorded of the last frame.
-    const double events =
-        events_recorded > 0 ? static_cast<double>(events_recorded) : static_cast<double>(frames);
-    state.counters["events"] = events;
-    state.counters["frames"] = static_cast<double>(frames);
-    state.counters["seconds"] = seconds;
-    state.counters["events_per_s"] = events / seconds;
-    // One thread: process CPU time is the replay's time on one core, whatever else the machine
-    // runs (wall time also counts the waits for a core).
-    state.counters["cpu_seconds"] = cpu_seconds;
-    state.counters["events_per_cpu_s"] = events / cpu_seconds;
+    SetReplayCounters(state, EventCount(events_recorded, frames), frames, seconds, cpu_seconds);
     if (apply) {
       ModelSummary summary = model.Summarize();
       benchmark::DoNotOptimize(summary);
@@ -369,7 +378,7 @@ void ReplayOnce(benchmark::State& state, const std::string& path, bool apply) {
   state.counters["peak_rss_mb"] = PeakRssMiB();
 }
 
-// Events as the agent counted them (End.events_recorded), else frames: a pass that reads only.
+// EventCount of the trace at `path`: a pass that reads only.
 double EventsIn(const std::string& path) {
   absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(path);
   if (!reader.ok()) return 0;
@@ -380,7 +389,7 @@ double EventsIn(const std::string& path) {
     if (frame->has_end()) recorded = frame->end().events_recorded();
     ++frames;
   }
-  return static_cast<double>(recorded > 0 ? recorded : frames);
+  return EventCount(recorded, frames);
 }
 
 // One pass over `path` the way `fragscope report` and the daemon take it: StreamSession (seq
@@ -400,18 +409,11 @@ void ReportOnce(benchmark::State& state, const std::string& path) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double cpu_seconds = CpuSeconds() - cpu_start;
-    state.SetIterationTime(seconds);
     if (outcome.result != FrameReader::Result::kEnd) {
       state.SkipWithError(outcome.error.c_str());
       return;
     }
-    const double events = EventsIn(path);  // not timed
-    state.counters["events"] = events;
-    state.counters["frames"] = static_cast<double>(outcome.frames);
-    state.counters["seconds"] = seconds;
-    state.counters["events_per_s"] = events / seconds;
-    state.counters["cpu_seconds"] = cpu_seconds;
-    state.counters["events_per_cpu_s"] = events / cpu_seconds;
+    SetReplayCounters(state, EventsIn(path) /* not timed */, outcome.frames, seconds, cpu_seconds);
     ModelSummary summary = session.Summarize();
     benchmark::DoNotOptimize(summary);
     state.counters["unmatched_events"] = static_cast<double>(summary.unmatched_events);
