@@ -41,8 +41,6 @@ bool IsStateEvent(const v1::Frame& f) {
   }
 }
 
-bool OwnsSeq(const v1::Frame& f) { return EventSeq(f) != 0 && !f.has_mem_info(); }
-
 bool SeqOrderer::Ready() const {
   const Held& top = held_.top();
   return top.seq < next_ || (top.seq == next_ && top.owns_seq);
@@ -184,7 +182,9 @@ void SeqOrderer::Push(const v1::Frame& frame, const Sink& sink) {
     ++covered_;
     return;
   }
-  const bool owns = !frame.has_mem_info();  // OwnsSeq, seq being known not to be 0
+  // Whether the seq was taken for this event: every event but a MemInfo sample, which quotes
+  // the last seq handed out.
+  const bool owns = !frame.has_mem_info();
   // In order with nothing waiting: what the heap below would do at once (the top is this event
   // and it is ready; nothing missing, so it fits), without copying the frame into it.
   if (held_.empty() && parked_.empty() && missing_.empty() && (owns ? seq == next_ : seq < next_)) {

@@ -112,9 +112,6 @@ class SeqOrderer {
 uint64_t EventSeq(const v1::Frame& frame);
 // Whether the frame changes live state (and so is superseded by a later Snapshot).
 bool IsStateEvent(const v1::Frame& frame);
-// Whether the frame's seq was taken for it (every event but a MemInfo sample, which quotes the
-// last seq handed out).
-bool OwnsSeq(const v1::Frame& frame);
 
 }  // namespace fragscope
 
