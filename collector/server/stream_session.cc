@@ -24,19 +24,22 @@ uint64_t StreamSession::frames_applied() const {
   return frames_;
 }
 
-void StreamSession::CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome) {
-  if (!chose_) {
-    chose_ = true;
-    if (choose_trace_path_) trace_path_ = choose_trace_path_(frame);
-    if (!trace_path_.empty()) {
-      auto writer = FrameWriter::CreateFile(trace_path_);
-      if (writer.ok()) {
-        writer_.emplace(std::move(*writer));
-      } else {
-        outcome.trace_error = std::string(writer.status().message());
-      }
-    }
+void StreamSession::OpenTraceCopy(const v1::Frame& first, StreamOutcome& outcome) {
+  chose_ = true;
+  if (choose_trace_path_) trace_path_ = choose_trace_path_(first);
+  if (trace_path_.empty()) return;
+  auto writer = FrameWriter::CreateFile(trace_path_);
+  if (writer.ok()) {
+    writer_.emplace(std::move(*writer));
+  } else {
+    outcome.trace_error = std::string(writer.status().message());
   }
+}
+
+// Small enough to inline into Run: most sessions write no copy, and a call per frame to learn
+// that was a few per cent of a replay.
+inline void StreamSession::CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome) {
+  if (!chose_) OpenTraceCopy(frame, outcome);
   if (!writer_) return;
   if (absl::Status s = writer_->Write(frame); !s.ok()) {
     outcome.trace_error = std::string(s.message());
@@ -65,7 +68,7 @@ StreamOutcome StreamSession::Run(FrameReader& reader) {
   while ((r = frames.Next(&frame)) == FrameReader::Result::kFrame) {
     ++outcome.frames;
     if (frame->has_end()) outcome.saw_end_frame = true;
-    if (!chose_ || writer_) CopyToTrace(*frame, outcome);  // most sessions write no copy
+    CopyToTrace(*frame, outcome);
     orderer_.Push(*frame, apply);
     // Failures are rare, so a full summary per failure costs nothing that matters.
     if (failure_applied && on_failure_) on_failure_(Summarize());

@@ -53,6 +53,8 @@ class StreamSession {
   const std::string& trace_path() const { return trace_path_; }
 
  private:
+  // Decides where the copy goes (choose_trace_path_) and opens it: once, with the first frame.
+  void OpenTraceCopy(const v1::Frame& first, StreamOutcome& outcome);
   void CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome);
 
   mutable std::mutex mu_;  // guards model_, hello_ and frames_ against query threads
