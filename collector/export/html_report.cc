@@ -3,6 +3,7 @@
 #include "fragscope/export/html_report.h"
 
 #include <algorithm>
+#include <cctype>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "fragscope.pb.h"
 #include "fragscope/export/site_names.h"
 #include "fragscope/model/format_bytes.h"
+#include "fragscope/report/report_caveats.h"
 #include "nlohmann/json.hpp"
 
 namespace fragscope::exporter {
@@ -253,13 +255,19 @@ void HtmlReport::Header() {
   out_ << " &middot; " << s_.events << " events, last seq " << s_.last_seq;
   if (s_.exit_status) out_ << " &middot; exit status " << *s_.exit_status;
   out_ << "</p>\n";
-  if (s_.attached || !s_.history_complete) {
-    out_ << "<p class=\"warn\">The agent started after the program: memory from before is "
-            "counted as untracked, not as this process's segments.</p>\n";
+  // The same caveats as the text report, so that no rendering looks more certain than another.
+  for (std::string caveat : ReportCaveats(s_)) {
+    caveat[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(caveat[0])));
+    out_ << "<p class=\"warn\">" << Esc(caveat) << "</p>\n";
   }
-  if (s_.drops > 0) {
-    out_ << "<p class=\"warn\">" << s_.drops << " events were lost in "
-         << s_.approximate_intervals.size() << " interval(s); figures there are approximate.</p>\n";
+  if (s_.drops > 0 && s_.approximate_intervals.empty()) {
+    out_ << "<p class=\"warn\">" << s_.drops
+         << " events were lost; the figures may be approximate.</p>\n";
+  }
+  if (!s_.orphan_blocks.empty()) {
+    out_ << "<p class=\"warn\">" << s_.orphan_blocks.size()
+         << " live blocks were annotated outside any known segment (" << s_.orphan_blocks_total
+         << " seen); their bytes are not counted as allocated on any device.</p>\n";
   }
   if (!s_.stream_ended) {
     out_ << "<p class=\"warn\">The stream did not end normally (no End frame): this is the "

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "fragscope.pb.h"
 #include "fragscope/model/format_bytes.h"
+#include "fragscope/report/report_caveats.h"
 
 namespace fragscope {
 namespace {
@@ -229,35 +230,7 @@ void TextReport::Render() {
     out_ << "stream cut before its end (figures are as of the last frame)";
   }
   out_ << "\n";
-  if (s_.imported) {
-    out_ << "Note: the state at the moment of the snapshot; what happened before it is not "
-            "known.\n";
-  } else if (!s_.history_complete) {
-    out_ << "Note: the agent started after the program; memory allocated before is untracked.\n";
-  }
-  if (!s_.release_stacks) {
-    out_ << "Note: frees and unmaps were recorded without stacks (FRAGSCOPE_FREE_STACKS=0); "
-            "allocation sites are complete.\n";
-  }
-  for (const ApproximateInterval& a : s_.approximate_intervals) {
-    out_ << absl::StrFormat("Note: %d events lost after seq %d; approximate until %s.\n",
-                            a.dropped_events, a.from_seq,
-                            a.to_seq ? absl::StrFormat("the resync at seq %d", *a.to_seq)
-                                     : std::string("the end (no resync came)"));
-  }
-  if (s_.live_entries_not_held > 0) {
-    out_ << absl::StrFormat(
-        "Note: the agent's live table was full (%d inserts refused): its snapshots from seq %d "
-        "on lack some live allocations (at most that many), so the figures may undercount. Run "
-        "with a larger FRAGSCOPE_LIVE_SLOTS.\n",
-        s_.live_entries_not_held, s_.not_held_since_seq);
-  }
-  if (s_.unmatched_events > 0) {
-    out_ << absl::StrFormat(
-        "Note: %d events did not match the known state (frees of unseen "
-        "addresses, lost frees).\n",
-        s_.unmatched_events);
-  }
+  for (const std::string& caveat : ReportCaveats(s_)) out_ << "Note: " << caveat << "\n";
   out_ << "\n";
   for (const DeviceSummary& d : s_.devices) Device(d);
   if (!s_.orphan_blocks.empty()) {

@@ -91,6 +91,40 @@ TEST(HtmlReportTest, SaysWhenSegmentLayoutsWereNotCaptured) {
   EXPECT_NE(page.find("Segment layouts were not captured"), std::string::npos);
 }
 
+TEST(HtmlReportTest, StatesTheSameCaveatsAsTheTextReport) {
+  exporter::ExportInput in;
+  in.summary = Capture(ExportTrace().frames()).summary;
+  // A woken dormant agent (attached, history complete) misses nothing from before: no warning.
+  in.summary.attached = true;
+  in.summary.history_complete = true;
+  std::string page = Render(in);
+  EXPECT_EQ(page.find("started after the program"), std::string::npos);
+  EXPECT_EQ(Count(page, "<p class=\"warn\">"), 0);
+  // Each limit of the figures the text report notes is a warning on the page too.
+  in.summary.history_complete = false;
+  in.summary.release_stacks = false;
+  in.summary.live_entries_not_held = 12;
+  in.summary.not_held_since_seq = 4000;
+  in.summary.unmatched_events = 5;
+  in.summary.drops = 7;
+  in.summary.approximate_intervals.push_back({100, 250, 7});
+  in.summary.orphan_blocks.push_back({9, 0, 0x5000, kMiB, 0, 1});
+  in.summary.orphan_blocks_total = 2;
+  page = Render(in);
+  EXPECT_NE(page.find("The agent started after the program; memory allocated before is "
+                      "untracked."),
+            std::string::npos);
+  EXPECT_NE(page.find("FRAGSCOPE_FREE_STACKS=0"), std::string::npos);
+  EXPECT_NE(page.find("The agent&#39;s live table was full (12 inserts refused)"),
+            std::string::npos);
+  EXPECT_NE(page.find("7 events lost after seq 100; approximate until the resync at seq 250."),
+            std::string::npos);
+  EXPECT_NE(page.find("5 events did not match the known state"), std::string::npos);
+  EXPECT_NE(page.find("1 live blocks were annotated outside any known segment (2 seen)"),
+            std::string::npos);
+  EXPECT_EQ(Count(page, "<p class=\"warn\">"), 6);
+}
+
 // --- In a real browser -----------------------------------------------------------------------
 
 std::optional<std::string> FindChromium() {
