@@ -301,7 +301,13 @@ void JsonReport::Render() {
     } else {
       w_.Null();
     }
-    w_.Field("dropped_events", a.dropped_events);
+    // 0 only for a resync without a Drops frame before it: lost, but not counted.
+    w_.Key("dropped_events");
+    if (a.dropped_events > 0) {
+      w_.Uint(a.dropped_events);
+    } else {
+      w_.Null();
+    }
     w_.EndObject();
   }
   w_.EndArray();

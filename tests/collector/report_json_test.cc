@@ -447,6 +447,29 @@ TEST(ReportJsonTest, UnknownFiguresAreNullWithReasons) {
   EXPECT_TRUE(d["total_bytes"].is_null());
 }
 
+TEST(ReportJsonTest, LostEventsNobodyCountedAreNullNotZero) {
+  ProcessModel model;
+  v1::Frame drops;
+  drops.mutable_drops()->set_dropped_events(4);  // counted: an interval of 4
+  model.Apply(drops);
+  v1::Frame resync;
+  resync.mutable_snapshot()->set_seq(10);
+  resync.mutable_snapshot()->set_reason(v1::Snapshot::REASON_RESYNC);
+  resync.mutable_snapshot()->set_complete_history(true);
+  model.Apply(resync);  // closes it
+  resync.mutable_snapshot()->set_seq(20);
+  model.Apply(resync);  // a resync with no Drops frame before it: lost, not counted
+  std::ostringstream out;
+  RenderJson(model.Summarize(), out, {.pretty = false});
+  const JsonValue v = ParseOrFail(out.str());
+  const JsonValue& intervals = v["approximate_intervals"];
+  ASSERT_EQ(intervals.items.size(), 2u);
+  EXPECT_EQ(intervals[0]["dropped_events"].text, "4");
+  EXPECT_EQ(intervals[0]["to_seq"].text, "10");
+  EXPECT_TRUE(intervals[1]["dropped_events"].is_null());
+  EXPECT_EQ(intervals[1]["to_seq"].text, "20");
+}
+
 TEST(ReportJsonTest, HostileStringsStayValidJson) {
   ProcessModel model;
   v1::Frame hello;

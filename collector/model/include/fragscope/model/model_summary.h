@@ -226,7 +226,7 @@ struct OrphanBlock {
 struct ApproximateInterval {
   uint64_t from_seq = 0;           // last seq known good
   std::optional<uint64_t> to_seq;  // seq of the resync snapshot; empty if none came
-  uint64_t dropped_events = 0;
+  uint64_t dropped_events = 0;     // 0: not counted (a resync without a Drops frame before it)
 };
 
 struct ModuleInfo {
