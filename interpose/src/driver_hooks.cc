@@ -25,7 +25,7 @@ Fn Real(DriverHookId id) {
   return reinterpret_cast<Fn>(DriverReal(id));
 }
 
-Api ApiOf(DriverHookId id) { return GetDriverHook(id).api; }
+Api ApiOf(DriverHookId id) { return HookApi(id); }
 
 // Success -> AllocEvent, failure -> FailedAlloc.
 void OnAcquire(DriverHookId id, CUresult r, uint64_t address, uint64_t size, MemoryKind kind,

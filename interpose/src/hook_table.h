@@ -57,6 +57,23 @@ struct RuntimeHook {
 const DriverHook& GetDriverHook(DriverHookId id);
 const RuntimeHook& GetRuntimeHook(RuntimeHookId id);
 
+// The Api each hook records, as constants: a wrapper's id is a constant, so its event's Api
+// folds to one (through GetDriverHook it was a call per event).
+inline constexpr Api kDriverHookApi[] = {
+#define FRAGSCOPE_DRIVER_HOOK(symbol, base, api, kind) Api::k_##api,
+#include "driver_hook_list.inc"
+#undef FRAGSCOPE_DRIVER_HOOK
+};
+inline constexpr Api kRuntimeHookApi[] = {
+#define FRAGSCOPE_RUNTIME_HOOK(symbol, api, kind) Api::k_##api,
+#include "runtime_hook_list.inc"
+#undef FRAGSCOPE_RUNTIME_HOOK
+};
+static_assert(sizeof(kDriverHookApi) / sizeof(kDriverHookApi[0]) == kDriverHookCount);
+static_assert(sizeof(kRuntimeHookApi) / sizeof(kRuntimeHookApi[0]) == kRuntimeHookCount);
+constexpr Api HookApi(DriverHookId id) { return kDriverHookApi[static_cast<size_t>(id)]; }
+constexpr Api HookApi(RuntimeHookId id) { return kRuntimeHookApi[static_cast<size_t>(id)]; }
+
 // The driver hook exported as `symbol`, or nullptr. Fast for names not starting with "cu".
 const DriverHook* FindDriverHookBySymbol(const char* symbol);
 

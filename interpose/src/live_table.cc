@@ -35,71 +35,6 @@ bool LiveTable::Init(size_t slots) {
   return true;
 }
 
-namespace {
-
-// Relaxed word loads and stores: acquire on the loads so that the scanner's re-check of the
-// state word does not move above them (free on x86; a fence would do, but sanitizers do not
-// model fences).
-inline uint64_t LoadWord(const uint64_t& word) { return __atomic_load_n(&word, __ATOMIC_ACQUIRE); }
-inline void StoreWord(uint64_t& word, uint64_t value) {
-  __atomic_store_n(&word, value, __ATOMIC_RELAXED);
-}
-
-}  // namespace
-
-void LiveTable::StoreEntry(size_t index, const LiveEntry& e) {
-  Slot& slot = slots_mem_[index];
-  const bool cold = (e.pool | e.handle | e.offset | static_cast<uint64_t>(e.refs) |
-                     static_cast<uint64_t>(e.maps)) != 0;
-  // Devices are small ordinals (-1: unknown); 16 bits hold them.
-  const uint8_t flags = static_cast<uint8_t>((e.flags & ~kColdFlag) | (cold ? kColdFlag : 0));
-  StoreWord(slot.header, WithDevice(static_cast<uint64_t>(e.cls) |
-                                        static_cast<uint64_t>(static_cast<uint16_t>(e.api)) << 8 |
-                                        static_cast<uint64_t>(static_cast<uint8_t>(e.kind)) << 24 |
-                                        static_cast<uint64_t>(flags) << 32,
-                                    e.device));
-  StoreWord(slot.address, e.address);
-  StoreWord(slot.size, e.size);
-  StoreWord(slot.seq, e.seq);
-  StoreWord(slot.stream, e.stream);
-  StoreWord(slot.stack_id, e.stack_id);
-  if (cold) {
-    Cold& c = cold_[index];
-    StoreWord(c.pool, e.pool);
-    StoreWord(c.handle, e.handle);
-    StoreWord(c.offset, e.offset);
-    StoreWord(c.refs, static_cast<uint64_t>(e.refs));
-    StoreWord(c.maps, static_cast<uint64_t>(e.maps));
-  }
-}
-
-void LiveTable::LoadEntry(size_t index, LiveEntry* out) const {
-  const Slot& slot = slots_mem_[index];
-  const uint64_t header = LoadWord(slot.header);
-  out->cls = static_cast<LiveClass>(header & 0xff);
-  out->api = static_cast<Api>((header >> 8) & 0xffff);
-  out->kind = static_cast<MemoryKind>((header >> 24) & 0xff);
-  const uint8_t flags = static_cast<uint8_t>((header >> 32) & 0xff);
-  out->flags = static_cast<uint8_t>(flags & ~kColdFlag);
-  out->device = DeviceOf(header);
-  out->address = LoadWord(slot.address);
-  out->size = LoadWord(slot.size);
-  out->seq = LoadWord(slot.seq);
-  out->stream = LoadWord(slot.stream);
-  out->stack_id = LoadWord(slot.stack_id);
-  if ((flags & kColdFlag) != 0) {
-    const Cold& c = cold_[index];
-    out->pool = LoadWord(c.pool);
-    out->handle = LoadWord(c.handle);
-    out->offset = LoadWord(c.offset);
-    out->refs = static_cast<int64_t>(LoadWord(c.refs));
-    out->maps = static_cast<int64_t>(LoadWord(c.maps));
-  } else {
-    out->pool = out->handle = out->offset = 0;
-    out->refs = out->maps = 0;
-  }
-}
-
 bool LiveTable::HoldsKey(const Slot& slot, LiveClass cls, uint64_t key) {
   // Atomic reads: a writer may be claiming the slot meanwhile; the caller's compare-and-swap
   // on the state word then fails and it looks again, so a stale answer does no harm.
@@ -145,7 +80,7 @@ LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* cla
   return nullptr;
 }
 
-bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
+bool LiveTable::InsertWithSeq(const LiveEntry& entry, uint64_t seq, size_t* index) {
   if (slots_mem_ == nullptr) return false;
   const Chain chain = ChainOf(entry.cls, entry.address);
   const void* const outer = t_live_slot_held;
@@ -171,7 +106,7 @@ bool LiveTable::Insert(const LiveEntry& entry, size_t* index) {
         continue;  // changed under us: look again
       }
       const size_t at = static_cast<size_t>(&slot - slots_mem_);
-      StoreEntry(at, entry);
+      StoreEntry(at, entry, seq);
       if (index != nullptr) *index = at;
       slot.state.store(Next(Next(s, kBusy), kLive), std::memory_order_release);
       t_live_slot_held = outer;
@@ -198,9 +133,6 @@ bool LiveTable::Erase(LiveClass cls, uint64_t key, LiveEntry* out, size_t* index
   return true;
 }
 
-void LiveTable::SetSeq(size_t index, uint64_t seq) {
-  __atomic_store_n(&slots_mem_[index].seq, seq, __ATOMIC_RELEASE);
-}
 
 void LiveTable::StoreResolved(size_t index, int32_t device, uint64_t pool) {
   Slot& slot = slots_mem_[index];
@@ -234,9 +166,6 @@ void LiveTable::SetErasedResolved(size_t index, int32_t device, uint64_t pool) {
   StoreResolved(index, device, pool);
 }
 
-void LiveTable::SetRemovedSeq(size_t index, uint64_t seq) {
-  __atomic_store_n(&slots_mem_[index].removed_seq, seq, __ATOMIC_RELEASE);
-}
 
 bool LiveTable::Reusable(const Slot& slot) const {
   uint64_t removed = __atomic_load_n(&slot.removed_seq, __ATOMIC_ACQUIRE);

@@ -107,7 +107,14 @@ class LiveTable {
 
   // Inserts (cls, entry.address), replacing a live entry of the same key met before the first
   // free slot. False when the table is full. `*index` (optional) names the slot for SetSeq.
-  bool Insert(const LiveEntry& entry, size_t* index = nullptr);
+  bool Insert(const LiveEntry& entry, size_t* index = nullptr) {
+    return InsertWithSeq(entry, entry.seq, index);
+  }
+  // The same with the entry's seq "pending" (kSeqPending), whatever entry.seq says: the insert
+  // that comes before its event's seq is taken and stamped (SetSeq).
+  bool InsertPending(const LiveEntry& entry, size_t* index) {
+    return InsertWithSeq(entry, kSeqPending, index);
+  }
   // Stamps the seq of the entry Insert put at `index` (its key cannot have been erased since:
   // the program does not have the address yet).
   void SetSeq(size_t index, uint64_t seq);
@@ -207,9 +214,9 @@ class LiveTable {
   // locality (handles, 2 MiB-aligned segments) spread over the runs as a plain hash spreads them.
   static constexpr uint64_t kRunSlots = 16;  // 2 KiB of slots per 64 KiB window
   struct Chain {
-    uint64_t run;    // first slot of the window's run
-    uint64_t page;   // the key's slot in the run
-    uint64_t spill;  // where the chain goes after the run
+    uint64_t run;         // first slot of the window's run
+    uint64_t page;        // the key's slot in the run
+    uint64_t spill_seed;  // hashed (Mix) into where the chain goes after the run
   };
   static uint64_t Mix(uint64_t h) {
     h ^= h >> 33;
@@ -220,13 +227,14 @@ class LiveTable {
   static Chain ChainOf(LiveClass cls, uint64_t key) {
     const uint64_t salt = static_cast<uint64_t>(cls) * 0x9e3779b97f4a7c15ull;
     return Chain{Mix((key >> 16) ^ salt) * kRunSlots, (key >> 12) & (kRunSlots - 1),
-                 Mix(key ^ salt ^ 0xc2b2ae3d27d4eb4full)};
+                 key ^ salt ^ 0xc2b2ae3d27d4eb4full};
   }
   // Slot index of probe `probe` (0 .. kMaxProbe-1) of `chain`.
   size_t SlotOf(const Chain& chain, int probe) const {
     const uint64_t p = static_cast<uint64_t>(probe);
-    const uint64_t i =
-        p < kRunSlots ? chain.run + ((chain.page + p) & (kRunSlots - 1)) : chain.spill + p;
+    // The spill place is hashed only when the run is full: nearly every chain ends in its run.
+    const uint64_t i = p < kRunSlots ? chain.run + ((chain.page + p) & (kRunSlots - 1))
+                                     : Mix(chain.spill_seed) + p;
     return static_cast<size_t>(i & (slots_ - 1));
   }
   static uint64_t Next(uint64_t state, uint64_t kind) { return ((state | 3) + 1) | kind; }
@@ -240,9 +248,19 @@ class LiveTable {
   // Writes device and pool into slot `index`, which the caller holds or owns.
   void StoreResolved(size_t index, int32_t device, uint64_t pool);
   // Word-by-word atomic copies in and out of slot `index`: the scanner may read an entry a
-  // writer is changing; the state word check discards such a torn copy.
-  void StoreEntry(size_t index, const LiveEntry& entry);
+  // writer is changing; the state word check discards such a torn copy. Inline (below): every
+  // insert and erase makes one, and as calls they were a sixth of a dormant hook's instructions.
+  void StoreEntry(size_t index, const LiveEntry& entry) { StoreEntry(index, entry, entry.seq); }
+  void StoreEntry(size_t index, const LiveEntry& entry, uint64_t seq);
+  bool InsertWithSeq(const LiveEntry& entry, uint64_t seq, size_t* index);
   void LoadEntry(size_t index, LiveEntry* out) const;
+  // Relaxed word loads and stores: acquire on the loads so that the scanner's re-check of the
+  // state word does not move above them (free on x86; a fence would do, but sanitizers do not
+  // model fences).
+  static uint64_t LoadWord(const uint64_t& word) { return __atomic_load_n(&word, __ATOMIC_ACQUIRE); }
+  static void StoreWord(uint64_t& word, uint64_t value) {
+    __atomic_store_n(&word, value, __ATOMIC_RELAXED);
+  }
   // Waits a little before attempt `attempt` at a slot another thread is changing: spins, then
   // yields, then sleeps (that thread may have been preempted).
   static void Backoff(int attempt);
@@ -265,6 +283,68 @@ class LiveTable {
   std::atomic<uint64_t> scan_floor_{0};
   mutable std::atomic<uint64_t> overflows_{0};
 };
+
+inline void LiveTable::SetSeq(size_t index, uint64_t seq) {
+  __atomic_store_n(&slots_mem_[index].seq, seq, __ATOMIC_RELEASE);
+}
+
+inline void LiveTable::SetRemovedSeq(size_t index, uint64_t seq) {
+  __atomic_store_n(&slots_mem_[index].removed_seq, seq, __ATOMIC_RELEASE);
+}
+
+[[gnu::always_inline]] inline void LiveTable::StoreEntry(size_t index, const LiveEntry& e,
+                                                        uint64_t seq) {
+  Slot& slot = slots_mem_[index];
+  const bool cold = (e.pool | e.handle | e.offset | static_cast<uint64_t>(e.refs) |
+                     static_cast<uint64_t>(e.maps)) != 0;
+  // Devices are small ordinals (-1: unknown); 16 bits hold them.
+  const uint8_t flags = static_cast<uint8_t>((e.flags & ~kColdFlag) | (cold ? kColdFlag : 0));
+  StoreWord(slot.header, WithDevice(static_cast<uint64_t>(e.cls) |
+                                        static_cast<uint64_t>(static_cast<uint16_t>(e.api)) << 8 |
+                                        static_cast<uint64_t>(static_cast<uint8_t>(e.kind)) << 24 |
+                                        static_cast<uint64_t>(flags) << 32,
+                                    e.device));
+  StoreWord(slot.address, e.address);
+  StoreWord(slot.size, e.size);
+  StoreWord(slot.seq, seq);
+  StoreWord(slot.stream, e.stream);
+  StoreWord(slot.stack_id, e.stack_id);
+  if (cold) {
+    Cold& c = cold_[index];
+    StoreWord(c.pool, e.pool);
+    StoreWord(c.handle, e.handle);
+    StoreWord(c.offset, e.offset);
+    StoreWord(c.refs, static_cast<uint64_t>(e.refs));
+    StoreWord(c.maps, static_cast<uint64_t>(e.maps));
+  }
+}
+
+[[gnu::always_inline]] inline void LiveTable::LoadEntry(size_t index, LiveEntry* out) const {
+  const Slot& slot = slots_mem_[index];
+  const uint64_t header = LoadWord(slot.header);
+  out->cls = static_cast<LiveClass>(header & 0xff);
+  out->api = static_cast<Api>((header >> 8) & 0xffff);
+  out->kind = static_cast<MemoryKind>((header >> 24) & 0xff);
+  const uint8_t flags = static_cast<uint8_t>((header >> 32) & 0xff);
+  out->flags = static_cast<uint8_t>(flags & ~kColdFlag);
+  out->device = DeviceOf(header);
+  out->address = LoadWord(slot.address);
+  out->size = LoadWord(slot.size);
+  out->seq = LoadWord(slot.seq);
+  out->stream = LoadWord(slot.stream);
+  out->stack_id = LoadWord(slot.stack_id);
+  if ((flags & kColdFlag) != 0) {
+    const Cold& c = cold_[index];
+    out->pool = LoadWord(c.pool);
+    out->handle = LoadWord(c.handle);
+    out->offset = LoadWord(c.offset);
+    out->refs = static_cast<int64_t>(LoadWord(c.refs));
+    out->maps = static_cast<int64_t>(LoadWord(c.maps));
+  } else {
+    out->pool = out->handle = out->offset = 0;
+    out->refs = out->maps = 0;
+  }
+}
 
 template <typename Fn>
 bool LiveTable::Update(LiveClass cls, uint64_t key, Fn&& fn) {

@@ -198,10 +198,8 @@ FragscopeTorchDevice* DeviceEntry(FragscopeTorchImport* out, int32_t device) {
 
 // As InsertLive (recorder.h), but says whether the table took the entry.
 bool Enter(const LiveEntry& entry) {
-  LiveEntry e = entry;
-  e.seq = kSeqPending;
   size_t index = 0;
-  const bool inserted = Agent().live.Insert(e, &index);
+  const bool inserted = Agent().live.InsertPending(entry, &index);
   const uint64_t seq = NextSeq();
   if (inserted) Agent().live.SetSeq(index, seq);
   return inserted;

@@ -153,60 +153,47 @@ void Submit(EventRecord& r) {
   PushRecord(r);
 }
 
-uint64_t InsertLive(LiveEntry entry, size_t* index) {
+uint64_t InsertLive(const LiveEntry& entry, size_t* index) {
   AgentState& a = Agent();
-  entry.seq = kSeqPending;
   size_t at = 0;
-  const bool inserted = a.live.Insert(entry, &at);
+  const bool inserted = a.live.InsertPending(entry, &at);
   const uint64_t seq = NextSeq();
   if (inserted) a.live.SetSeq(at, seq);
   if (index != nullptr) *index = inserted ? at : SIZE_MAX;
   return seq;
 }
 
-void RecordAlloc(const AllocInfo& info) {
+namespace {
+
+// RecordAlloc for an allocation a dormant hook entered just as a wake began. Out of line, like
+// the shipping path below: the dormant path's frame then holds no record or stack buffer.
+[[gnu::noinline]] void ShipWokenAlloc(const AllocInfo& info, LiveEntry& e, size_t index,
+                                      uint64_t seq) {
   AgentState& a = Agent();
-  a.live.Prefetch(LiveClass::kAllocation, info.address);
-  if (!a.shipping.load(std::memory_order_relaxed)) {
-    // Dormant: the live entry alone (the seq_cst load below decides for a woken stream; this
-    // one only skips building a record that would be thrown away). The device (and a
-    // stream-ordered allocation's pool, kPoolDeferred from the hook) is left to the wake,
-    // which reads it from the allocation.
-    LiveEntry e = ZeroLiveEntry();
-    e.cls = LiveClass::kAllocation;
-    e.api = info.api;
-    e.kind = info.kind;
-    e.device = info.device >= 0 ? info.device : kDeviceDeferred;
-    e.address = info.address;
-    e.size = info.size;
-    e.stream = info.stream;
-    e.pool = info.pool;
-    size_t index = 0;
-    const uint64_t seq = InsertLive(e, &index);
-    if (!a.shipping.load(std::memory_order_seq_cst)) {
-      EnsureDeviceInfo(e.device);
-      EnsureBackgroundThread();
-      return;
-    }
-    // Woken in between: this event's seq may be above the wake's snapshot, so ship it, and
-    // the wake's pass over deferred fields may have gone by this entry already.
-    if (HasDeferredFields(e)) {
-      ResolveDeferred(e);
-      if (index != SIZE_MAX) a.live.SetResolved(index, e.device, e.pool);
-    }
-    EventRecord r = NewRecord(RecordType::kAlloc, info.api);
-    r.device = e.device;
-    r.address = info.address;
-    r.size = info.size;
-    r.kind = info.kind;
-    r.stream = info.stream;
-    r.pool = e.pool;
-    r.aux0 = info.pitch;
-    if (info.in_capture) r.flags |= kFlagInCapture;
-    r.seq = seq;
-    Submit(r);
-    return;
+  // Woken in between: this event's seq may be above the wake's snapshot, so ship it, and
+  // the wake's pass over deferred fields may have gone by this entry already.
+  if (HasDeferredFields(e)) {
+    ResolveDeferred(e);
+    if (index != SIZE_MAX) a.live.SetResolved(index, e.device, e.pool);
   }
+  EventRecord r = NewRecord(RecordType::kAlloc, info.api);
+  r.device = e.device;
+  r.address = info.address;
+  r.size = info.size;
+  r.kind = info.kind;
+  r.stream = info.stream;
+  r.pool = e.pool;
+  r.aux0 = info.pitch;
+  if (info.in_capture) r.flags |= kFlagInCapture;
+  r.seq = seq;
+  Submit(r);
+}
+
+[[gnu::noinline]] void RecordAllocShipping(const AllocInfo& info) {
+  AgentState& a = Agent();
+  // Shipping: the slot's line loads while the stack is walked and the record built (dormant,
+  // the insert comes at once and a prefetch would only hash the key twice).
+  a.live.Prefetch(LiveClass::kAllocation, info.address);
   EventRecord r = NewRecord(RecordType::kAlloc, info.api);
   // The clock is read here rather than in Submit: the live-table slot prefetched above is on
   // its way meanwhile (a time read a little before the seq is as good as one after it: threads
@@ -234,6 +221,37 @@ void RecordAlloc(const AllocInfo& info) {
   r.seq = InsertLive(e);
   Submit(r);
   MaybeSampleMemInfo(r.device, r.time_ns);
+}
+
+}  // namespace
+
+void RecordAlloc(const AllocInfo& info) {
+  AgentState& a = Agent();
+  if (a.shipping.load(std::memory_order_relaxed)) {
+    RecordAllocShipping(info);
+    return;
+  }
+  // Dormant: the live entry alone (the seq_cst load below decides for a woken stream; this
+  // one only skips building a record that would be thrown away). The device (and a
+  // stream-ordered allocation's pool, kPoolDeferred from the hook) is left to the wake,
+  // which reads it from the allocation.
+  LiveEntry e = ZeroLiveEntry();
+  e.cls = LiveClass::kAllocation;
+  e.api = info.api;
+  e.kind = info.kind;
+  e.device = info.device >= 0 ? info.device : kDeviceDeferred;
+  e.address = info.address;
+  e.size = info.size;
+  e.stream = info.stream;
+  e.pool = info.pool;
+  size_t index = 0;
+  const uint64_t seq = InsertLive(e, &index);
+  if (!a.shipping.load(std::memory_order_seq_cst)) {
+    EnsureDeviceInfo(e.device);
+    EnsureBackgroundThread();
+    return;
+  }
+  ShipWokenAlloc(info, e, index, seq);
 }
 
 void RecordFailure(const FailureInfo& info) {
@@ -288,7 +306,7 @@ void PendingRelease::Restore() {
   Agent().live.Insert(entry_);
 }
 
-void PendingRelease::EndFree(Api api, int32_t result, uint64_t stream) {
+void PendingRelease::EndFreeSlow(Api api, int32_t result, uint64_t stream) {
   if (result != 0) Restore();
   // Dormant: nothing to ship (seq_cst: see Submit; the seq was taken in the constructor).
   if (!Agent().shipping.load(std::memory_order_seq_cst)) return;

@@ -201,12 +201,18 @@ class PendingRelease {
   bool known() const { return known_; }
   const LiveEntry& entry() const { return entry_; }
   uint64_t seq() const { return seq_; }
-  // FreeEvent for allocations.
-  void EndFree(Api api, int32_t result, uint64_t stream);
+  // FreeEvent for allocations. Inline for the dormant release that succeeded, which has
+  // nothing left to do (seq_cst: see Submit; the seq was taken in the constructor).
+  void EndFree(Api api, int32_t result, uint64_t stream) {
+    if (result == 0 && !Agent().shipping.load(std::memory_order_seq_cst)) return;
+    EndFreeSlow(api, result, stream);
+  }
   // Puts the entry back (the real call failed).
   void Restore();
 
  private:
+  void EndFreeSlow(Api api, int32_t result, uint64_t stream);
+
   LiveClass cls_;
   uint64_t key_;
   bool known_;
@@ -232,7 +238,7 @@ void SamplePool(int32_t device, uint64_t pool);
 // Inserts a live entry whose seq is stamped right after (see live_table.h for why), returning
 // the seq. `entry.seq` is ignored. `*index` (optional) is where the entry went, or SIZE_MAX when
 // the table refused it.
-uint64_t InsertLive(LiveEntry entry, size_t* index = nullptr);
+uint64_t InsertLive(const LiveEntry& entry, size_t* index = nullptr);
 
 }  // namespace fragscope::agent
 

@@ -19,13 +19,14 @@ Fn Real(RuntimeHookId id, int abi) {
   return reinterpret_cast<Fn>(RuntimeReal(id, abi));
 }
 
-Api ApiOf(RuntimeHookId id) { return GetRuntimeHook(id).api; }
+Api ApiOf(RuntimeHookId id) { return HookApi(id); }
 
 uint64_t Address(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
-void OnAcquire(const HookCall& hook, RuntimeHookId id, cudaError_t r, uint64_t address,
-               uint64_t size, MemoryKind kind, uint64_t stream = 0, uint64_t pool = 0,
-               uint64_t pitch = 0, bool in_capture = false) {
+[[gnu::always_inline]] inline void OnAcquire(const HookCall& hook, RuntimeHookId id, cudaError_t r,
+                                             uint64_t address, uint64_t size, MemoryKind kind,
+                                             uint64_t stream = 0, uint64_t pool = 0,
+                                             uint64_t pitch = 0, bool in_capture = false) {
   if (r == cudaSuccess) {
     if (address == 0) return;  // size 0: nothing allocated
     AllocInfo info{ApiOf(id), address, size, kind};
