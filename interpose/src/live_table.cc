@@ -133,7 +133,6 @@ bool LiveTable::Erase(LiveClass cls, uint64_t key, LiveEntry* out, size_t* index
   return true;
 }
 
-
 void LiveTable::StoreResolved(size_t index, int32_t device, uint64_t pool) {
   Slot& slot = slots_mem_[index];
   const uint64_t header = LoadWord(slot.header);
@@ -165,7 +164,6 @@ void LiveTable::SetErasedResolved(size_t index, int32_t device, uint64_t pool) {
   // Pending tombstone: nobody reuses it or reads its entry until SetRemovedSeq (release).
   StoreResolved(index, device, pool);
 }
-
 
 bool LiveTable::Reusable(const Slot& slot) const {
   uint64_t removed = __atomic_load_n(&slot.removed_seq, __ATOMIC_ACQUIRE);

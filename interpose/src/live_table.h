@@ -257,7 +257,9 @@ class LiveTable {
   // Relaxed word loads and stores: acquire on the loads so that the scanner's re-check of the
   // state word does not move above them (free on x86; a fence would do, but sanitizers do not
   // model fences).
-  static uint64_t LoadWord(const uint64_t& word) { return __atomic_load_n(&word, __ATOMIC_ACQUIRE); }
+  static uint64_t LoadWord(const uint64_t& word) {
+    return __atomic_load_n(&word, __ATOMIC_ACQUIRE);
+  }
   static void StoreWord(uint64_t& word, uint64_t value) {
     __atomic_store_n(&word, value, __ATOMIC_RELAXED);
   }
@@ -293,7 +295,7 @@ inline void LiveTable::SetRemovedSeq(size_t index, uint64_t seq) {
 }
 
 [[gnu::always_inline]] inline void LiveTable::StoreEntry(size_t index, const LiveEntry& e,
-                                                        uint64_t seq) {
+                                                         uint64_t seq) {
   Slot& slot = slots_mem_[index];
   const bool cold = (e.pool | e.handle | e.offset | static_cast<uint64_t>(e.refs) |
                      static_cast<uint64_t>(e.maps)) != 0;
