@@ -107,6 +107,10 @@ bool LiveTable::InsertWithSeq(const LiveEntry& entry, uint64_t seq, size_t* inde
       }
       const size_t at = static_cast<size_t>(&slot - slots_mem_);
       StoreEntry(at, entry, seq);
+      // The next page's slot, for the allocation after this one: allocators hand out ascending
+      // addresses (ChainOf), and a line loaded now is not waited for then (dormant hook
+      // benchmark: about -4 ns per call).
+      __builtin_prefetch(&slots_mem_[(at + 1) & (slots_ - 1)], 1);
       if (index != nullptr) *index = at;
       slot.state.store(Next(Next(s, kBusy), kLive), std::memory_order_release);
       t_live_slot_held = outer;
