@@ -19,7 +19,7 @@ namespace fragscope::agent {
     CUresult r = real args;                                                                 \
     hook.Returned(r, r != CUDA_SUCCESS);                                                    \
     if (r != CUDA_SUCCESS && hook.record()) {                                               \
-      RecordFailure(FailureInfo{GetDriverHook(DriverHookId::k_##symbol).api, r});           \
+      RecordFailure(FailureInfo{HookApi(DriverHookId::k_##symbol), r});                     \
     }                                                                                       \
     return r;                                                                               \
   }

@@ -33,7 +33,7 @@ namespace {
 
 const DriverHook kDriverHooks[] = {
 #define FRAGSCOPE_DRIVER_HOOK(symbol, base, api, kind) \
-  {#symbol, #base, Api::k_##api, HookKind::kind, reinterpret_cast<void*>(&fs_drv_##symbol)},
+  {#symbol, #base, HookKind::kind, reinterpret_cast<void*>(&fs_drv_##symbol)},
 #include "driver_hook_list.inc"
 #undef FRAGSCOPE_DRIVER_HOOK
 };
@@ -42,7 +42,6 @@ static_assert(sizeof(kDriverHooks) / sizeof(kDriverHooks[0]) == kDriverHookCount
 const RuntimeHook kRuntimeHooks[] = {
 #define FRAGSCOPE_RUNTIME_HOOK(symbol, api, kind)                                           \
   {#symbol,                                                                                 \
-   Api::k_##api,                                                                            \
    HookKind::kind,                                                                          \
    {reinterpret_cast<void*>(&fs_rt12_##symbol), reinterpret_cast<void*>(&fs_rt13_##symbol), \
     reinterpret_cast<void*>(&fs_rtU_##symbol)}},

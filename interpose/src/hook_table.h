@@ -42,14 +42,12 @@ const char* RuntimeAbiVersion(int abi);
 struct DriverHook {
   const char* symbol;  // exported name, one ABI
   const char* base;    // name cuGetProcAddress is asked for
-  Api api;
   HookKind kind;
   void* wrapper;  // our function with exactly this ABI
 };
 
 struct RuntimeHook {
   const char* symbol;
-  Api api;
   HookKind kind;
   void* wrappers[kRuntimeAbiCount];
 };
@@ -58,7 +56,7 @@ const DriverHook& GetDriverHook(DriverHookId id);
 const RuntimeHook& GetRuntimeHook(RuntimeHookId id);
 
 // The Api each hook records, as constants: a wrapper's id is a constant, so its event's Api
-// folds to one (through GetDriverHook it was a call per event).
+// folds to one (kept in DriverHook/RuntimeHook, it took a call to GetDriverHook per event).
 inline constexpr Api kDriverHookApi[] = {
 #define FRAGSCOPE_DRIVER_HOOK(symbol, base, api, kind) Api::k_##api,
 #include "driver_hook_list.inc"
