@@ -196,13 +196,11 @@ FragscopeTorchDevice* DeviceEntry(FragscopeTorchImport* out, int32_t device) {
   return d;
 }
 
-// As InsertLive (recorder.h), but says whether the table took the entry.
+// InsertLive (recorder.h), saying whether the table took the entry.
 bool Enter(const LiveEntry& entry) {
   size_t index = 0;
-  const bool inserted = Agent().live.InsertPending(entry, &index);
-  const uint64_t seq = NextSeq();
-  if (inserted) Agent().live.SetSeq(index, seq);
-  return inserted;
+  InsertLive(entry, &index);
+  return index != SIZE_MAX;
 }
 
 // Enters the records of the Python code's answer. With the GIL held: Python code that

@@ -165,6 +165,33 @@ uint64_t InsertLive(const LiveEntry& entry, size_t* index) {
 
 namespace {
 
+// The live entry of an allocation, with the device and pool the caller settled on.
+[[gnu::always_inline]] inline LiveEntry AllocationEntry(const AllocInfo& info, int32_t device,
+                                                        uint64_t pool) {
+  LiveEntry e = ZeroLiveEntry();
+  e.cls = LiveClass::kAllocation;
+  e.api = info.api;
+  e.kind = info.kind;
+  e.device = device;
+  e.address = info.address;
+  e.size = info.size;
+  e.stream = info.stream;
+  e.pool = pool;
+  return e;
+}
+
+// The AllocEvent fields of `r` from `info`, with the device and pool the caller settled on.
+inline void FillAllocRecord(EventRecord& r, const AllocInfo& info, int32_t device, uint64_t pool) {
+  r.device = device;
+  r.address = info.address;
+  r.size = info.size;
+  r.kind = info.kind;
+  r.stream = info.stream;
+  r.pool = pool;
+  r.aux0 = info.pitch;
+  if (info.in_capture) r.flags |= kFlagInCapture;
+}
+
 // RecordAlloc for an allocation a dormant hook entered just as a wake began. Out of line, like
 // the shipping path below: the dormant path's frame then holds no record or stack buffer.
 [[gnu::noinline]] void ShipWokenAlloc(const AllocInfo& info, LiveEntry& e, size_t index,
@@ -177,14 +204,7 @@ namespace {
     if (index != SIZE_MAX) a.live.SetResolved(index, e.device, e.pool);
   }
   EventRecord r = NewRecord(RecordType::kAlloc, info.api);
-  r.device = e.device;
-  r.address = info.address;
-  r.size = info.size;
-  r.kind = info.kind;
-  r.stream = info.stream;
-  r.pool = e.pool;
-  r.aux0 = info.pitch;
-  if (info.in_capture) r.flags |= kFlagInCapture;
+  FillAllocRecord(r, info, e.device, e.pool);
   r.seq = seq;
   Submit(r);
 }
@@ -199,24 +219,11 @@ namespace {
   // its way meanwhile (a time read a little before the seq is as good as one after it: threads
   // interleave between the two anyway).
   r.time_ns = NowNs();
-  r.device = info.device >= 0 ? info.device : CurrentDevice();
-  r.address = info.address;
-  r.size = info.size;
-  r.kind = info.kind;
-  r.stream = info.stream;
+  const int32_t device = info.device >= 0 ? info.device : CurrentDevice();
   // Deferred by a hook that saw the agent dormant just before a wake (CurrentPoolUnlessDormant).
-  r.pool = info.pool == kPoolDeferred ? DeviceCurrentPool(r.device) : info.pool;
-  r.aux0 = info.pitch;
-  if (info.in_capture) r.flags |= kFlagInCapture;
-  LiveEntry e = ZeroLiveEntry();
-  e.cls = LiveClass::kAllocation;
-  e.api = info.api;
-  e.kind = info.kind;
-  e.device = r.device;
-  e.address = info.address;
-  e.size = info.size;
-  e.stream = info.stream;
-  e.pool = r.pool;
+  const uint64_t pool = info.pool == kPoolDeferred ? DeviceCurrentPool(device) : info.pool;
+  FillAllocRecord(r, info, device, pool);
+  LiveEntry e = AllocationEntry(info, device, pool);
   e.stack_id = r.stack_id;
   r.seq = InsertLive(e);
   Submit(r);
@@ -235,15 +242,7 @@ void RecordAlloc(const AllocInfo& info) {
   // one only skips building a record that would be thrown away). The device (and a
   // stream-ordered allocation's pool, kPoolDeferred from the hook) is left to the wake,
   // which reads it from the allocation.
-  LiveEntry e = ZeroLiveEntry();
-  e.cls = LiveClass::kAllocation;
-  e.api = info.api;
-  e.kind = info.kind;
-  e.device = info.device >= 0 ? info.device : kDeviceDeferred;
-  e.address = info.address;
-  e.size = info.size;
-  e.stream = info.stream;
-  e.pool = info.pool;
+  LiveEntry e = AllocationEntry(info, info.device >= 0 ? info.device : kDeviceDeferred, info.pool);
   size_t index = 0;
   const uint64_t seq = InsertLive(e, &index);
   if (!a.shipping.load(std::memory_order_seq_cst)) {
