@@ -35,8 +35,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -304,15 +306,20 @@ double CpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// Opens `path` for one pass, or marks the benchmark skipped with the reader's error.
+std::optional<FrameReader> OpenOrSkip(benchmark::State& state, const std::string& path) {
+  absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(path);
+  if (reader.ok()) return std::move(*reader);
+  state.SkipWithError(std::string(reader.status().message()).c_str());
+  return std::nullopt;
+}
+
 // One pass over `path` reading into a heap v1::Frame (what StreamSession did until it took
 // ArenaFrameReader): what the arena saves, in BM_ReadOnly's terms.
 void ReadHeapFrames(benchmark::State& state, const std::string& path) {
   for (auto _ : state) {
-    absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(path);
-    if (!reader.ok()) {
-      state.SkipWithError(std::string(reader.status().message()).c_str());
-      return;
-    }
+    std::optional<FrameReader> reader = OpenOrSkip(state, path);
+    if (!reader) return;
     v1::Frame frame;
     uint64_t frames = 0;
     const double cpu_start = CpuSeconds();
@@ -346,11 +353,8 @@ void SetReplayCounters(benchmark::State& state, double events, uint64_t frames, 
 // One pass over `path`; applies frames to a model when `apply`.
 void ReplayOnce(benchmark::State& state, const std::string& path, bool apply) {
   for (auto _ : state) {
-    absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(path);
-    if (!reader.ok()) {
-      state.SkipWithError(std::string(reader.status().message()).c_str());
-      return;
-    }
+    std::optional<FrameReader> reader = OpenOrSkip(state, path);
+    if (!reader) return;
     ProcessModel model;
     // The model's part of the collector's replay loop (StreamSession without the seq orderer
     // and its lock: BM_Report): frames parsed into an arena, applied, let go.
@@ -397,11 +401,8 @@ double EventsIn(const std::string& path) {
 // is what the session adds to the model.
 void ReportOnce(benchmark::State& state, const std::string& path) {
   for (auto _ : state) {
-    absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(path);
-    if (!reader.ok()) {
-      state.SkipWithError(std::string(reader.status().message()).c_str());
-      return;
-    }
+    std::optional<FrameReader> reader = OpenOrSkip(state, path);
+    if (!reader) return;
     StreamSession session(ModelOptions{}, nullptr);
     const double cpu_start = CpuSeconds();
     const auto start = std::chrono::steady_clock::now();
