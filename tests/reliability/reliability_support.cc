@@ -80,7 +80,7 @@ Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq) {
   // The collector's own path: frames go through the SeqOrderer every StreamSession uses.
   ProcessModel model;
   SeqOrderer orderer;
-  const SeqOrderer::Sink apply = [&model](const v1::Frame& f) { model.Apply(f); };
+  const auto apply = [&model](const v1::Frame& f) { model.Apply(f); };
   v1::Frame frame;
   // The snapshot reason the agent promises next after a Drops frame (RESYNC after ring drops,
   // STREAM_START after a reconnect, whose snapshot may be preceded by the stacks it names).

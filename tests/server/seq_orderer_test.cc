@@ -1,6 +1,7 @@
 // SeqOrderer: events reach the model in seq order whatever order they arrived in.
 #include "fragscope/server/seq_orderer.h"
 
+#include <functional>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -39,7 +40,8 @@ v1::Frame Snapshot(uint64_t seq) {
 
 struct Recorder {
   std::vector<std::pair<char, uint64_t>> seen;
-  SeqOrderer::Sink sink() {
+  // A callable the test passes per call (Sink only refers to a callable; it owns none).
+  std::function<void(const v1::Frame&)> sink() {
     return [this](const v1::Frame& f) {
       char kind = f.has_snapshot()   ? 'S'
                   : f.has_failed()   ? 'F'
@@ -58,7 +60,7 @@ TEST(SeqOrderer, PassesInOrderFramesThroughAndCopiesOnlyTheOnesItHolds) {
   SeqOrderer o;
   std::vector<const v1::Frame*> objects;
   std::vector<uint64_t> addresses;
-  const SeqOrderer::Sink sink = [&](const v1::Frame& f) {
+  const auto sink = [&](const v1::Frame& f) {
     objects.push_back(&f);
     addresses.push_back(f.alloc().address());
   };

@@ -274,5 +274,61 @@ TEST(FrameIo, ReadsFromAPipeLikeASocket) {
   EXPECT_EQ(status, 0);
 }
 
+// What a session relies on to drop its lock before a read that may wait: NextFrameBuffered is
+// true only when the next frame is whole in the buffer, including a length of several bytes.
+TEST(FrameIo, NextFrameBufferedSaysWhetherNextWouldRead) {
+  auto framed = [](const v1::Frame& f) {
+    std::string body = f.SerializeAsString();
+    std::string out;
+    for (uint64_t v = body.size();; v >>= 7) {
+      if (v < 0x80) {
+        out.push_back(static_cast<char>(v));
+        break;
+      }
+      out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    }
+    return out + body;
+  };
+  auto frames = SampleFrames(3);
+  v1::Frame big;  // a frame whose length takes two bytes
+  big.mutable_hello()->set_exe(std::string(300, 'x'));
+  const std::string a = framed(frames[1]);
+  const std::string b = framed(big);
+  const std::string c = framed(frames[2]);
+  const std::string d = framed(frames[3]);
+  ASSERT_GT(b.size(), 300u);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  auto put = [&](const std::string& bytes) {
+    ASSERT_EQ(write(fds[1], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  };
+  unsigned char header[kTraceHeaderBytes];
+  EncodeTraceHeader(kFormatMajor, kFormatMinor, header);
+  put(std::string(reinterpret_cast<const char*>(header), sizeof(header)));
+  put(a);
+  put(b.substr(0, 1));  // half of the length of b
+  auto reader = FrameReader::FromFd(fds[0], "pipe");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  v1::Frame f;
+  ASSERT_EQ(reader->Next(&f), Result::kFrame);
+  EXPECT_EQ(f.SerializeAsString(), frames[1].SerializeAsString());
+  EXPECT_FALSE(reader->NextFrameBuffered()) << "only one byte of the next length";
+  put(b.substr(1, 100));
+  EXPECT_FALSE(reader->NextFrameBuffered()) << "not read yet: the buffer is what counts";
+  put(b.substr(101));
+  ASSERT_EQ(reader->Next(&f), Result::kFrame);
+  EXPECT_EQ(f.SerializeAsString(), big.SerializeAsString());
+  EXPECT_FALSE(reader->NextFrameBuffered()) << "nothing left in the buffer";
+  put(c + d);
+  ASSERT_EQ(reader->Next(&f), Result::kFrame);
+  EXPECT_EQ(f.SerializeAsString(), frames[2].SerializeAsString());
+  EXPECT_TRUE(reader->NextFrameBuffered()) << "d came in the same read as c";
+  close(fds[1]);
+  ASSERT_EQ(reader->Next(&f), Result::kFrame);
+  EXPECT_EQ(f.SerializeAsString(), frames[3].SerializeAsString());
+  EXPECT_FALSE(reader->NextFrameBuffered());
+  EXPECT_EQ(reader->Next(&f), Result::kEnd) << reader->error();
+}
+
 }  // namespace
 }  // namespace fragscope

@@ -57,7 +57,10 @@ class StreamSession {
   void OpenTraceCopy(const v1::Frame& first, StreamOutcome& outcome);
   void CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome);
 
-  mutable std::mutex mu_;  // guards model_, hello_ and frames_ against query threads
+  // The most frames Run applies under one holding of mu_.
+  static constexpr int kFramesPerLock = 64;
+
+  mutable std::mutex mu_;  // guards model_, orderer_, hello_ and frames_ against query threads
   ProcessModel model_;
   uint64_t frames_ = 0;
   TracePathChooser choose_trace_path_;

@@ -2,6 +2,7 @@
 #ifndef FRAGSCOPE_TRACE_FRAME_READER_H_
 #define FRAGSCOPE_TRACE_FRAME_READER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,6 +42,20 @@ class FrameReader {
   // into *other; *frame points to the one that holds it. The frames, errors and offsets are
   // exactly those of Next(out).
   Result Next(v1::Frame* other, HotFrameSet* hot, const v1::Frame** frame);
+
+  // Whether the next frame is already whole in the read buffer, so that the next Next() returns
+  // it without reading (and so without waiting on a socket). False says nothing: the frame may
+  // still come at once, or the stream may end. Lets a caller holding a lock drop it before a read
+  // that may block.
+  bool NextFrameBuffered() const {
+    uint64_t length = 0;
+    for (std::size_t i = 0; i < 10 && pos_ + i < end_; ++i) {
+      const unsigned char b = buffer_[pos_ + i];
+      length |= uint64_t{b & 0x7fu} << (7 * i);
+      if (b < 0x80) return length <= end_ - pos_ - i - 1;
+    }
+    return false;
+  }
 
   // For kTruncated and kError: what went wrong, with the stream name and byte offset.
   const std::string& error() const { return error_; }

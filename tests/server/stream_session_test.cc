@@ -1,0 +1,127 @@
+// StreamSession against a stream that pauses, as a live agent's does: what was applied is
+// visible to query threads while the session waits for more.
+#include "fragscope/server/stream_session.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "fragscope.pb.h"
+#include "fragscope/trace/frame_reader.h"
+#include "fragscope/trace/trace_format.h"
+#include "gtest/gtest.h"
+
+namespace fragscope {
+namespace {
+
+std::string Framed(const v1::Frame& f) {
+  std::string body = f.SerializeAsString();
+  std::string out;
+  for (uint64_t v = body.size();; v >>= 7) {
+    if (v < 0x80) {
+      out.push_back(static_cast<char>(v));
+      break;
+    }
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+  }
+  return out + body;
+}
+
+v1::Frame Alloc(uint64_t seq, uint64_t address) {
+  v1::Frame f;
+  v1::AllocEvent* a = f.mutable_alloc();
+  a->set_seq(seq);
+  a->set_api(v1::API_cudaMalloc);
+  a->set_address(address);
+  a->set_size(1 << 20);
+  a->set_device(0);
+  a->set_kind(v1::MEMORY_KIND_DEVICE);
+  return f;
+}
+
+// Runs `session` on the read end of a pipe in another thread; the test writes the stream.
+class PipeStream {
+ public:
+  explicit PipeStream(StreamSession* session) {
+    EXPECT_EQ(pipe(fds_), 0);
+    unsigned char header[kTraceHeaderBytes];
+    EncodeTraceHeader(kFormatMajor, kFormatMinor, header);
+    Put(std::string(reinterpret_cast<const char*>(header), sizeof(header)));
+    outcome_ = std::async(std::launch::async, [this, session] {
+      auto reader = FrameReader::FromFd(fds_[0], "pipe");
+      EXPECT_TRUE(reader.ok()) << reader.status();
+      return reader.ok() ? session->Run(*reader) : StreamOutcome{};
+    });
+  }
+  void Put(const std::string& bytes) {
+    ASSERT_EQ(write(fds_[1], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+  StreamOutcome Finish() {
+    close(fds_[1]);
+    return outcome_.get();
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+  std::future<StreamOutcome> outcome_;
+};
+
+// Polls `done` for up to 10 s (the session thread applies what arrived on its own time).
+template <typename Done>
+bool Eventually(Done&& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+TEST(StreamSession, QueriesSeeEveryAppliedFrameWhileTheStreamIsIdle) {
+  StreamSession session(ModelOptions{}, nullptr);
+  PipeStream stream(&session);
+  v1::Frame hello;
+  hello.mutable_hello()->set_pid(77);
+  v1::Frame device;
+  device.mutable_device()->set_ordinal(0);
+  device.mutable_device()->set_total_bytes(uint64_t{1} << 34);
+  // More frames than one holding of the session's lock covers, then a pause: the session
+  // must apply them all and let queries in while it waits, not hold the lock over the read.
+  std::string burst = Framed(hello) + Framed(device);
+  const int kAllocs = 300;
+  for (int i = 0; i < kAllocs; ++i)
+    burst += Framed(Alloc(i + 1, 0x7f0000000000 + (static_cast<uint64_t>(i) << 24)));
+  stream.Put(burst);
+  // The queries run apart, so that a session holding its lock over the read fails the test
+  // after 10 s instead of hanging it (closing the pipe then lets the session go).
+  auto queries = std::async(std::launch::async, [&] {
+    EXPECT_TRUE(Eventually([&] { return session.frames_applied() == 2 + kAllocs; }))
+        << "applied " << session.frames_applied();
+    // The session now waits on the pipe; each query must come back at once.
+    for (int i = 0; i < 3; ++i) {
+      const ModelSummary s = session.Summarize();
+      ASSERT_EQ(s.devices.size(), 1u);
+      EXPECT_EQ(s.devices[0].reserved_bytes, uint64_t{kAllocs} << 20);
+      ASSERT_TRUE(session.hello().has_value());
+      EXPECT_EQ(session.hello()->pid(), 77u);
+    }
+  });
+  if (queries.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "queries blocked while the stream was idle";
+    stream.Finish();
+    return;
+  }
+  queries.get();
+  stream.Put(Framed(Alloc(kAllocs + 1, 0x7e0000000000)));
+  ASSERT_TRUE(Eventually([&] { return session.frames_applied() == 3 + kAllocs; }));
+  const StreamOutcome outcome = stream.Finish();
+  EXPECT_EQ(outcome.result, FrameReader::Result::kEnd) << outcome.error;
+  EXPECT_EQ(outcome.frames, 3u + kAllocs);
+  EXPECT_EQ(session.Summarize().devices[0].reserved_bytes, uint64_t{kAllocs + 1} << 20);
+}
+
+}  // namespace
+}  // namespace fragscope
