@@ -229,7 +229,10 @@ bool ParseHotEvent(const unsigned char* data, std::size_t size, HotEvent* event)
   // Field values by number; absent fields are 0, as after Clear(). A field given twice keeps
   // the last value, as libprotobuf does for singular scalars.
   uint64_t* f = event->field;
-  std::memset(f, 0, sizeof(event->field));  // constant size: a few vector stores
+  // Unrolled stores, not memset: GCC turns a 120-byte memset (or a plain loop) into `rep
+  // stosq`, whose start-up was a fifth of this function's time in perf.
+#pragma GCC unroll 16
+  for (int i = 0; i <= HotEvent::kMaxField; ++i) f[i] = 0;
   // One-byte tags of varint fields only (every field of these messages is a varint below 16);
   // field 0, other wire types and unknown numbers go to libprotobuf.
   auto tag_ok = [max_field](uint32_t tag) {
