@@ -16,7 +16,7 @@ void BlockRelease(void* ptr, int device, void* stream, BlockOp op) {
   HookCall hook;  // keeps errno as the program left it
   if (!hook.record()) return;
   LiveTable& live = Agent().live;
-  LiveEntry entry{};
+  LiveEntry entry = ZeroLiveEntry();  // not `{}`: see ZeroLiveEntry
   size_t index = 0;
   bool known;
   bool erased = false;
@@ -57,7 +57,7 @@ extern "C" FRAGSCOPE_VISIBLE void fragscope_block_alloc(void* ptr, size_t size, 
   r.device = device;
   r.stream = Address(stream);
   r.aux2 = pool;
-  LiveEntry e{};
+  LiveEntry e = ZeroLiveEntry();  // not `{}`: see ZeroLiveEntry
   e.cls = LiveClass::kBlock;
   e.api = Api::k_fragscope_block_alloc;
   e.device = device;
