@@ -15,14 +15,6 @@ namespace fragscope {
 
 namespace {
 constexpr std::size_t kFlushThreshold = 1 << 20;
-
-void AppendVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
 }  // namespace
 
 absl::StatusOr<FrameWriter> FrameWriter::CreateFile(const std::string& path) {
@@ -67,8 +59,7 @@ absl::Status FrameWriter::WriteSerialized(std::string_view frame_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: frame of %d bytes exceeds the format's limit", name_, frame_bytes.size()));
   }
-  AppendVarint(frame_bytes.size(), &pending_);
-  pending_.append(frame_bytes);
+  AppendFramed(frame_bytes, &pending_);
   if (pending_.size() >= kFlushThreshold) return Flush();
   return absl::OkStatus();
 }

@@ -16,4 +16,14 @@ void EncodeTraceHeader(uint32_t major, uint32_t minor, unsigned char out[kTraceH
   PutLe32(minor, out + 12);
 }
 
+void AppendFramed(std::string_view frame_bytes, std::string* out) {
+  uint64_t v = frame_bytes.size();
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+  out->append(frame_bytes);
+}
+
 }  // namespace fragscope

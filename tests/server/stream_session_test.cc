@@ -18,16 +18,9 @@ namespace fragscope {
 namespace {
 
 std::string Framed(const v1::Frame& f) {
-  std::string body = f.SerializeAsString();
   std::string out;
-  for (uint64_t v = body.size();; v >>= 7) {
-    if (v < 0x80) {
-      out.push_back(static_cast<char>(v));
-      break;
-    }
-    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-  }
-  return out + body;
+  AppendFramed(f.SerializeAsString(), &out);
+  return out;
 }
 
 v1::Frame Alloc(uint64_t seq, uint64_t address) {

@@ -240,15 +240,8 @@ TEST(FrameIo, ReadsFromAPipeLikeASocket) {
     EncodeTraceHeader(kFormatMajor, kFormatMinor, header);
     if (write(fds[1], header, sizeof(header)) != sizeof(header)) _exit(1);
     for (const auto& f : frames) {
-      std::string body = f.SerializeAsString();
       std::string framed;
-      uint64_t v = body.size();
-      while (v >= 0x80) {
-        framed.push_back(static_cast<char>((v & 0x7f) | 0x80));
-        v >>= 7;
-      }
-      framed.push_back(static_cast<char>(v));
-      framed += body;
+      AppendFramed(f.SerializeAsString(), &framed);
       // Byte-at-a-time writes exercise partial reads.
       for (char c : framed) {
         if (write(fds[1], &c, 1) != 1) _exit(1);
@@ -278,16 +271,9 @@ TEST(FrameIo, ReadsFromAPipeLikeASocket) {
 // true only when the next frame is whole in the buffer, including a length of several bytes.
 TEST(FrameIo, NextFrameBufferedSaysWhetherNextWouldRead) {
   auto framed = [](const v1::Frame& f) {
-    std::string body = f.SerializeAsString();
     std::string out;
-    for (uint64_t v = body.size();; v >>= 7) {
-      if (v < 0x80) {
-        out.push_back(static_cast<char>(v));
-        break;
-      }
-      out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    }
-    return out + body;
+    AppendFramed(f.SerializeAsString(), &out);
+    return out;
   };
   auto frames = SampleFrames(3);
   v1::Frame big;  // a frame whose length takes two bytes

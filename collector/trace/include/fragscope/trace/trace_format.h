@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace fragscope {
 
@@ -20,6 +22,9 @@ inline constexpr std::size_t kMaxFrameBytes = 64u << 20;
 
 // Encodes the 16-byte header into `out`.
 void EncodeTraceHeader(uint32_t major, uint32_t minor, unsigned char out[kTraceHeaderBytes]);
+// Appends one frame as the stream carries it: the varint length of `frame_bytes` (a serialized
+// fragscope.v1.Frame), then the bytes. The caller keeps frames within kMaxFrameBytes.
+void AppendFramed(std::string_view frame_bytes, std::string* out);
 
 }  // namespace fragscope
 
