@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <thread>
 #include <vector>
@@ -349,10 +350,16 @@ TEST(LiveTableTest, ResolvedDeviceIsTheAllocationsWhileAddressesMoveBetweenDevic
       });
     }
   });
+  // At least 3000 rounds, and on until the resolver has run at all: on a loaded 2-core machine
+  // the writers could otherwise finish before it was ever scheduled (bounded at 20 s).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto more_rounds = [&](int round) {
+    return round < 3000 || (resolved.load() == 0 && std::chrono::steady_clock::now() < give_up);
+  };
   std::vector<std::thread> writers;
   for (int w = 0; w < kWriters; ++w) {
     writers.emplace_back([&, w] {
-      for (int round = 0; round < 3000; ++round) {
+      for (int round = 0; more_rounds(round); ++round) {
         for (uint64_t k = 0; k < kKeys; ++k) {
           const size_t i = static_cast<size_t>(w) * kKeys + k;
           ASSERT_TRUE(t.Insert(Deferred(address_of(i), 1)));
