@@ -38,29 +38,98 @@ void Segment::RemoveMappingPiece(absl::btree_map<uint64_t, Mapping>::iterator it
   }
 }
 
-void Segment::FreeBacked(uint64_t begin, uint64_t end) {
+template <typename F>
+void Segment::ForEachUnbacked(uint64_t begin, uint64_t end, F&& f) const {
   begin = std::max(begin, begin_);
   end = std::min(end, this->end());
-  if (begin >= end) return;
-  if (kind_ == SegmentKind::kDriverAllocation) {
-    InsertFree(begin, end);
-    return;
-  }
-  // Only mapped VA is memory; the rest of a reservation is address space.
+  if (begin >= end || kind_ == SegmentKind::kDriverAllocation) return;
+  uint64_t cursor = begin;
   auto it = mappings_.upper_bound(begin);
   if (it != mappings_.begin()) --it;
   for (; it != mappings_.end() && it->first < end; ++it) {
     if (it->second.imported) continue;  // not this process's memory to carve
     const uint64_t lo = std::max(begin, it->first);
     const uint64_t hi = std::min(end, it->first + it->second.size);
-    if (lo < hi) InsertFree(lo, hi);
+    if (lo >= hi) continue;
+    if (lo > cursor) f(cursor, lo);
+    cursor = std::max(cursor, hi);
   }
+  if (cursor < end) f(cursor, end);
+}
+
+void Segment::PlaceInGap(uint64_t address, Extent e, ExtentMap::iterator next) {
+  uint64_t gap_begin = 0;
+  uint64_t& gap = GapBefore(next, &gap_begin);
+  const uint64_t gap_end = gap_begin + gap;
+  CountFreeRemoved(gap_begin, gap);
+  gap = address - gap_begin;  // before the insert, which moves entries
+  CountFreeAdded(gap_begin, gap);
+  const uint64_t end = address + e.size;
+  e.free_after = gap_end - end;
+  CountFreeAdded(end, e.free_after);
+  extents_.emplace_hint(next, address, e);
+}
+
+Segment::ExtentMap::iterator Segment::RemoveExtent(ExtentMap::iterator it) {
+  uint64_t gap_begin = 0;
+  uint64_t& gap = GapBefore(it, &gap_begin);
+  const uint64_t end = it->first + it->second.size;
+  CountFreeRemoved(gap_begin, gap);
+  CountFreeRemoved(end, it->second.free_after);
+  gap = end + it->second.free_after - gap_begin;  // before the erase, which moves entries
+  CountFreeAdded(gap_begin, gap);
+  return extents_.erase(it);
+}
+
+void Segment::ClearHoles(uint64_t begin, uint64_t end) {
+  while (true) {
+    // The first hole overlapping [begin, end): the extent before `begin` if it reaches past it,
+    // else the first at or after `begin`.
+    auto it = extents_.lower_bound(begin);
+    if (it != extents_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second.size > begin) it = prev;
+    }
+    while (it != extents_.end() && it->first < end && !it->second.is_hole()) ++it;
+    if (it == extents_.end() || it->first >= end) return;
+    const uint64_t h_begin = it->first;
+    const uint64_t h_end = h_begin + it->second.size;
+    auto next = RemoveExtent(it);
+    if (h_end > end) PlaceInGap(end, HoleExtent(h_end - end), next);
+    if (h_begin < begin)
+      PlaceInGap(h_begin, HoleExtent(begin - h_begin), extents_.upper_bound(h_begin));
+  }
+}
+
+void Segment::HoleOverFree(uint64_t begin, uint64_t end) {
+  // Collected first: inserting moves entries (btree iterators do not survive it).
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  ForEachFreeRange([&](uint64_t b, uint64_t e) {
+    b = std::max(b, begin);
+    e = std::min(e, end);
+    if (b < e) runs.emplace_back(b, e);
+  });
+  for (const auto& [b, e] : runs) PlaceInGap(b, HoleExtent(e - b), extents_.upper_bound(b));
+}
+
+bool Segment::GapIsLive(uint64_t begin, uint64_t size) const {
+  if (begin == begin_) return head_free_ == size;
+  auto it = extents_.lower_bound(begin);
+  if (it == extents_.begin()) return false;
+  --it;
+  return it->first + it->second.size == begin && it->second.free_after == size;
 }
 
 void Segment::BecomeAnnotated() {
   if (annotated_) return;
   annotated_ = true;
-  FreeBacked(begin_, end());
+  // Every byte is free but the unbacked VA of a reservation (no extents yet: blocks come after).
+  CountFreeAdded(begin_, size_);
+  head_free_ = size_;
+  ForEachUnbacked(begin_, end(), [this](uint64_t b, uint64_t e) {
+    PlaceInGap(b, HoleExtent(e - b), extents_.upper_bound(b));
+  });
+  SettleFreeSizes();
 }
 
 void Segment::Map(uint64_t address, const Mapping& mapping) {
@@ -70,7 +139,8 @@ void Segment::Map(uint64_t address, const Mapping& mapping) {
   AddMappingPiece(address, mapping);
   if (!annotated_ || mapping.imported) return;
   // New memory is free except where blocks already lie (a block annotated before its map).
-  InsertFree(address, address + mapping.size);
+  ClearHoles(std::max(address, begin_), std::min(address + mapping.size, end()));
+  SettleFreeSizes();
 }
 
 std::vector<std::pair<uint64_t, int>> Segment::Unmap(uint64_t begin, uint64_t end) {
@@ -104,83 +174,16 @@ std::vector<std::pair<uint64_t, int>> Segment::Unmap(uint64_t begin, uint64_t en
     }
     changes.emplace_back(mapping.handle, delta);
   }
-  if (annotated_) EraseFree(begin, end);
+  if (annotated_) {
+    HoleOverFree(begin, end);
+    SettleFreeSizes();
+  }
   return changes;
 }
 
 void Segment::RebuildFreeSizes() {
-  free_sizes_.Rebuild([this](auto push) {
-    for (const auto& [address, extent] : extents_) {
-      if (extent.is_free()) push(extent.size, address);
-    }
-  });
-}
-
-void Segment::InsertFree(uint64_t begin, uint64_t end) {
-  if (begin >= end) return;
-  // The run grows to the free extents touching or overlapping [begin, end): they are taken out
-  // and the run's non-block bytes put back as maximal free extents.
-  uint64_t lo = begin;
-  uint64_t hi = end;
-  auto it = extents_.upper_bound(begin);
-  if (it != extents_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->second.is_free() && prev->first + prev->second.size >= begin) it = prev;
-  }
-  while (it != extents_.end() && it->first <= hi) {
-    if (!it->second.is_free()) {
-      ++it;
-      continue;
-    }
-    lo = std::min(lo, it->first);
-    hi = std::max(hi, it->first + it->second.size);
-    CountFreeRemoved(it->first, it->second.size);
-    it = extents_.erase(it);
-  }
-  // What remains in [lo, hi) are blocks: the gaps between them are the free runs. Collected
-  // first, as inserting invalidates btree iterators.
-  std::vector<std::pair<uint64_t, uint64_t>> runs;
-  uint64_t cursor = lo;
-  it = extents_.upper_bound(lo);
-  if (it != extents_.begin()) {
-    auto prev = std::prev(it);
-    cursor = std::max(cursor, std::min(hi, prev->first + prev->second.size));
-  }
-  for (; it != extents_.end() && it->first < hi; ++it) {
-    if (it->first > cursor) runs.emplace_back(cursor, it->first);
-    cursor = std::max(cursor, std::min(hi, it->first + it->second.size));
-  }
-  if (cursor < hi) runs.emplace_back(cursor, hi);
-  for (const auto& [b, e] : runs) {
-    extents_.emplace(b, FreeExtent(e - b));
-    CountFreeAdded(b, e - b);
-  }
-  SettleFreeSizes();
-}
-
-void Segment::EraseFree(uint64_t begin, uint64_t end) {
-  if (begin >= end) return;
-  auto it = extents_.upper_bound(begin);
-  if (it != extents_.begin() && std::prev(it)->first + std::prev(it)->second.size > begin) --it;
-  // The parts of the overlapped free extents outside [begin, end) stay free.
-  std::vector<std::pair<uint64_t, uint64_t>> keep;
-  while (it != extents_.end() && it->first < end) {
-    if (!it->second.is_free()) {
-      ++it;
-      continue;
-    }
-    const uint64_t r_begin = it->first;
-    const uint64_t r_end = r_begin + it->second.size;
-    if (r_begin < begin) keep.emplace_back(r_begin, begin);
-    if (r_end > end) keep.emplace_back(end, r_end);
-    CountFreeRemoved(it->first, it->second.size);
-    it = extents_.erase(it);
-  }
-  for (const auto& [b, e] : keep) {
-    extents_.emplace(b, FreeExtent(e - b));
-    CountFreeAdded(b, e - b);
-  }
-  SettleFreeSizes();
+  free_sizes_.Rebuild(
+      [this](auto push) { ForEachFreeRange([&](uint64_t b, uint64_t e) { push(e - b, b); }); });
 }
 
 uint32_t Segment::NewBlockData(const SubBlock& block) {
@@ -198,7 +201,7 @@ void Segment::CompactBlockData() {
   std::vector<SubBlock> live;
   live.reserve(block_count_);
   for (auto& [address, extent] : extents_) {
-    if (extent.is_free()) continue;
+    if (extent.is_hole()) continue;
     live.push_back(block_data_[extent.block]);
     extent.block = static_cast<uint32_t>(live.size() - 1);
   }
@@ -240,12 +243,12 @@ bool Segment::CanPlaceBlock(uint64_t address, uint64_t size) const {
   auto it = extents_.lower_bound(address);
   if (it != extents_.begin()) {
     auto prev = std::prev(it);
-    if (!prev->second.is_free() && prev->first + prev->second.size > address) return false;
+    if (!prev->second.is_hole() && prev->first + prev->second.size > address) return false;
   }
   // A block starting inside (address, address + size).
   if (it != extents_.end() && it->first == address) ++it;
   for (; it != extents_.end() && it->first < address + size; ++it) {
-    if (!it->second.is_free()) return false;
+    if (!it->second.is_hole()) return false;
   }
   auto zero = zero_blocks_.upper_bound(address);
   return zero == zero_blocks_.end() || zero->first >= address + size;
@@ -254,31 +257,17 @@ bool Segment::CanPlaceBlock(uint64_t address, uint64_t size) const {
 Segment::Placement Segment::AllocBlock(uint64_t address, const SubBlock& block,
                                        BlockSite* replaced) {
   // The common case, with one search: an annotated segment, a block with bytes, inside one free
-  // range. Everything else goes the general way.
+  // run. Everything else goes the general way.
   if (!annotated_ || block.size == 0 || !zero_blocks_.empty() || !Encloses(address, block.size)) {
     return AllocBlockSlow(address, block, replaced);
   }
-  const uint64_t end = address + block.size;
   auto next = extents_.upper_bound(address);
-  if (next == extents_.begin()) return AllocBlockSlow(address, block, replaced);
-  auto range = std::prev(next);  // the extent with the greatest start at or below `address`
-  const uint64_t r_begin = range->first;
-  const uint64_t r_end = r_begin + range->second.size;
-  if (!range->second.is_free() || r_end < end) return AllocBlockSlow(address, block, replaced);
-  // [r_begin, address) and [end, r_end) stay free; the block takes the middle.
-  const uint32_t data = NewBlockData(block);
-  CountFreeRemoved(r_begin, range->second.size);
-  if (r_begin == address) {
-    range->second = BlockExtent(block, data);  // the free extent becomes the block
-  } else {
-    range->second.size = address - r_begin;
-    CountFreeAdded(r_begin, address - r_begin);
-    next = std::next(extents_.emplace_hint(next, address, BlockExtent(block, data)));
+  uint64_t gap_begin = 0;
+  const uint64_t gap = GapBefore(next, &gap_begin);
+  if (address < gap_begin || address - gap_begin + block.size > gap) {
+    return AllocBlockSlow(address, block, replaced);
   }
-  if (end < r_end) {
-    extents_.emplace_hint(next, end, FreeExtent(r_end - end));
-    CountFreeAdded(end, r_end - end);
-  }
+  PlaceInGap(address, BlockExtent(block, NewBlockData(block)), next);
   SettleFreeSizes();
   AccountPlaced(block);
   return Placement::kPlaced;
@@ -291,7 +280,7 @@ Segment::Placement Segment::AllocBlockSlow(uint64_t address, const SubBlock& blo
   Placement placement = Placement::kPlaced;
   auto same = extents_.find(address);
   const bool same_address =
-      (same != extents_.end() && !same->second.is_free()) || zero_blocks_.contains(address);
+      (same != extents_.end() && !same->second.is_hole()) || zero_blocks_.contains(address);
   if (same_address) {
     // Its free was lost: forget the old block before placing the new one.
     FreeBlock(address, replaced);
@@ -300,8 +289,12 @@ Segment::Placement Segment::AllocBlockSlow(uint64_t address, const SubBlock& blo
   if (block.size == 0) {
     zero_blocks_[address] = block;
   } else {
-    EraseFree(address, address + block.size);
-    extents_.emplace(address, BlockExtent(block, NewBlockData(block)));
+    // No block overlaps the range (CanPlaceBlock, and the one at `address` is gone); once the
+    // holes under it are cut back it lies in one free run. A block over unbacked VA (annotated
+    // before its map) holds those bytes; they do not become free when it is freed.
+    ClearHoles(address, address + block.size);
+    PlaceInGap(address, BlockExtent(block, NewBlockData(block)), extents_.upper_bound(address));
+    SettleFreeSizes();
   }
   AccountPlaced(block);
   return placement;
@@ -309,55 +302,36 @@ Segment::Placement Segment::AllocBlockSlow(uint64_t address, const SubBlock& blo
 
 bool Segment::FreeBlock(uint64_t address, BlockSite* freed) {
   auto it = extents_.find(address);
-  if (it == extents_.end() || it->second.is_free()) {
+  if (it == extents_.end() || it->second.is_hole()) {
     auto zero = zero_blocks_.find(address);
     if (zero == zero_blocks_.end()) return false;
     *freed = BlockSite{zero->second.size, zero->second.stack_id};
     AccountRemoved(zero->second.size, zero->second.pending_free);
     zero_blocks_.erase(zero);
-    return true;  // no bytes: the free ranges stay as they are
+    return true;  // no bytes: the free runs stay as they are
   }
   *freed = BlockSite{it->second.size, it->second.stack_id};
   AccountRemoved(it->second.size, it->second.pending_free);
   ReleaseBlockData(it->second.block);  // keeps iterators: only block_data_ changes
   const uint64_t size = it->second.size;
+  auto next = RemoveExtent(it);
   if (kind_ != SegmentKind::kDriverAllocation) {
-    // Only the mapped parts of a reservation become free.
-    extents_.erase(it);
-    FreeBacked(address, address + size);
-    return true;
+    // Only the mapped parts of a reservation become free: the rest goes back to holes (all in
+    // the run just made, which ends at `next`; placed in address order, each ends the run
+    // before it, and the last keeps `next` as its upper bound).
+    bool first = true;
+    ForEachUnbacked(address, address + size, [&](uint64_t b, uint64_t e) {
+      PlaceInGap(b, HoleExtent(e - b), first ? next : extents_.upper_bound(b));
+      first = false;
+    });
   }
-  // A driver allocation is backed throughout: the block's bytes join the free extents that
-  // touch it, found next to it in the same map.
-  auto next = std::next(it);
-  const bool merge_next =
-      next != extents_.end() && next->second.is_free() && next->first == address + size;
-  uint64_t run = size;
-  if (merge_next) {
-    run += next->second.size;
-    CountFreeRemoved(next->first, next->second.size);
-  }
-  if (it != extents_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->second.is_free() && prev->first + prev->second.size == address) {
-      CountFreeRemoved(prev->first, prev->second.size);
-      prev->second.size += run;
-      CountFreeAdded(prev->first, prev->second.size);
-      extents_.erase(it, merge_next ? std::next(next) : next);
-      SettleFreeSizes();
-      return true;
-    }
-  }
-  it->second = FreeExtent(run);
-  CountFreeAdded(address, run);
-  if (merge_next) extents_.erase(next);
   SettleFreeSizes();
   return true;
 }
 
 bool Segment::MarkPendingFree(uint64_t address) {
   SubBlock* b = nullptr;
-  if (auto it = extents_.find(address); it != extents_.end() && !it->second.is_free()) {
+  if (auto it = extents_.find(address); it != extents_.end() && !it->second.is_hole()) {
     b = &block_data_[it->second.block];
     it->second.pending_free = true;
   } else if (auto zero = zero_blocks_.find(address); zero != zero_blocks_.end()) {
@@ -381,23 +355,14 @@ std::optional<std::pair<uint64_t, uint64_t>> Segment::stream_and_pool() const {
 uint64_t Segment::LargestFreeIfPendingCompleted() const {
   uint64_t largest = largest_free_bytes();
   if (pending_blocks_ == 0) return largest;
-  // A pending block's bytes merged with the free extents right before and after it (free
-  // extents never touch each other, so nothing further joins). Zero-size blocks free nothing.
-  for (auto it = extents_.begin(); it != extents_.end(); ++it) {
-    if (it->second.is_free() || !it->second.pending_free) continue;
-    uint64_t run = it->second.size;
-    if (it != extents_.begin()) {
-      auto prev = std::prev(it);
-      if (prev->second.is_free() && prev->first + prev->second.size == it->first) {
-        run += prev->second.size;
-      }
+  // A pending block's bytes merged with the free runs right before and after it (adjacent
+  // pending blocks are not merged with each other). Zero-size blocks free nothing.
+  uint64_t run_before = head_free_;
+  for (const auto& [address, extent] : extents_) {
+    if (!extent.is_hole() && extent.pending_free) {
+      largest = std::max(largest, run_before + extent.size + extent.free_after);
     }
-    auto next = std::next(it);
-    if (next != extents_.end() && next->second.is_free() &&
-        next->first == it->first + it->second.size) {
-      run += next->second.size;
-    }
-    largest = std::max(largest, run);
+    run_before = extent.free_after;
   }
   return largest;
 }

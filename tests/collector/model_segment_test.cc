@@ -205,8 +205,9 @@ void RandomEvents(SegmentKind kind, uint32_t seed) {
   auto pick = [&](uint64_t n) { return rng() % n; };
   Segment s(kind, kBegin, kSize, 0, 0);
   Reference ref(kind, kBegin, kSize);
-  // Mappings of a reservation: 8 slots of 32 bytes, mapped or not.
-  std::vector<bool> slot_mapped(8, false);
+  // Mappings of a reservation: 8 slots of 32 bytes, mapped whole (a quarter of them imported,
+  // which backs nothing of this process's) and unmapped by halves, so partial unmaps split them.
+  std::vector<bool> half_mapped(16, false);
   for (int step = 0; step < 20000; ++step) {
     // Some addresses land just outside the segment, so enclosure is checked too.
     const uint64_t address = kBegin - 4 + pick(kSize + 8);
@@ -254,15 +255,18 @@ void RandomEvents(SegmentKind kind, uint32_t seed) {
       case 8: {
         const uint64_t slot = pick(8);
         const uint64_t begin = kBegin + slot * 32;
-        if (!slot_mapped[slot]) {
+        if (!half_mapped[2 * slot] && !half_mapped[2 * slot + 1]) {
           ASSERT_FALSE(s.MappingOverlaps(begin, 32));
-          s.Map(begin, Mapping{32, 1 + slot, 0, 32, false});
-          ref.SetMapped(begin, begin + 32, true);
-          slot_mapped[slot] = true;
+          const bool imported = pick(4) == 0;
+          s.Map(begin, Mapping{32, 1 + slot, 0, 32, imported});
+          ref.SetMapped(begin, begin + 32, !imported);
+          half_mapped[2 * slot] = half_mapped[2 * slot + 1] = true;
         } else {
-          s.Unmap(begin, begin + 32);
-          ref.SetMapped(begin, begin + 32, false);
-          slot_mapped[slot] = false;
+          const uint64_t half = half_mapped[2 * slot] ? 2 * slot : 2 * slot + 1;
+          const uint64_t h_begin = kBegin + half * 16;
+          s.Unmap(h_begin, h_begin + 16);
+          ref.SetMapped(h_begin, h_begin + 16, false);
+          half_mapped[half] = false;
         }
         break;
       }

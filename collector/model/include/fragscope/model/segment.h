@@ -220,9 +220,6 @@ class Segment {
   void BecomeAnnotated();
 
  private:
-  // Marks the backed parts of [begin, end) free.
-  void FreeBacked(uint64_t begin, uint64_t end);
-
   SegmentKind kind_;
   uint64_t begin_;
   uint64_t size_;
@@ -239,32 +236,64 @@ class Segment {
   absl::flat_hash_map<uint64_t, uint64_t> pieces_by_handle_;  // non-imported handles only
   uint64_t handle_bytes_ = 0;  // distinct non-imported handles mapped here
 
-  // The inside of an annotated segment: one ordered map of extents, each a block or a free
-  // range, so that a block event finds the block and the free ranges around it with one
-  // search (a map of blocks plus a map of free ranges took two, and twice the inserts).
-  // Extents never overlap; free extents never touch each other (they are maximal runs); bytes
-  // in no extent are unbacked (unmapped VA of a reservation). Zero-size blocks own no bytes and
-  // may lie inside a free range, so they live apart in zero_blocks_ (rare).
-  // A block's size, site and pending state sit in its map entry (what frees and the figures
-  // read); the rest of it (stream, pool) in block_data_ (read for layouts).
-  static constexpr uint32_t kFreeExtent = std::numeric_limits<uint32_t>::max();
+  // The inside of an annotated segment: one ordered map of what is not free, blocks and holes
+  // (VA of a reservation that no non-imported mapping backs), each extent carrying the size of
+  // the free run after it, up to the next extent or the segment's end; head_free_ is the run
+  // before the first. Free runs are the gaps between neighbours, so touching free bytes are
+  // always one run, and a block event inserts or erases one entry (a map of blocks and free
+  // ranges as entries of their own took two inserts per allocation and two erases per free:
+  // with the node moves, 40 % of a block event's instructions). Extents never overlap. Zero-size
+  // blocks own no bytes and may lie inside a free run, so they live apart in zero_blocks_
+  // (rare). A block's size, site and pending state sit in its map entry (what frees and the
+  // figures read); the rest of it (stream, pool) in block_data_ (read for layouts).
+  // Not annotated: no extents, head_free_ 0.
+  static constexpr uint32_t kHole = std::numeric_limits<uint32_t>::max();
   struct Extent {
     uint64_t size = 0;
+    uint64_t free_after = 0;  // bytes of the free run that starts at this extent's end
     uint64_t stack_id = 0;
-    uint32_t block = kFreeExtent;  // index into block_data_, or kFreeExtent
+    uint32_t block = kHole;  // index into block_data_, or kHole
     bool pending_free = false;
-    bool is_free() const { return block == kFreeExtent; }
+    bool is_hole() const { return block == kHole; }
   };
   static constexpr int kExtentNodeBytes = 1024;
-  static Extent FreeExtent(uint64_t size) { return Extent{size, 0, kFreeExtent, false}; }
+  static Extent HoleExtent(uint64_t size) { return Extent{size, 0, 0, kHole, false}; }
   static Extent BlockExtent(const SubBlock& b, uint32_t data) {
-    return Extent{b.size, b.stack_id, data, b.pending_free};
+    return Extent{b.size, 0, b.stack_id, data, b.pending_free};
   }
   // Wide nodes, searched linearly (std::less), not AddressOrder: see wide_btree_map.h.
   using ExtentMap = WideBtreeMap<uint64_t, Extent, std::less<uint64_t>, kExtentNodeBytes>;
 
+  // The free run that ends at `next` (an extent, or end()): where it starts, and its size, held
+  // by the extent before `next` or by head_free_.
+  uint64_t& GapBefore(ExtentMap::iterator next, uint64_t* gap_begin) {
+    if (next == extents_.begin()) {
+      *gap_begin = begin_;
+      return head_free_;
+    }
+    auto prev = std::prev(next);
+    *gap_begin = prev->first + prev->second.size;
+    return prev->second.free_after;
+  }
+  // Puts `e` at [address, address + e.size) inside the free run that ends at `next` (the
+  // caller knows the range lies in it: `next` is extents_.upper_bound(address) and no extent
+  // overlaps the range). The run's bytes before and after become the two runs around `e`.
+  void PlaceInGap(uint64_t address, Extent e, ExtentMap::iterator next);
+  // Takes out one extent: its bytes and the runs on both sides become one free run. Returns the
+  // extent after it.
+  ExtentMap::iterator RemoveExtent(ExtentMap::iterator it);
+  // Makes [begin, end) backed: holes overlapping it shrink to the parts outside.
+  void ClearHoles(uint64_t begin, uint64_t end);
+  // Makes the free bytes of [begin, end) unbacked (holes over them).
+  void HoleOverFree(uint64_t begin, uint64_t end);
+  // f(begin, end) for the parts of [begin, end) no non-imported mapping backs (reservations).
+  template <typename F>
+  void ForEachUnbacked(uint64_t begin, uint64_t end, F&& f) const;
+  // Whether the free run [begin, begin + size) exists now (validates free_sizes_ entries).
+  bool GapIsLive(uint64_t begin, uint64_t size) const;
+
   // The general (slower) paths: the first block, a replaced block, zero-size blocks, blocks
-  // over unbacked bytes or several free ranges.
+  // over holes or over more than one free run.
   Placement AllocBlockSlow(uint64_t address, const SubBlock& block, BlockSite* replaced);
   // A block slot in block_data_ (reused after frees). Slots of freed blocks are given back
   // (CompactBlockData) once they outnumber the live ones twice over, so block_data_ stays
@@ -277,33 +306,35 @@ class Segment {
   void CompactBlockData();
   void AccountPlaced(const SubBlock& block);
   void AccountRemoved(uint64_t size, bool pending_free);
-  // Marks every byte of [begin, end) that no block holds free (callers pass backed bytes only).
-  void InsertFree(uint64_t begin, uint64_t end);
-  // Marks the free bytes of [begin, end) not free.
-  void EraseFree(uint64_t begin, uint64_t end);
-  // Free-range bookkeeping of one free extent entering or leaving the map (a free extent whose
-  // size changes in place leaves and enters again). Every change of the free extents removes
-  // what it removes before it adds, and ends with SettleFreeSizes before a figure is read.
+  // Free-run bookkeeping of one run appearing or going (a run whose size changes goes and
+  // appears again). Every public change ends with SettleFreeSizes before a figure is read.
   void CountFreeAdded(uint64_t begin, uint64_t size) {
+    if (size == 0) return;
     free_total_ += size;
     ++free_count_;
     free_sizes_.Push(size, begin);
-    // Live when the change ends (nothing is removed after an add): Settle need not look it up.
     if (fresh_count_ < kFresh) fresh_[fresh_count_++] = {size, begin};
   }
   void CountFreeRemoved(uint64_t begin, uint64_t size) {
+    if (size == 0) return;
     free_total_ -= size;
     --free_count_;
+    // A run added earlier in this change and gone again is no longer live.
+    for (std::size_t i = 0; i < fresh_count_; ++i) {
+      if (fresh_[i].first == size && fresh_[i].second == begin) {
+        fresh_[i] = fresh_[--fresh_count_];
+        break;
+      }
+    }
     // Its entry stays in free_sizes_, stale, unless it is the top: then it is dropped at once,
-    // without a lookup (the top is live, and this extent is going), and the item now on top,
-    // not checked since it was pushed, is SettleFreeSizes' to check. A smaller extent cannot
-    // be the top's, so the top stays live; one as large (a tie) asks for the check too, which
-    // then finds the top live.
+    // without a lookup, and the item now on top, not checked since it was pushed, is
+    // SettleFreeSizes' to check. A smaller run cannot be the top's, so the top stays live; one
+    // as large (a tie) asks for the check too, which then finds the top live.
     if (free_sizes_.PopIfTop(size, begin) || size >= free_sizes_.Max()) {
       free_top_may_be_stale_ = true;
     }
   }
-  // Restores "the top of free_sizes_ is a live free extent" after a change, and rebuilds
+  // Restores "the top of free_sizes_ is a live free run" after a change, and rebuilds
   // free_sizes_ once its stale entries outnumber the live ones.
   void SettleFreeSizes() {
     if (free_sizes_.Wasteful(free_count_)) {
@@ -313,8 +344,7 @@ class Segment {
         for (std::size_t i = 0; i < fresh_count_; ++i) {
           if (fresh_[i].first == size && fresh_[i].second == begin) return true;
         }
-        auto it = extents_.find(begin);
-        return it != extents_.end() && it->second.is_free() && it->second.size == size;
+        return GapIsLive(begin, size);
       });
     }
     free_top_may_be_stale_ = false;
@@ -323,6 +353,7 @@ class Segment {
   void RebuildFreeSizes();
 
   ExtentMap extents_;
+  uint64_t head_free_ = 0;
   std::vector<SubBlock> block_data_;
   std::vector<uint32_t> spare_block_data_;
   absl::btree_map<uint64_t, SubBlock> zero_blocks_;
@@ -334,10 +365,11 @@ class Segment {
   bool mixed_streams_ = false;
   uint64_t free_total_ = 0;
   std::size_t free_count_ = 0;
-  // (size, begin) of the free extents, for largest_free_bytes(); stale entries included.
+  // (size, begin) of the free runs, for largest_free_bytes(); stale entries included.
   ValidatedMaxHeap free_sizes_;
   bool free_top_may_be_stale_ = false;
-  // (size, begin) of the free extents the change under way added (at most kFresh remembered).
+  // (size, begin) of the free runs the change under way added and still holds (at most kFresh
+  // remembered).
   static constexpr std::size_t kFresh = 4;
   std::pair<uint64_t, uint64_t> fresh_[kFresh];
   std::size_t fresh_count_ = 0;
@@ -348,7 +380,7 @@ void Segment::ForEachBlock(F&& f) const {
   // Two address-ordered sequences, merged (an address holds at most one block).
   auto zero = zero_blocks_.begin();
   for (const auto& [address, extent] : extents_) {
-    if (extent.is_free()) continue;
+    if (extent.is_hole()) continue;
     for (; zero != zero_blocks_.end() && zero->first < address; ++zero)
       f(zero->first, zero->second);
     f(address, block_data_[extent.block]);
@@ -358,8 +390,10 @@ void Segment::ForEachBlock(F&& f) const {
 
 template <typename F>
 void Segment::ForEachFreeRange(F&& f) const {
+  if (head_free_ > 0) f(begin_, begin_ + head_free_);
   for (const auto& [address, extent] : extents_) {
-    if (extent.is_free()) f(address, address + extent.size);
+    const uint64_t end = address + extent.size;
+    if (extent.free_after > 0) f(end, end + extent.free_after);
   }
 }
 
