@@ -15,6 +15,7 @@
 #include "fragscope/model/device_state.h"
 #include "fragscope/model/oom_analyzer.h"
 #include "fragscope/model/segment.h"
+#include "fragscope/model/snapshot_policy.h"
 #include "fragscope/model/stack_index.h"
 
 namespace fragscope {
@@ -173,7 +174,9 @@ class ProcessModel::Impl {
   void OnMemInfo(const v1::MemInfo& e);
   void OnMark(const v1::Mark& e);
   void OnDrops(const v1::Drops& e);
-  void OnSnapshot(const v1::Snapshot& s);
+  // Returns whether the snapshot replaced the live state (SnapshotPolicy): false for a PERIODIC
+  // one that is only a seek point for this reader.
+  bool OnSnapshot(const v1::Snapshot& s);
   void OnEnd(const v1::End& e);
   void SeenSeq(uint64_t seq) {
     last_seq_ = std::max(last_seq_, seq);
@@ -183,6 +186,7 @@ class ProcessModel::Impl {
   ModelOptions options_;
   StackIndex stacks_;
   OomAnalyzer analyzer_;
+  SnapshotPolicy snapshot_policy_;
 
   std::map<int, DeviceState> devices_;
   DeviceState* last_device_ = nullptr;  // the one Device() returned last
@@ -492,26 +496,31 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
       break;
     case v1::Frame::kAlloc:
       ++events_;
+      snapshot_policy_.OnStateEvent();
       OnAlloc(frame.alloc(), /*from_snapshot=*/false);
       FinishEvent(frame.alloc().seq(), frame.alloc().time_ns());
       return;
     case v1::Frame::kFree:
       ++events_;
+      snapshot_policy_.OnStateEvent();
       OnFree(frame.free());
       FinishEvent(frame.free().seq(), frame.free().time_ns());
       return;
     case v1::Frame::kMap:
       ++events_;
+      snapshot_policy_.OnStateEvent();
       OnMap(frame.map());
       FinishEvent(frame.map().seq(), frame.map().time_ns());
       return;
     case v1::Frame::kHandle:
       ++events_;
+      snapshot_policy_.OnStateEvent();
       OnHandle(frame.handle());
       FinishEvent(frame.handle().seq(), frame.handle().time_ns());
       return;
     case v1::Frame::kBlock:
       ++events_;
+      snapshot_policy_.OnStateEvent();
       OnBlock(frame.block());
       FinishEvent(frame.block().seq(), frame.block().time_ns());
       return;
@@ -534,8 +543,10 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
       OnDrops(frame.drops());
       break;
     case v1::Frame::kSnapshot:
-      OnSnapshot(frame.snapshot());
-      FinishEvent(frame.snapshot().seq(), frame.snapshot().time_ns());
+      // A seek point changes nothing the per-event bookkeeping looks at.
+      if (OnSnapshot(frame.snapshot())) {
+        FinishEvent(frame.snapshot().seq(), frame.snapshot().time_ns());
+      }
       return;
     case v1::Frame::kEnd:
       OnEnd(frame.end());
@@ -1027,7 +1038,7 @@ void ProcessModel::Impl::OnMark(const v1::Mark& e) {
 void ProcessModel::Impl::OnDrops(const v1::Drops& e) {
   // Frames carry both the increment and the running total; either may be all a writer filled.
   const uint64_t before = drops_;
-  drops_ = std::max(before + e.dropped_events(), e.total_dropped());
+  drops_ = std::max(drops_, snapshot_policy_.OnDrops(e));
   if (drops_ == before) return;
   if (!drop_interval_open_) {
     approximate_.push_back({last_good_seq_, std::nullopt, 0});
@@ -1037,10 +1048,16 @@ void ProcessModel::Impl::OnDrops(const v1::Drops& e) {
   if (e.seq() != 0) last_seq_ = std::max(last_seq_, e.seq());
 }
 
-void ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
+bool ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
+  // Said even when the snapshot is only a seek point: the agent's table is too small, which
+  // matters for every snapshot that does replace (a wake, a resync, a flight-recorder file).
   if (snap.entries_not_held() > 0) {
     if (live_entries_not_held_ == 0) not_held_since_seq_ = snap.seq();
     live_entries_not_held_ = std::max(live_entries_not_held_, snap.entries_not_held());
+  }
+  if (!snapshot_policy_.Replaces(snap)) {
+    if (!snap.complete_history()) history_complete_ = false;
+    return false;
   }
   if (!snap.complete_history()) {
     history_complete_ = false;
@@ -1107,6 +1124,7 @@ void ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
     SubBlock block{b.size(), b.stack_id(), b.stream(), b.pool(), b.allocator(), b.pending_free()};
     PlaceBlock(b.address(), block, b.device(), snap.seq());
   }
+  return true;
 }
 
 void ProcessModel::Impl::OnEnd(const v1::End& e) {

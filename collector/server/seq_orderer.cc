@@ -86,6 +86,7 @@ void SeqOrderer::Emit(uint64_t seq, bool owns_seq, const v1::Frame& frame, const
   // A sample's seq is not its own: releasing it says nothing about that event.
   Advance(seq);
   if (owns_seq) next_ = std::max(next_, seq + 1);
+  if (IsStateEvent(frame)) policy_.OnStateEvent();
   if (frame.has_alloc()) {
     live_[frame.alloc().address()] = frame.alloc().size();
   } else if (frame.has_free() && frame.free().result() == 0) {
@@ -133,12 +134,26 @@ void SeqOrderer::Release(const Sink& sink) {
 
 void SeqOrderer::OnSnapshot(const v1::Frame& frame, const Sink& sink) {
   const uint64_t s = frame.snapshot().seq();
+  const bool without_baseline = policy_.WithoutBaseline();
+  if (!policy_.Replaces(frame.snapshot())) {
+    // A seek point (SnapshotPolicy): the events at or below its seq still to come are applied
+    // as they come, in order, and nothing is covered. The model, fed the same frames, ignores it
+    // too.
+    sink(frame);
+    return;
+  }
+  // A PERIODIC snapshot that replaces because no state event came before it: held state events
+  // at or below it are covered rather than released first, which would give the model a
+  // baseline and make it take the snapshot for a seek point.
+  const bool cover_held_state =
+      frame.snapshot().reason() == v1::Snapshot::REASON_PERIODIC && without_baseline;
   // Everything at or below the snapshot's seq goes first, in seq order, except an alloc or
   // free that does not fit past a gap: the snapshot holds its effect.
   while (!held_.empty() && held_.top().seq <= s) {
     Held h = std::move(const_cast<Held&>(held_.top()));
     held_.pop();
-    if ((h.seq > next_ || !missing_.empty()) && !Fits(h.frame)) {
+    if ((cover_held_state && IsStateEvent(h.frame)) ||
+        ((h.seq > next_ || !missing_.empty()) && !Fits(h.frame))) {
       ++covered_;
       Advance(h.seq);
       next_ = std::max(next_, h.seq + 1);
@@ -171,6 +186,7 @@ void SeqOrderer::Push(const v1::Frame& frame, const Sink& sink) {
       case v1::Frame::kEnd:
         // Dropped seqs will never come, and End closes the stream: release everything.
         Flush(sink);
+        if (frame.has_drops()) policy_.OnDrops(frame.drops());
         break;
       default:
         break;  // metadata (Hello, devices, modules, stacks) applies at once

@@ -346,13 +346,15 @@ TEST(ModelMetricsTest, AttachedStreamWithCompleteStartSnapshotHasCompleteHistory
   EXPECT_FALSE(model.Summarize().history_complete);
 }
 
+// A reconnected stream's snapshot (STREAM_START) replaces the state; so do RESYNC, IMPORTED
+// and a PERIODIC one the reader needs (below).
 TEST(ModelMetricsTest, SnapshotReplacesState) {
   ProcessModel model;
   FrameFeed feed(&model);
   feed.Malloc(kBase, 100 * kMiB, 0, 1);
   feed.Malloc(kBase + kGiB, 50 * kMiB, 0, 2);
   v1::Snapshot snap;
-  snap.set_reason(v1::Snapshot::REASON_PERIODIC);
+  snap.set_reason(v1::Snapshot::REASON_STREAM_START);
   snap.set_complete_history(true);
   v1::LiveAllocation* a = snap.add_allocations();
   a->set_address(kBase + 2 * kGiB);
@@ -387,6 +389,85 @@ TEST(ModelMetricsTest, SnapshotReplacesState) {
   s = model.Summarize();
   EXPECT_EQ(s.unmatched_events, 1u);
   EXPECT_EQ(DeviceOf(s, 0).reserved_bytes, 30 * kMiB);
+}
+
+// The agent's snapshot is exact at the hooks' seq, which runs ahead of what its drain has
+// written: the events up to it follow the snapshot. For a reader that followed the stream from
+// its start, a PERIODIC snapshot is only a seek point: those events are applied as they come and
+// their history (the peak among them) is kept.
+TEST(ModelMetricsTest, PeriodicSnapshotOfAFollowedStreamIsASeekPoint) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 100 * kMiB, 0, 1);  // seq 1
+  // Taken when the hooks were at seq 4 (seqs 2..4 still in the agent's ring): A and C live,
+  // B allocated and freed again.
+  v1::Snapshot snap;
+  snap.set_reason(v1::Snapshot::REASON_PERIODIC);
+  snap.set_complete_history(true);
+  for (auto [address, size] : {std::pair{kBase, 100 * kMiB}, {kBase + 2 * kGiB, 20 * kMiB}}) {
+    v1::LiveAllocation* a = snap.add_allocations();
+    a->set_address(address);
+    a->set_size(size);
+    a->set_device(0);
+    a->set_api(v1::API_cudaMalloc);
+    a->set_kind(v1::MEMORY_KIND_DEVICE);
+  }
+  feed.SnapshotAt(snap, 4);
+  feed.Malloc(kBase + kGiB, 300 * kMiB, 0, 2);      // seq 2: B, the peak
+  feed.Free(kBase + kGiB);                          // seq 3
+  feed.Malloc(kBase + 2 * kGiB, 20 * kMiB, 0, 3);   // seq 4: C
+  const ModelSummary s = model.Summarize();
+  const DeviceSummary d = DeviceOf(s, 0);
+  EXPECT_EQ(d.reserved_bytes, 120 * kMiB);
+  EXPECT_EQ(d.peak_reserved_bytes, 400 * kMiB);
+  ASSERT_EQ(d.sites_at_peak.size(), 2u);
+  EXPECT_EQ(d.sites_at_peak[0].stack_id, 2u);
+  EXPECT_EQ(s.unmatched_events, 0u);
+  EXPECT_EQ(s.events, 4u);
+  EXPECT_TRUE(s.approximate_intervals.empty());
+}
+
+// A flight-recorder file starts with a PERIODIC snapshot and no event before it: that snapshot
+// is the reader's starting state.
+TEST(ModelMetricsTest, PeriodicSnapshotBeforeAnyEventIsTheStartingState) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  v1::Snapshot snap;
+  snap.set_reason(v1::Snapshot::REASON_PERIODIC);
+  snap.set_complete_history(true);
+  v1::LiveAllocation* a = snap.add_allocations();
+  a->set_address(kBase);
+  a->set_size(64 * kMiB);
+  a->set_device(0);
+  a->set_api(v1::API_cudaMalloc);
+  a->set_kind(v1::MEMORY_KIND_DEVICE);
+  feed.Snapshot(snap);
+  EXPECT_EQ(DeviceOf(model.Summarize(), 0).reserved_bytes, 64 * kMiB);
+  // From there on the stream is followed: a later PERIODIC snapshot changes nothing.
+  feed.Malloc(kBase + kGiB, 32 * kMiB);
+  v1::Snapshot stale = snap;
+  feed.Snapshot(stale);
+  EXPECT_EQ(DeviceOf(model.Summarize(), 0).reserved_bytes, 96 * kMiB);
+}
+
+// Lost events make the next PERIODIC snapshot a repair, as a RESYNC is.
+TEST(ModelMetricsTest, PeriodicSnapshotAfterLostEventsReplacesState) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 100 * kMiB);
+  feed.Drops(3);
+  v1::Snapshot snap;
+  snap.set_reason(v1::Snapshot::REASON_PERIODIC);
+  snap.set_complete_history(true);
+  feed.Snapshot(snap);
+  ModelSummary s = model.Summarize();
+  EXPECT_EQ(DeviceOf(s, 0).reserved_bytes, 0u);
+  ASSERT_EQ(s.approximate_intervals.size(), 1u);
+  EXPECT_TRUE(s.approximate_intervals[0].to_seq.has_value());
+  // Repaired: the next PERIODIC one is a seek point again.
+  feed.Malloc(kBase, 8 * kMiB);
+  feed.Snapshot(snap);
+  EXPECT_EQ(DeviceOf(model.Summarize(), 0).reserved_bytes, 8 * kMiB);
 }
 
 TEST(ModelMetricsTest, DropsMarkAnIntervalApproximateUntilResync) {

@@ -101,9 +101,9 @@ TEST_P(RandomStreamTest, SurvivesAndStaysCoherent) {
   }
   ExpectCoherent(model.Summarize());
 
-  // An empty snapshot: nothing is live any more.
+  // An empty snapshot that replaces the state (a resync): nothing is live any more.
   v1::Snapshot empty;
-  empty.set_reason(v1::Snapshot::REASON_PERIODIC);
+  empty.set_reason(v1::Snapshot::REASON_RESYNC);
   empty.set_complete_history(true);
   feed.Snapshot(empty);
   const ModelSummary s = model.Summarize();

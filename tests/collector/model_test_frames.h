@@ -200,6 +200,16 @@ class FrameFeed {
     model_->Apply(f);
   }
 
+  // Applies `snapshot` exact at seq `seq`, without moving the feed's numbering: the agent's
+  // snapshot runs ahead of the events its drain has written (events up to `seq` follow it).
+  void SnapshotAt(v1::Snapshot snapshot, uint64_t seq) {
+    v1::Frame f;
+    snapshot.set_seq(seq);
+    snapshot.set_time_ns(seq * 1000);
+    *f.mutable_snapshot() = std::move(snapshot);
+    model_->Apply(f);
+  }
+
   void End() {
     v1::Frame f;
     f.mutable_end()->set_seq(++seq_);

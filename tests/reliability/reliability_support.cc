@@ -141,6 +141,10 @@ Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq) {
         break;
       case v1::Frame::kSnapshot:
         if (frame.snapshot().reason() == v1::Snapshot::REASON_RESYNC) ++r.resync_snapshots;
+        if (frame.snapshot().reason() == v1::Snapshot::REASON_PERIODIC) ++r.periodic_snapshots;
+        break;
+      case v1::Frame::kMemInfo:
+        ++r.meminfo_frames;
         break;
       case v1::Frame::kEnd:
         r.has_end = true;
@@ -156,20 +160,29 @@ Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq) {
   r.orderer_late = orderer.late();
   r.orderer_covered = orderer.covered_by_snapshot();
   if (expect_snapshot != v1::Snapshot::REASON_UNSPECIFIED) r.every_drop_followed_by_resync = false;
+  uint64_t replay_bytes = 0;
   for (const auto& [seq, change] : by_seq) {
+    auto it = r.seq_replay_live.find(change.address);
+    if (it != r.seq_replay_live.end()) {
+      replay_bytes -= it->second;
+      r.seq_replay_live.erase(it);
+    }
     if (change.alloc) {
       r.seq_replay_live[change.address] = change.size;
-    } else {
-      r.seq_replay_live.erase(change.address);
+      replay_bytes += change.size;
     }
+    r.seq_replay_peak_bytes = std::max(r.seq_replay_peak_bytes, replay_bytes);
   }
   for (const SegmentLayout& s : model.SegmentLayouts(0, std::numeric_limits<std::size_t>::max())) {
     r.model_live[s.base] = s.size;
   }
   ModelSummary summary = model.Summarize();
   r.model_unmatched_events = summary.unmatched_events;
+  r.model_events = summary.events;
   for (const DeviceSummary& d : summary.devices) {
-    if (d.ordinal == 0) r.model_reserved_bytes = d.reserved_bytes;
+    if (d.ordinal != 0) continue;
+    r.model_reserved_bytes = d.reserved_bytes;
+    r.model_peak_reserved_bytes = d.peak_reserved_bytes;
   }
   return r;
 }

@@ -57,6 +57,8 @@ struct Reconciled {
   uint64_t end_recorded = 0;    // End.events_recorded
   uint64_t end_dropped = 0;     // End.total_dropped
   uint64_t resync_snapshots = 0;
+  uint64_t periodic_snapshots = 0;
+  uint64_t meminfo_frames = 0;
   uint32_t resumed = 0;             // Hello.resumed: the agent's reconnects before this stream
   uint64_t disconnect_dropped = 0;  // Drops (REASON_DISCONNECTED).dropped_events, summed
   bool every_drop_followed_by_resync = true;
@@ -64,6 +66,8 @@ struct Reconciled {
   std::map<uint64_t, uint64_t> model_live;
   uint64_t model_reserved_bytes = 0;
   uint64_t model_unmatched_events = 0;
+  uint64_t model_events = 0;  // ModelSummary::events: event and MemInfo frames it applied
+  uint64_t model_peak_reserved_bytes = 0;
   // Event frames whose seq is below one already read: the stream is not in seq order there.
   uint64_t seq_inversions = 0;
   // The SeqOrderer's counts (see seq_orderer.h): frames applied after a later seq (a release
@@ -73,6 +77,8 @@ struct Reconciled {
   // With `replay_by_seq`: alloc/free frames replayed in seq order (address -> size), what the
   // trace says is live on device 0 when order is taken from seq rather than from the stream.
   std::map<uint64_t, uint64_t> seq_replay_live;
+  // The largest sum of seq_replay_live's sizes along the way.
+  uint64_t seq_replay_peak_bytes = 0;
 };
 
 Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq = false);

@@ -19,9 +19,11 @@
 // While any is missing, an alloc or free is released only if it fits the live allocations
 // released so far (an alloc over a live range, or a free of an address not live, depends on a
 // missing seq): one that does not is parked until it fits (its straggler came, late), a
-// Snapshot covers it, or the stream ends or drops events. At a Snapshot S, seqs at or below S
-// are no longer missing (it holds their effect), and an alloc/free at or below S that does not
-// fit is dropped rather than applied out of order (the model would count it as unplaceable).
+// Snapshot covers it, or the stream ends or drops events. At a Snapshot S that replaces the
+// state (SnapshotPolicy: not a PERIODIC one while the stream is followed without loss, which is
+// only a seek point and passes through), seqs at or below S are no longer missing (it holds
+// their effect), and an alloc/free at or below S that does not fit is dropped rather than
+// applied out of order (the model would count it as unplaceable).
 #ifndef FRAGSCOPE_SERVER_SEQ_ORDERER_H_
 #define FRAGSCOPE_SERVER_SEQ_ORDERER_H_
 
@@ -34,6 +36,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/functional/function_ref.h"
 #include "fragscope.pb.h"
+#include "fragscope/model/snapshot_policy.h"
 
 namespace fragscope {
 
@@ -108,6 +111,8 @@ class SeqOrderer {
   // a std::map node per allocation was a malloc and a free per event.
   absl::btree_map<uint64_t, uint64_t> live_;
   std::map<uint64_t, uint64_t> missing_;  // seqs skipped and not come: first -> last
+  // Fed what is released, like the model behind it, so both take a snapshot alike.
+  SnapshotPolicy policy_;
   bool emitting_parked_ = false;
 };
 
