@@ -115,8 +115,8 @@ TEST_F(CliEndToEnd, PeriodicSnapshotsInTheTraceChangeNoFigure) {
     Shell("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M LD_PRELOAD=" +
           std::string(FRAGSCOPE_AGENT_LIB) + " FRAGSCOPE_OUTPUT=" + trace +
           " FRAGSCOPE_SNAPSHOT_EVERY=" + every + " " + FRAGSCOPE_DEMO_BIN);
-    Result r = Shell(Fragscope() + " report " + trace + " --format json -o " + dir_ + "/" +
-                     name + ".json");
+    Result r = Shell(Fragscope() + " report " + trace + " --format json -o " + dir_ + "/" + name +
+                     ".json");
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return json::parse(Slurp(dir_ + "/" + name + ".json"), nullptr, false);
   };

@@ -413,9 +413,9 @@ TEST(ModelMetricsTest, PeriodicSnapshotOfAFollowedStreamIsASeekPoint) {
     a->set_kind(v1::MEMORY_KIND_DEVICE);
   }
   feed.SnapshotAt(snap, 4);
-  feed.Malloc(kBase + kGiB, 300 * kMiB, 0, 2);      // seq 2: B, the peak
-  feed.Free(kBase + kGiB);                          // seq 3
-  feed.Malloc(kBase + 2 * kGiB, 20 * kMiB, 0, 3);   // seq 4: C
+  feed.Malloc(kBase + kGiB, 300 * kMiB, 0, 2);     // seq 2: B, the peak
+  feed.Free(kBase + kGiB);                         // seq 3
+  feed.Malloc(kBase + 2 * kGiB, 20 * kMiB, 0, 3);  // seq 4: C
   const ModelSummary s = model.Summarize();
   const DeviceSummary d = DeviceOf(s, 0);
   EXPECT_EQ(d.reserved_bytes, 120 * kMiB);

@@ -249,8 +249,8 @@ TEST(SeqOrderer, APeriodicSnapshotBeforeAnyReleasedStateEventReplacesInOrdererAn
   o.Push(Alloc(2, 0x7f0000000000, 64 << 20), sink);  // held: seq 1 in flight
   // Exact at seq 3: seq 1's and seq 2's allocations.
   v1::Frame snap = Periodic(3);
-  for (auto [address, size] : {std::pair<uint64_t, uint64_t>{0x7e0000000000, 32 << 20},
-                               {0x7f0000000000, 64 << 20}}) {
+  for (auto [address, size] :
+       {std::pair<uint64_t, uint64_t>{0x7e0000000000, 32 << 20}, {0x7f0000000000, 64 << 20}}) {
     v1::LiveAllocation* a = snap.mutable_snapshot()->add_allocations();
     a->set_address(address);
     a->set_size(size);

@@ -41,8 +41,7 @@ class SnapshotPolicy {
   }
   // Whether `snapshot` replaces the live state. Call once per snapshot, in stream order.
   bool Replaces(const v1::Snapshot& snapshot) {
-    const bool replaces =
-        snapshot.reason() != v1::Snapshot::REASON_PERIODIC || !baseline_ || lost_;
+    const bool replaces = snapshot.reason() != v1::Snapshot::REASON_PERIODIC || !baseline_ || lost_;
     if (replaces) {
       baseline_ = true;
       lost_ = false;
