@@ -46,16 +46,29 @@ struct FieldInfo {
   std::size_t counter = 0;  // index into Scan::counts_
 };
 
+// Which limits other than the frame-wide entry count a message's subtree can cross.
+enum LimitKind : unsigned {
+  kValueBytes = 1u << 0,
+  kStackPcs = 1u << 1,
+  kSourceFrames = 1u << 2,
+  kModules = 1u << 3,
+  kAllLimits = (1u << 4) - 1,
+};
+
 struct MessageInfo {
   const Descriptor* descriptor = nullptr;
-  std::vector<FieldInfo> by_number;  // index = field number; .field null for unknown numbers
-  std::size_t unknown_counter = 0;   // counts this message's unknown fields
+  std::vector<FieldInfo> by_number;        // index = field number; .field null for unknown numbers
+  std::size_t unknown_counter = 0;         // counts this message's unknown fields
+  unsigned reachable_limits = kAllLimits;  // LimitKind bits: what this subtree can cross
 };
 
 // The schema reachable from Frame, built once: message types and their fields.
 class Schema {
  public:
-  Schema() { root_ = Get(v1::Frame::descriptor()); }
+  Schema() {
+    root_ = Get(v1::Frame::descriptor());
+    for (const auto& m : messages_) m->reachable_limits = ReachableLimits(*m);
+  }
   const MessageInfo* root() const { return root_; }
   std::size_t counters() const { return names_.size(); }
   const std::string& name(std::size_t counter) const { return names_[counter]; }
@@ -102,6 +115,30 @@ class Schema {
       }
     }
     return info;
+  }
+
+  // The LimitKind bits of `info`'s fields and, through message fields, of every type below it.
+  static unsigned ReachableLimits(const MessageInfo& info) {
+    unsigned bits = 0;
+    std::vector<const MessageInfo*> pending{&info}, seen;
+    while (!pending.empty()) {
+      const MessageInfo* m = pending.back();
+      pending.pop_back();
+      if (std::find(seen.begin(), seen.end(), m) != seen.end()) continue;  // types may recurse
+      seen.push_back(m);
+      for (const FieldInfo& f : m->by_number) {
+        if (f.field == nullptr) continue;
+        const FieldDescriptor::Type type = f.field->type();
+        if (type == FieldDescriptor::TYPE_STRING || type == FieldDescriptor::TYPE_BYTES) {
+          bits |= kValueBytes;
+        }
+        if (f.instance_limit == &FrameLimits::max_stack_pcs) bits |= kStackPcs;
+        if (f.instance_limit == &FrameLimits::max_source_frames) bits |= kSourceFrames;
+        if (f.frame_limit == &FrameLimits::max_modules_per_frame) bits |= kModules;
+        if (f.message != nullptr) pending.push_back(f.message);
+      }
+    }
+    return bits;
   }
 
   std::vector<std::unique_ptr<MessageInfo>> messages_;
@@ -263,16 +300,44 @@ class Scan {
   std::string violation_;
 };
 
+// The smallest limit a frame whose one field is of type `body` (nullptr: anything) can cross.
+uint64_t SmallestLimit(const FrameLimits& limits, const MessageInfo* body) {
+  const unsigned bits = body != nullptr ? body->reachable_limits : kAllLimits;
+  uint64_t smallest = limits.max_entries_per_frame;  // unknown fields count anywhere
+  if (bits & kValueBytes) smallest = std::min(smallest, limits.max_value_bytes);
+  if (bits & kStackPcs) smallest = std::min(smallest, limits.max_stack_pcs);
+  if (bits & kSourceFrames) smallest = std::min(smallest, limits.max_source_frames);
+  if (bits & kModules) smallest = std::min(smallest, limits.max_modules_per_frame);
+  return smallest;
+}
+
+// The message type of the frame's body when the frame is exactly one length-delimited field of
+// a known message type (what writers produce), else nullptr.
+const MessageInfo* SoleBody(const unsigned char* data, std::size_t size) {
+  CodedInputStream in(data, static_cast<int>(size));
+  const uint32_t tag = in.ReadTag();
+  uint32_t length = 0;
+  if (WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED ||
+      !in.ReadVarint32(&length) ||
+      static_cast<std::size_t>(in.CurrentPosition()) + length != size) {
+    return nullptr;
+  }
+  const MessageInfo& root = *TheSchema().root();
+  const uint32_t number = WireFormatLite::GetTagFieldNumber(tag);
+  if (number >= root.by_number.size() || root.by_number[number].field == nullptr) return nullptr;
+  return root.by_number[number].message;
+}
+
 }  // namespace
 
 std::string FrameLimitViolation(const unsigned char* data, std::size_t size,
                                 const FrameLimits& limits) {
   // A frame of n bytes holds at most n entries (each takes at least one byte) and no value
-  // longer than n: a frame smaller than every limit (every event frame) needs no scan.
-  const uint64_t smallest =
-      std::min({limits.max_entries_per_frame, limits.max_stack_pcs, limits.max_source_frames,
-                limits.max_modules_per_frame, limits.max_value_bytes});
-  if (size <= smallest) return "";
+  // longer than n: a frame smaller than every limit (every event frame) needs no scan, and
+  // neither does a frame smaller than every limit its body's type can cross (a Snapshot of
+  // a few hundred thousand entries: it holds no strings, stacks or modules).
+  if (size <= SmallestLimit(limits, nullptr)) return "";
+  if (size <= SmallestLimit(limits, SoleBody(data, size))) return "";
   return Scan(data, size, limits).Run();
 }
 

@@ -113,6 +113,26 @@ TEST(FrameLimits, SnapshotsMergedByRepetitionAreCountedTogether) {
   EXPECT_NE(Check(Field(13, half) + Field(13, half), Small()), "");
 }
 
+// A frame that is one Snapshot can only cross the entry limit (a snapshot holds no strings,
+// stacks or modules), so one smaller than that limit is not scanned; a frame with another body
+// field beside the snapshot still is, whatever that field holds.
+TEST(FrameLimits, ASnapshotAloneIsCheckedOnlyForWhatASnapshotCanHold) {
+  std::string entries;
+  for (int i = 0; i < 400; ++i) entries += Field(4, "\x08\x01");  // allocations{address: 1}
+  const std::string snapshot = Field(13, entries);
+  ASSERT_GT(snapshot.size(), 500u) << "larger than the smallest limit, the value-bytes one";
+  EXPECT_EQ(Check(snapshot, Small()), "");
+  std::string pcs(101, '\x05');
+  const std::string stacks = Field(4, Field(1, "\x08\x01" + Field(2, pcs)));
+  const std::string over = Check(snapshot + stacks, Small());
+  EXPECT_NE(over.find("Stack.pcs holds 101 entries in one Stack"), std::string::npos) << over;
+  // Past the entry limit the snapshot is counted as before.
+  std::string many;
+  for (int i = 0; i < 1001; ++i) many += Field(8, "");
+  EXPECT_NE(Check(Field(13, many), Small()).find("Snapshot.blocks holds 1001 entries"),
+            std::string::npos);
+}
+
 TEST(FrameLimits, PackedReturnAddressesOfOneStack) {
   std::string pcs(101, '\x05');  // 101 one-byte varints
   const std::string stack = "\x08\x01" + Field(2, pcs);
