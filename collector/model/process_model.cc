@@ -10,6 +10,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "fragscope/model/device_state.h"
@@ -222,6 +223,12 @@ class ProcessModel::Impl {
   void ForgetCached(const Segment& s);
   std::unique_ptr<CachedSegment[]> segment_cache_;
   std::vector<uint64_t> unclassified_segments_;  // begins of segments whose stack is not here
+  // Allocation sites (stack ids, never 0) whose segments a sub-allocator carved: some segment
+  // allocated there became annotated. A snapshot that replaces the state lists segments, but
+  // not which of them a sub-allocator carves; one without blocks (all of it cached) would come
+  // back as a plain allocation, all of it allocated. A segment from such a site comes back
+  // annotated instead (OnSnapshot). Kept across snapshots; O(distinct stacks).
+  absl::flat_hash_set<uint64_t> carved_sites_;
   absl::flat_hash_map<uint64_t, LiveAllocation> allocations_;
   absl::flat_hash_map<uint64_t, PhysicalHandle> handles_;
   absl::flat_hash_map<uint64_t, OrphanBlock> orphans_;
@@ -330,6 +337,10 @@ void ProcessModel::Impl::Change(Segment& segment, F&& mutate) {
   if (site_before != site_after || old_device != segment.device()) {
     if (site_before.first) Device(old_device).RemoveSite(site_before.second, segment.size());
     if (site_after.first) device.AddSite(site_after.second, segment.size());
+  }
+  if (after.coverage == Coverage::kAnnotated && before.coverage != Coverage::kAnnotated &&
+      segment.stack_id() != 0) {
+    carved_sites_.insert(segment.stack_id());
   }
 }
 
@@ -1085,9 +1096,15 @@ bool ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
     d.ResetLive();
     Touch(&d);
   }
+  // A sub-allocator's segment comes back annotated when the snapshot says so or when its site's
+  // segments were carved before (carved_sites_), even with no block in it now.
+  auto carved = [this](bool sub_allocated, uint64_t stack_id) {
+    return sub_allocated || (stack_id != 0 && carved_sites_.contains(stack_id));
+  };
   for (const v1::LiveReservation& r : snap.reservations()) {
     // A rejected reservation must not annotate a segment left at its address.
-    if (Reserve(r.address(), r.size(), r.device(), r.stack_id()) != nullptr && r.sub_allocated()) {
+    if (Reserve(r.address(), r.size(), r.device(), r.stack_id()) != nullptr &&
+        carved(r.sub_allocated(), r.stack_id())) {
       MarkSubAllocated(r.address());
     }
   }
@@ -1118,7 +1135,7 @@ bool ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
   for (const v1::LiveAllocation& a : snap.allocations()) {
     const bool placed = PlaceAllocation(a.address(), a.size(), a.device(), a.stack_id(), a.pool(),
                                         ResolveKind(a.kind(), a.api(), false));
-    if (placed && a.sub_allocated()) MarkSubAllocated(a.address());
+    if (placed && carved(a.sub_allocated(), a.stack_id())) MarkSubAllocated(a.address());
   }
   for (const v1::LiveBlock& b : snap.blocks()) {
     SubBlock block{b.size(), b.stack_id(), b.stream(), b.pool(), b.allocator(), b.pending_free()};

@@ -2,6 +2,8 @@
 // feeding synthetic frames and checks the DESIGN.md definitions byte for byte.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "fragscope/model/process_model.h"
 #include "model_test_frames.h"
 
@@ -468,6 +470,48 @@ TEST(ModelMetricsTest, PeriodicSnapshotAfterLostEventsReplacesState) {
   feed.Malloc(kBase, 8 * kMiB);
   feed.Snapshot(snap);
   EXPECT_EQ(DeviceOf(model.Summarize(), 0).reserved_bytes, 8 * kMiB);
+}
+
+// A snapshot says which segments are live, not which a sub-allocator carves. After a resync, a
+// carved segment with no block in it (all of it cached) came back as a plain allocation, all of
+// it allocated. Segments from a site whose segments were carved before come back annotated; a
+// segment without a stack (id 0) cannot be told apart and comes back plain.
+TEST(ModelMetricsTest, ResyncKeepsAnEmptySubAllocatorSegmentCached) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 100 * kMiB, 0, /*stack=*/5);
+  feed.Malloc(kBase + kGiB, 50 * kMiB, 0, /*stack=*/0);
+  feed.BlockAlloc(kBase, 10 * kMiB);
+  feed.BlockAlloc(kBase + kGiB, 10 * kMiB);
+  feed.BlockFree(kBase, 10 * kMiB);
+  feed.BlockFree(kBase + kGiB, 10 * kMiB);
+  DeviceSummary d = DeviceOf(model.Summarize(), 0);
+  ASSERT_EQ(d.annotated_segments, 2u);
+  ASSERT_EQ(d.cached_bytes, 150 * kMiB);
+  feed.Drops(2);
+  v1::Snapshot snap;
+  snap.set_reason(v1::Snapshot::REASON_RESYNC);
+  snap.set_complete_history(true);
+  for (auto [address, size, stack] : {std::tuple{kBase, 100 * kMiB, uint64_t{5}},
+                                      {kBase + kGiB, 50 * kMiB, uint64_t{0}},
+                                      {kBase + 2 * kGiB, 20 * kMiB, uint64_t{5}}}) {
+    v1::LiveAllocation* a = snap.add_allocations();
+    a->set_address(address);
+    a->set_size(size);
+    a->set_device(0);
+    a->set_stack_id(stack);
+    a->set_api(v1::API_cudaMalloc);
+    a->set_kind(v1::MEMORY_KIND_DEVICE);
+  }
+  feed.Snapshot(snap);
+  d = DeviceOf(model.Summarize(), 0);
+  // Site 5's two segments (one allocated during the lost events) are the sub-allocator's, with
+  // nothing in them; the stackless one is a plain allocation again.
+  EXPECT_EQ(d.annotated_segments, 2u);
+  EXPECT_EQ(d.exact_segments, 1u);
+  EXPECT_EQ(d.cached_bytes, 120 * kMiB);
+  EXPECT_EQ(d.allocated_bytes, 50 * kMiB);
+  EXPECT_EQ(d.largest_free_range_bytes, 100 * kMiB);
 }
 
 TEST(ModelMetricsTest, DropsMarkAnIntervalApproximateUntilResync) {
