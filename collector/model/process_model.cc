@@ -1060,15 +1060,12 @@ void ProcessModel::Impl::OnDrops(const v1::Drops& e) {
 }
 
 bool ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
-  // Said even when the snapshot is only a seek point: the agent's table is too small, which
-  // matters for every snapshot that does replace (a wake, a resync, a flight-recorder file).
+  // The header counts even when the snapshot is only a seek point (a STREAM_START one always
+  // replaces). A full agent table matters for every snapshot that does replace (a wake, a
+  // resync, a flight-recorder file).
   if (snap.entries_not_held() > 0) {
     if (live_entries_not_held_ == 0) not_held_since_seq_ = snap.seq();
     live_entries_not_held_ = std::max(live_entries_not_held_, snap.entries_not_held());
-  }
-  if (!snapshot_policy_.Replaces(snap)) {
-    if (!snap.complete_history()) history_complete_ = false;
-    return false;
   }
   if (!snap.complete_history()) {
     history_complete_ = false;
@@ -1077,6 +1074,7 @@ bool ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
     // the stream started late (Hello.attached), nothing before it is unknown.
     history_complete_ = true;
   }
+  if (!snapshot_policy_.Replaces(snap)) return false;
   if (drop_interval_open_) {
     approximate_.back().to_seq = snap.seq();
     drop_interval_open_ = false;
