@@ -46,20 +46,14 @@ struct FieldInfo {
   std::size_t counter = 0;  // index into Scan::counts_
 };
 
-// Which limits other than the frame-wide entry count a message's subtree can cross.
-enum LimitKind : unsigned {
-  kValueBytes = 1u << 0,
-  kStackPcs = 1u << 1,
-  kSourceFrames = 1u << 2,
-  kModules = 1u << 3,
-  kAllLimits = (1u << 4) - 1,
-};
+using Limit = uint64_t FrameLimits::*;
 
 struct MessageInfo {
   const Descriptor* descriptor = nullptr;
-  std::vector<FieldInfo> by_number;        // index = field number; .field null for unknown numbers
-  std::size_t unknown_counter = 0;         // counts this message's unknown fields
-  unsigned reachable_limits = kAllLimits;  // LimitKind bits: what this subtree can cross
+  std::vector<FieldInfo> by_number;  // index = field number; .field null for unknown numbers
+  std::size_t unknown_counter = 0;   // counts this message's unknown fields
+  // The limits besides the frame-wide entry count that this message's subtree can cross.
+  std::vector<Limit> reachable_limits;
 };
 
 // The schema reachable from Frame, built once: message types and their fields.
@@ -117,9 +111,14 @@ class Schema {
     return info;
   }
 
-  // The LimitKind bits of `info`'s fields and, through message fields, of every type below it.
-  static unsigned ReachableLimits(const MessageInfo& info) {
-    unsigned bits = 0;
+  // The limits of `info`'s fields and, through message fields, of every type below it.
+  static std::vector<Limit> ReachableLimits(const MessageInfo& info) {
+    std::vector<Limit> limits;
+    auto add = [&limits](Limit l) {
+      if (l != nullptr && std::find(limits.begin(), limits.end(), l) == limits.end()) {
+        limits.push_back(l);
+      }
+    };
     std::vector<const MessageInfo*> pending{&info}, seen;
     while (!pending.empty()) {
       const MessageInfo* m = pending.back();
@@ -130,15 +129,14 @@ class Schema {
         if (f.field == nullptr) continue;
         const FieldDescriptor::Type type = f.field->type();
         if (type == FieldDescriptor::TYPE_STRING || type == FieldDescriptor::TYPE_BYTES) {
-          bits |= kValueBytes;
+          add(&FrameLimits::max_value_bytes);
         }
-        if (f.instance_limit == &FrameLimits::max_stack_pcs) bits |= kStackPcs;
-        if (f.instance_limit == &FrameLimits::max_source_frames) bits |= kSourceFrames;
-        if (f.frame_limit == &FrameLimits::max_modules_per_frame) bits |= kModules;
+        add(f.instance_limit);
+        add(f.frame_limit);
         if (f.message != nullptr) pending.push_back(f.message);
       }
     }
-    return bits;
+    return limits;
   }
 
   std::vector<std::unique_ptr<MessageInfo>> messages_;
@@ -300,14 +298,10 @@ class Scan {
   std::string violation_;
 };
 
-// The smallest limit a frame whose one field is of type `body` (nullptr: anything) can cross.
-uint64_t SmallestLimit(const FrameLimits& limits, const MessageInfo* body) {
-  const unsigned bits = body != nullptr ? body->reachable_limits : kAllLimits;
+// The smallest limit a frame whose one field is of type `body` can cross.
+uint64_t SmallestLimit(const FrameLimits& limits, const MessageInfo& body) {
   uint64_t smallest = limits.max_entries_per_frame;  // unknown fields count anywhere
-  if (bits & kValueBytes) smallest = std::min(smallest, limits.max_value_bytes);
-  if (bits & kStackPcs) smallest = std::min(smallest, limits.max_stack_pcs);
-  if (bits & kSourceFrames) smallest = std::min(smallest, limits.max_source_frames);
-  if (bits & kModules) smallest = std::min(smallest, limits.max_modules_per_frame);
+  for (Limit l : body.reachable_limits) smallest = std::min(smallest, limits.*l);
   return smallest;
 }
 
@@ -336,8 +330,12 @@ std::string FrameLimitViolation(const unsigned char* data, std::size_t size,
   // longer than n: a frame smaller than every limit (every event frame) needs no scan, and
   // neither does a frame smaller than every limit its body's type can cross (a Snapshot of
   // a few hundred thousand entries: it holds no strings, stacks or modules).
-  if (size <= SmallestLimit(limits, nullptr)) return "";
-  if (size <= SmallestLimit(limits, SoleBody(data, size))) return "";
+  const uint64_t smallest =
+      std::min({limits.max_entries_per_frame, limits.max_stack_pcs, limits.max_source_frames,
+                limits.max_modules_per_frame, limits.max_value_bytes});
+  if (size <= smallest) return "";
+  const MessageInfo* body = SoleBody(data, size);
+  if (body != nullptr && size <= SmallestLimit(limits, *body)) return "";
   return Scan(data, size, limits).Run();
 }
 
