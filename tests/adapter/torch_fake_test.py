@@ -101,7 +101,7 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.assertIn("CUDA out of memory. Tried to allocate 300.00 MiB", result["oom"]["message"])
         labels = [m[0] for m in result["marks"]]
         self.assertEqual(labels, ["small", "odd", "whole", "filled", "holes", "freed_whole",
-                                  "transient", "after_oom"])
+                                  "transient", "after_oom", "end"])
         by_label = {m[0]: m for m in result["marks"]}
         # What PyTorch's allocator does with these requests (rounding, unsplit remainder).
         self.assertEqual(by_label["small"][1:], [2 * MiB, 1024])
@@ -110,6 +110,8 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         # The transient tensor's segment stays cached, empty.
         self.assertEqual(by_label["transient"][1] - by_label["freed_whole"][1], 40 * MiB)
         self.assertEqual(by_label["transient"][2], by_label["freed_whole"][2])
+        # Freeing every tensor keeps the cache.
+        self.assertEqual(by_label["end"][1:], [by_label["after_oom"][1], 0])
 
     def check_marks(self, trace, result):
         """fragscope's figures at each mark are torch's, with no opaque PyTorch segment."""
@@ -154,7 +156,8 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.check_marks(trace, result)
         self.check_oom_report(trace)
         # The trace exported as a PyTorch snapshot reads in PyTorch's own tooling: at exit the
-        # program's tensors are gone and its cache (the reserved bytes after the OOM) is left.
+        # program's tensors are gone (the workload frees them before its last mark) and its
+        # cache (the reserved bytes after the OOM) is left.
         snapshot = os.path.join(WORK, "primary-export.pickle")
         r = subprocess.run([CLI, "export", trace, "--torch-snapshot", snapshot],
                            capture_output=True, text=True, timeout=120)
