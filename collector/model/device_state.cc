@@ -166,7 +166,9 @@ void DeviceState::AfterEvent(uint64_t seq, uint64_t time_ns) {
   if (fragmentation) {
     max_fragmentation_ = std::max(max_fragmentation_.value_or(0.0), *fragmentation);
   }
-  timeline_.Offer({seq, time_ns, reserved, allocated, cached, largest_free, fragmentation});
+  timeline_.Offer([&] {
+    return TimelinePoint{seq, time_ns, reserved, allocated, cached, largest_free, fragmentation};
+  });
 }
 
 void DeviceState::RecordEvent(const RecentEvent& e) {

@@ -278,7 +278,7 @@ class Segment {
   // Puts `e` at [address, address + e.size) inside the free run that ends at `next` (the
   // caller knows the range lies in it: `next` is extents_.upper_bound(address) and no extent
   // overlaps the range). The run's bytes before and after become the two runs around `e`.
-  void PlaceInGap(uint64_t address, Extent e, ExtentMap::iterator next);
+  void PlaceInGap(uint64_t address, const Extent& e, ExtentMap::iterator next);
   // Takes out one extent: its bytes and the runs on both sides become one free run. Returns the
   // extent after it.
   ExtentMap::iterator RemoveExtent(ExtentMap::iterator it);

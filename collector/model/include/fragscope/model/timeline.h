@@ -16,11 +16,14 @@ namespace fragscope {
 class Timeline {
  public:
   explicit Timeline(std::size_t max_points);
-  // Inline: every event offers a point, and most are not kept.
-  void Offer(const TimelinePoint& point) {
+  // Offers one point: `make()` returns it, and is called only when the point is kept. Inline:
+  // every event offers a point and most are not kept, so their points are never built (built
+  // field by field on the stack and copied out, each one cost a store-forwarding stall).
+  template <typename MakePoint>
+  void Offer(MakePoint&& make) {
     // stride_ is a power of two: a mask instead of a division on this per-event path.
     if ((offered_++ & (stride_ - 1)) != 0) return;
-    Keep(point);
+    Keep(make());
   }
   const std::vector<TimelinePoint>& points() const { return points_; }
 
