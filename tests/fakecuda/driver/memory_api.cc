@@ -332,6 +332,22 @@ CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream st) 
 CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream st) {
   return Set<unsigned int>(d, v, n, st, true, true);
 }
+// One 32-bit store in stream order: a one-element memset here, where streams run at once.
+// PyTorch's driver API table requires it (torch 2.15, for expandable segments).
+CUresult cuStreamWriteValue32_v2(CUstream st, CUdeviceptr addr, cuuint32_t value,
+                                 unsigned int flags) {
+  if (flags & ~static_cast<unsigned int>(CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return Set<cuuint32_t>(addr, value, 1, st, true, false);
+}
+CUresult cuStreamWriteValue32_v2_ptsz(CUstream st, CUdeviceptr addr, cuuint32_t value,
+                                      unsigned int flags) {
+  if (flags & ~static_cast<unsigned int>(CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return Set<cuuint32_t>(addr, value, 1, st, true, true);
+}
 
 // --- pinned host memory (not device memory: never in the live table) ----------------------
 CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) { return HostAlloc(pp, bytesize); }
