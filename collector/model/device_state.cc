@@ -107,8 +107,6 @@ void DeviceState::AddSite(uint64_t stack_id, uint64_t bytes) { sites_.Add(stack_
 
 void DeviceState::RemoveSite(uint64_t stack_id, uint64_t bytes) { sites_.Remove(stack_id, bytes); }
 
-std::vector<SiteEntry> DeviceState::SitesAtPeak(std::size_t n) const { return sites_.TopAtMark(n); }
-
 DeviceMetrics DeviceState::Metrics(bool with_reasons) const {
   DeviceMetrics m;
   // Graph memory is device memory this process holds (the graph's pool), so it is reserved and
@@ -261,8 +259,7 @@ void DeviceState::FillSummary(DeviceSummary* out) const {
   out->opaque_segments = opaque_segments_;
   out->blocks = seg_blocks_ + pool_blocks_ + graph_blocks;
   out->free_ranges = free_ranges_;
-  out->sites = sites_.Top(options_->top_sites);
-  out->sites_at_peak = SitesAtPeak(options_->top_sites);
+  // sites and sites_at_peak: the ProcessModel's, which merges sites by their reported stacks.
   out->timeline = timeline_.points();
 }
 

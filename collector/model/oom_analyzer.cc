@@ -179,7 +179,9 @@ OomVerdict ClassifyOom(const OomFigures& f, const FailedAllocation& failure,
         "stranded (cached - largest free range).",
         B(f.cached_bytes), B(free), B(f.cached_bytes + free), B(r), B(f.largest_free_range_bytes),
         B(free), B(f.cached_bytes - std::min(f.cached_bytes, f.largest_free_range_bytes)));
-    if (options.expandable_segments != true) {
+    // Not when segments already grow in place: said by the caller (PYTORCH_CUDA_ALLOC_CONF
+    // under `fragscope run`) or seen in the trace (a sub-allocator carves VMM reservations).
+    if (options.expandable_segments != true && f.carved_reservation_bytes == 0) {
       v.advice.push_back(
           "PyTorch: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow in "
           "place instead of leaving free ranges stranded between them.");

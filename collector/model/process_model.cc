@@ -110,6 +110,15 @@ class ProcessModel::Impl {
     Touch(last_device_);
     return *last_device_;
   }
+  // The device a segment's contribution `c` goes to, or nullptr. A reservation that no device's
+  // memory is mapped into yet has device -1 (cuMemAddressReserve names none) and counts for
+  // nothing: it must not invent a "device -1" that every report of an expandable-segments
+  // PyTorch job would then list, empty. One that counts (blocks annotated before any map) does
+  // show there: its bytes are real, on a device not known.
+  DeviceState* SegmentDevice(int ordinal, const SegmentContribution& c) {
+    if (ordinal < 0 && !c.counted && !devices_.contains(ordinal)) return nullptr;
+    return &Device(ordinal);
+  }
   void Touch(DeviceState* d) {
     if (d->touched) return;
     d->touched = true;
@@ -327,16 +336,17 @@ void ProcessModel::Impl::Change(Segment& segment, F&& mutate) {
   mutate(segment);
   const SegmentContribution after = segment.Contribution();
   const auto site_after = segment_site(segment);
-  DeviceState& device = Device(segment.device());
   if (old_device == segment.device()) {
-    device.Replace(before, after);
+    // A device -1 that exists already holds `before` if it counted: no case is left out.
+    if (DeviceState* d = SegmentDevice(old_device, after)) d->Replace(before, after);
   } else {
-    Device(old_device).Retract(before);
-    device.Deposit(after);
+    if (DeviceState* d = SegmentDevice(old_device, before)) d->Retract(before);
+    if (DeviceState* d = SegmentDevice(segment.device(), after)) d->Deposit(after);
   }
+  // Only driver allocations are sites, and they always count (on a device they were made on).
   if (site_before != site_after || old_device != segment.device()) {
     if (site_before.first) Device(old_device).RemoveSite(site_before.second, segment.size());
-    if (site_after.first) device.AddSite(site_after.second, segment.size());
+    if (site_after.first) Device(segment.device()).AddSite(site_after.second, segment.size());
   }
   if (after.coverage == Coverage::kAnnotated && before.coverage != Coverage::kAnnotated &&
       segment.stack_id() != 0) {
@@ -346,15 +356,18 @@ void ProcessModel::Impl::Change(Segment& segment, F&& mutate) {
 
 void ProcessModel::Impl::EraseSegment(SegmentIndex::iterator it) {
   Segment& s = *it->second;
-  DeviceState& device = Device(s.device());
-  device.Retract(s.Contribution());
-  if (s.kind() == SegmentKind::kDriverAllocation) {
-    device.driver_segment_bytes -= std::min(device.driver_segment_bytes, s.size());
-    if (s.coverage() != Coverage::kAnnotated) device.RemoveSite(s.stack_id(), s.size());
+  const SegmentContribution c = s.Contribution();
+  // nullptr: a reservation nothing was mapped into, so no blocks either (they would count).
+  if (DeviceState* device = SegmentDevice(s.device(), c)) {
+    device->Retract(c);
+    if (s.kind() == SegmentKind::kDriverAllocation) {
+      device->driver_segment_bytes -= std::min(device->driver_segment_bytes, s.size());
+      if (s.coverage() != Coverage::kAnnotated) device->RemoveSite(s.stack_id(), s.size());
+    }
+    // Blocks die with their segment.
+    s.ForEachBlock(
+        [&](uint64_t, const SubBlock& block) { device->RemoveSite(block.stack_id, block.size); });
   }
-  // Blocks die with their segment.
-  s.ForEachBlock(
-      [&](uint64_t, const SubBlock& block) { device.RemoveSite(block.stack_id, block.size); });
   // Mappings still in a freed reservation no longer hold their handles.
   for (const auto& [address, mapping] : s.mappings()) SetHandleMappings(mapping.handle, -1);
   ForgetCached(s);
@@ -422,7 +435,8 @@ Segment* ProcessModel::Impl::Reserve(uint64_t address, uint64_t size, int device
   Segment& s = *it->second;
   s.set_via_caching_allocator(stacks_.PassesThroughCachingAllocator(stack_id));
   if (!s.via_caching_allocator()) unclassified_segments_.push_back(address);
-  Device(device).Deposit(s.Contribution());
+  const SegmentContribution c = s.Contribution();
+  if (DeviceState* d = SegmentDevice(device, c)) d->Deposit(c);
   return &s;
 }
 
@@ -967,6 +981,7 @@ OomFigures ProcessModel::Impl::FiguresAt(int device, uint64_t requested, uint64_
   for (const auto& [begin, segment] : segments_) {
     const Segment& s = *segment;
     if (s.device() != device || s.coverage() != Coverage::kAnnotated) continue;
+    if (s.kind() == SegmentKind::kVmmReservation) f.carved_reservation_bytes += s.backing_bytes();
     const auto sp = s.stream_and_pool();
     // A segment shared by several streams/pools (or without blocks yet) may serve anyone.
     if (!sp || (sp->first == stream && sp->second == pool)) {
@@ -1013,8 +1028,8 @@ void ProcessModel::Impl::OnFailed(const v1::FailedAlloc& e) {
   OomPostMortem pm;
   if (f.is_oom) {
     pm.figures = FiguresAt(e.device(), e.size(), e.stream(), e.pool(), e.has_mem_info());
-    pm.sites_at_failure = d.sites().Top(options_.top_sites);
-    pm.sites_at_peak = d.SitesAtPeak(options_.top_sites);
+    pm.sites_at_failure = TopSites(stacks_.MergeSites(d.sites().All()), options_.top_sites);
+    pm.sites_at_peak = TopSites(stacks_.MergeSites(d.sites().AllAtMark()), options_.top_sites);
     pm.peak_reserved_bytes = d.peak_reserved();
     pm.recent_events = d.RecentEvents();
     pm.approximate = drop_interval_open_;
@@ -1177,6 +1192,8 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   for (const auto& [ordinal, d] : devices_) {
     DeviceSummary ds;
     d.FillSummary(&ds);
+    ds.sites = TopSites(stacks_.MergeSites(d.sites().All()), options_.top_sites);
+    ds.sites_at_peak = TopSites(stacks_.MergeSites(d.sites().AllAtMark()), options_.top_sites);
     if (!ds.untracked_bytes.known() && imported_) {
       ds.untracked_bytes.unknown_reason +=
           "; an imported allocator snapshot has no device free/total figures";
@@ -1199,7 +1216,7 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.orphan_blocks_total = orphans_total_;
   for (uint64_t id : stack_ids) {
     if (id == 0 || out.stacks.count(id)) continue;
-    if (const StackInfo* s = stacks_.Find(id)) out.stacks[id] = *s;
+    if (const StackInfo* s = stacks_.Find(id)) out.stacks[id] = stacks_.Reported(*s);
   }
   out.modules = stacks_.modules();
   return out;

@@ -38,16 +38,16 @@ void SiteTable::ClearKeepingMark() {
   }
 }
 
-std::vector<SiteEntry> SiteTable::Top(std::size_t n) const {
+std::vector<SiteEntry> SiteTable::All() const {
   std::vector<SiteEntry> entries;
   entries.reserve(sites_.size());
   for (const auto& [id, live] : sites_) {
     if (live.count > 0) entries.push_back({id, live.bytes, live.count});
   }
-  return TopSites(std::move(entries), n);
+  return entries;
 }
 
-std::vector<SiteEntry> SiteTable::TopAtMark(std::size_t n) const {
+std::vector<SiteEntry> SiteTable::AllAtMark() const {
   std::vector<SiteEntry> entries;
   if (mark_ == 0) return entries;
   entries.reserve(sites_.size());
@@ -57,7 +57,7 @@ std::vector<SiteEntry> SiteTable::TopAtMark(std::size_t n) const {
     const uint64_t count = saved ? live.marked_count : live.count;
     if (count > 0) entries.push_back({id, saved ? live.marked_bytes : live.bytes, count});
   }
-  return TopSites(std::move(entries), n);
+  return entries;
 }
 
 std::vector<SiteEntry> TopSites(std::vector<SiteEntry> entries, std::size_t n) {

@@ -1,5 +1,6 @@
 #include "fragscope/model/stack_index.h"
 
+#include <algorithm>
 #include <string_view>
 #include <utility>
 
@@ -47,6 +48,37 @@ void StackIndex::AddSymbolizedStack(const v1::SymbolizedStack& stack) {
 const StackInfo* StackIndex::Find(uint64_t id) const {
   auto it = stacks_.find(id);
   return it == stacks_.end() ? nullptr : &it->second;
+}
+
+StackInfo StackIndex::Reported(const StackInfo& stack) const {
+  StackInfo out = stack;
+  std::size_t keep = out.pcs.size();
+  while (keep > 0 && ModuleOf(out.pcs[keep - 1]) == nullptr) --keep;
+  if (keep > 0) out.pcs.resize(keep);  // keep == 0: no frame in a known module, nothing to judge
+  return out;
+}
+
+std::vector<SiteEntry> StackIndex::MergeSites(std::vector<SiteEntry> entries) const {
+  std::vector<SiteEntry> out;
+  out.reserve(entries.size());
+  absl::flat_hash_map<std::vector<uint64_t>, std::size_t> by_frames;  // -> index in out
+  for (const SiteEntry& e : entries) {
+    const StackInfo* stack = e.stack_id == 0 ? nullptr : Find(e.stack_id);
+    if (stack == nullptr || stack->pcs.empty()) {
+      out.push_back(e);
+      continue;
+    }
+    auto [it, inserted] = by_frames.try_emplace(Reported(*stack).pcs, out.size());
+    if (inserted) {
+      out.push_back(e);
+      continue;
+    }
+    SiteEntry& merged = out[it->second];
+    merged.stack_id = std::min(merged.stack_id, e.stack_id);
+    merged.live_bytes += e.live_bytes;
+    merged.count += e.count;
+  }
+  return out;
 }
 
 const ModuleInfo* StackIndex::ModuleOf(uint64_t pc) const {

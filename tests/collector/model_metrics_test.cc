@@ -561,6 +561,48 @@ TEST(ModelMetricsTest, PeakSitesAreTheSitesAtPeakReserved) {
   EXPECT_EQ(d.sites[1].stack_id, 3u);
 }
 
+// A frame walk that leaves code without frame pointers reads one more "return address" that is
+// data (under PyTorch's allocator, the block's own address): stacks that differ only in frames
+// past the last one in a known module are one site, shown without those frames.
+TEST(ModelMetricsTest, SitesDifferingOnlyInFramesOutsideEveryModuleAreOneSite) {
+  constexpr uint64_t kText = 0x400000;
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Module("/usr/lib/libc10_cuda.so", kText, 0x100000);
+  feed.Stack(5, {kText + 0x10, kText + 0x20, kBase});               // junk: block 1's address
+  feed.Stack(6, {kText + 0x10, kText + 0x20, kBase + 64 * kMiB});   // junk: block 2's
+  feed.Stack(7, {kText + 0x10, kText + 0x30, kBase + 128 * kMiB});  // another site
+  feed.Stack(8, {0x10, 0x20});  // no frame in a module: nothing to judge it by, left whole
+  feed.Malloc(kBase, kGiB, 0, 4);
+  feed.BlockAlloc(kBase, 64 * kMiB, 6);
+  feed.BlockAlloc(kBase + 64 * kMiB, 64 * kMiB, 5);
+  feed.BlockAlloc(kBase + 128 * kMiB, 32 * kMiB, 7);
+  feed.BlockAlloc(kBase + 192 * kMiB, 16 * kMiB, 8);
+  feed.Malloc(kBase + 4 * kGiB, 16 * kMiB, 0, 9);  // the peak of reserved, with the blocks live
+  feed.Failed(2 * kGiB, 0, /*from_sub_allocator=*/true, 0, 16 * kGiB);
+  const ModelSummary s = model.Summarize();
+  const DeviceSummary d = DeviceOf(s, 0);
+  ASSERT_EQ(d.sites.size(), 4u);
+  EXPECT_EQ(d.sites[0].stack_id, 5u);  // the smaller id of the two merged
+  EXPECT_EQ(d.sites[0].live_bytes, 128 * kMiB);
+  EXPECT_EQ(d.sites[0].count, 2u);
+  EXPECT_EQ(d.sites[1].stack_id, 7u);
+  EXPECT_EQ(d.sites[2].stack_id, 8u);
+  EXPECT_EQ(d.sites[3].stack_id, 9u);
+  ASSERT_EQ(d.sites_at_peak.size(), 4u);
+  EXPECT_EQ(d.sites_at_peak[0].stack_id, 5u);
+  EXPECT_EQ(d.sites_at_peak[0].count, 2u);
+  ASSERT_EQ(s.ooms.size(), 1u);
+  ASSERT_EQ(s.ooms[0].sites_at_failure.size(), 4u);
+  EXPECT_EQ(s.ooms[0].sites_at_failure[0].stack_id, 5u);
+  EXPECT_EQ(s.ooms[0].sites_at_failure[0].count, 2u);
+  // Shown without the frame that is data; a stack with no frame in a module is kept whole.
+  ASSERT_TRUE(s.stacks.contains(5));
+  EXPECT_EQ(s.stacks.at(5).pcs, (std::vector<uint64_t>{kText + 0x10, kText + 0x20}));
+  ASSERT_TRUE(s.stacks.contains(8));
+  EXPECT_EQ(s.stacks.at(8).pcs, (std::vector<uint64_t>{0x10, 0x20}));
+}
+
 TEST(ModelMetricsTest, TimelineStaysBoundedAndOrdered) {
   ModelOptions options;
   options.timeline_max_points = 8;

@@ -119,6 +119,26 @@ TEST(ModelOomTest, FragmentationAdviceSkipsExpandableSegmentsWhenAlreadyOn) {
   EXPECT_TRUE(Contains(o.advice, "max_split_size_mb"));
 }
 
+// A sub-allocator that carves VMM reservations already grows its segments in place (PyTorch's
+// expandable segments): the trace says so even when no option does.
+TEST(ModelOomTest, FragmentationAdviceSkipsExpandableSegmentsWhenTheTraceShowsThem) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Map(v1::MapEvent::OP_RESERVE, kBase, 4 * kGiB, 0, 0, -1);
+  feed.Handle(v1::HandleEvent::OP_CREATE, 1, kGiB);
+  feed.Map(v1::MapEvent::OP_MAP, kBase, kGiB, 1);
+  // Blocks at 0, 512 and 1024 - 256 MiB: free runs of 256 MiB between them.
+  feed.BlockAlloc(kBase, 256 * kMiB, 21);
+  feed.BlockAlloc(kBase + 512 * kMiB, 256 * kMiB, 22);
+  feed.Failed(384 * kMiB, 0, /*from_sub_allocator=*/true, 128 * kMiB, kTotal);
+  const OomPostMortem o = OnlyOom(model.Summarize());
+  EXPECT_EQ(o.oom_class, OomClass::kFragmentation);
+  EXPECT_EQ(o.figures.carved_reservation_bytes, kGiB);
+  EXPECT_FALSE(Contains(o.advice, "expandable_segments:True"));
+  EXPECT_TRUE(Contains(o.advice, "max_split_size_mb"));
+}
+
 TEST(ModelOomTest, UnusableCacheOfAnotherStream) {
   ProcessModel model;
   FrameFeed feed(&model);

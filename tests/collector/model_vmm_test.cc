@@ -26,6 +26,39 @@ TEST(ModelVmmTest, ReservationWithoutMappingsIsNotASegment) {
   EXPECT_EQ(d.reserved_bytes, 0u);  // address space is not memory
 }
 
+// cuMemAddressReserve names no device (the agent sends -1): the reservation belongs to the device
+// whose memory is mapped into it, and no "device -1" appears beside it (PyTorch's expandable
+// segments reserve before every first map).
+TEST(ModelVmmTest, ReservationOfNoDeviceMakesNoDeviceOfItsOwn) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, 16 * kGiB);
+  feed.Map(MapEvent::OP_RESERVE, kVa, 4 * kGiB, 0, 0, /*device=*/-1);
+  feed.Handle(HandleEvent::OP_CREATE, 1, 20 * kMiB);
+  feed.Map(MapEvent::OP_MAP, kVa, 20 * kMiB, 1, 0, /*device=*/0);
+  feed.BlockAlloc(kVa, 6 * kMiB, /*stack=*/3);
+  // A second reservation, freed without ever being mapped.
+  feed.Map(MapEvent::OP_RESERVE, kVa + 8 * kGiB, kGiB, 0, 0, -1);
+  feed.Map(MapEvent::OP_FREE_RANGE, kVa + 8 * kGiB, kGiB, 0, 0, -1);
+  const ModelSummary s = model.Summarize();
+  ASSERT_EQ(s.devices.size(), 1u);
+  EXPECT_EQ(s.devices[0].ordinal, 0);
+  EXPECT_EQ(s.devices[0].reserved_bytes, 20 * kMiB);
+  EXPECT_EQ(s.devices[0].allocated_bytes, 6 * kMiB);
+  EXPECT_EQ(s.devices[0].segments, 1u);
+  EXPECT_EQ(s.unmatched_events, 0u);
+}
+
+// Blocks annotated in a reservation before any memory is mapped into it hold real bytes on a
+// device nobody named: those are shown, on device -1, not dropped.
+TEST(ModelVmmTest, BlocksInAReservationOfNoDeviceAreShownOnDeviceMinusOne) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Map(MapEvent::OP_RESERVE, kVa, 64 * kMiB, 0, 0, -1);
+  feed.BlockAlloc(kVa, 2 * kMiB, /*stack=*/3);
+  EXPECT_EQ(DeviceOf(model, -1).allocated_bytes, 2 * kMiB);
+}
+
 TEST(ModelVmmTest, HandleMappedTwiceCountsOnce) {
   ProcessModel model;
   FrameFeed feed(&model);

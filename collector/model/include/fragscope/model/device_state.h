@@ -108,8 +108,8 @@ class DeviceState {
   // Sites: every change goes through here so the copy at peak is taken before it is lost.
   void AddSite(uint64_t stack_id, uint64_t bytes);
   void RemoveSite(uint64_t stack_id, uint64_t bytes);
+  // Live now, and at the peak of reserved (SiteTable::AllAtMark).
   const SiteTable& sites() const { return sites_; }
-  std::vector<SiteEntry> SitesAtPeak(std::size_t n) const;
 
   // `with_reasons` = false skips formatting the unknown reasons (the per-event path); the
   // values are the same.
@@ -144,6 +144,7 @@ class DeviceState {
   // it. Keeps identity, samples, peaks, timeline and recent events.
   void ResetLive();
 
+  // Everything but `sites` and `sites_at_peak`, which need the stream's stacks (ProcessModel).
   void FillSummary(DeviceSummary* out) const;
 
  private:

@@ -196,6 +196,9 @@ struct OomFigures {
   // with the free ranges touching it).
   uint64_t largest_free_range_if_pending_completed_bytes = 0;
   Measured<uint64_t> untracked_bytes;  // total - free - reserved
+  // Backing of the VMM reservations a sub-allocator carves on the device: segments that grow in
+  // place (PyTorch's expandable segments), so advice to turn those on does not apply.
+  uint64_t carved_reservation_bytes = 0;
 };
 
 struct OomPostMortem {

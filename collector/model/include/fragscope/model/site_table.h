@@ -10,6 +10,9 @@
 
 namespace fragscope {
 
+// Top `n` of `entries`: largest live_bytes first, ties by smaller stack id.
+std::vector<SiteEntry> TopSites(std::vector<SiteEntry> entries, std::size_t n);
+
 // Also remembers the table as it was at one moment (Mark, the device's peak), in O(1) per Mark
 // and per change: each site keeps its figures from the moment of the latest Mark beside the
 // live ones, saved the first time it changes after that Mark. (Copying the table at each new
@@ -28,9 +31,13 @@ class SiteTable {
   bool marked() const { return mark_ != 0; }
 
   // Largest live_bytes first (ties: smaller stack id first), at most `n`. O(sites log n).
-  std::vector<SiteEntry> Top(std::size_t n) const;
+  std::vector<SiteEntry> Top(std::size_t n) const { return TopSites(All(), n); }
   // The same for the table as it was at the latest Mark (empty before any). O(sites log n).
-  std::vector<SiteEntry> TopAtMark(std::size_t n) const;
+  std::vector<SiteEntry> TopAtMark(std::size_t n) const { return TopSites(AllAtMark(), n); }
+  // Every live site, in no order (for callers that merge sites before taking the top).
+  std::vector<SiteEntry> All() const;
+  // Every site live at the latest Mark (none before any), in no order.
+  std::vector<SiteEntry> AllAtMark() const;
 
  private:
   struct Live {
@@ -51,9 +58,6 @@ class SiteTable {
   absl::flat_hash_map<uint64_t, Live> sites_;
   uint64_t mark_ = 0;
 };
-
-// Top `n` of `entries` by the same order as SiteTable::Top.
-std::vector<SiteEntry> TopSites(std::vector<SiteEntry> entries, std::size_t n);
 
 }  // namespace fragscope
 

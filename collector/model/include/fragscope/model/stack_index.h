@@ -30,6 +30,16 @@ class StackIndex {
   std::optional<bool> PassesThroughCachingAllocator(uint64_t id);
 
   const StackInfo* Find(uint64_t id) const;
+  // `stack` as reports show it: without the frames at its outer end that lie in no known
+  // module, when some frame of it does lie in one. A frame-pointer walk that leaves code built
+  // without frame pointers (PyTorch's libc10_cuda, below the adapter's annotations) reads one
+  // more "return address" that is data, often the block's own address: every block then looked
+  // like an allocation site of its own. Converted (symbolized) stacks are left as they are.
+  StackInfo Reported(const StackInfo& stack) const;
+  // `entries` with the sites whose reported stacks are equal merged into one: bytes and counts
+  // summed, under the smallest stack id among them. Stack 0 and stacks not here stay apart.
+  // O(entries x depth); for summaries and post-mortems, not the per-event path.
+  std::vector<SiteEntry> MergeSites(std::vector<SiteEntry> entries) const;
   const std::vector<ModuleInfo>& modules() const { return modules_; }
   // Bumped whenever stacks or modules arrive, so callers can retry pending classifications.
   uint64_t generation() const { return generation_; }
