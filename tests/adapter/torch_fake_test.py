@@ -175,6 +175,41 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(r.stdout.split(), [str(result["marks"][-1][1]), "0"])
 
+    def test_expandable_segments(self):
+        """expandable_segments:True: PyTorch reserves address space per pool and maps 2 or
+        20 MiB pages into it as it grows (cuMemAddressReserve, cuMemCreate, cuMemMap), and on
+        the OOM maps pages until the device is full before giving up."""
+        if self.extension_error:
+            self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
+        trace, result, _ = self.run_workload(
+            "expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+        self.assertEqual(result["state"], "tracker")
+        self.assertIn("expandable_segments is enabled", result["oom"]["message"])
+        self.assertEqual([m[0] for m in result["marks"]],
+                         ["small", "odd", "whole", "filled", "holes", "freed_whole",
+                          "transient", "after_oom", "end"])
+        self.check_marks(trace, result)
+        # Read as `fragscope report` does, without the option `run` passes: the trace itself
+        # shows the segments grow in place.
+        report = subprocess.run([CLI, "report", trace, "--format", "json"], capture_output=True,
+                                text=True, timeout=120)
+        self.assertEqual(report.returncode, 0, report.stderr)
+        summary = json.loads(report.stdout)
+        self.assertEqual(summary["unmatched_events"], 0)
+        self.assertEqual(summary["orphan_blocks_total"], 0)
+        # cuMemAddressReserve names no device: no "device -1" beside the GPU.
+        self.assertEqual([d["device"] for d in summary["devices"]], [0])
+        ooms = summary["ooms"]
+        self.assertEqual(len(ooms), 1, ooms)
+        self.assertEqual(ooms[0]["class"], "fragmentation", ooms[0]["explanation"])
+        self.assertFalse(any("expandable_segments:True" in a for a in ooms[0]["advice"]),
+                         ooms[0]["advice"])
+        # Every block comes from the same frames in the adapter and c10 (whose code has no
+        # frame pointers, so the walk ends there): one site, not one per tensor.
+        live = ooms[0]["sites_at_failure"]
+        self.assertEqual(len(live), 1, live)
+        self.assertEqual(live[0]["live_bytes"], result["marks"][-2][2])
+
     def test_fallback_path(self):
         snapshot = os.path.join(WORK, "fallback.pickle")
         if os.path.exists(snapshot):
