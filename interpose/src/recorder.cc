@@ -262,6 +262,10 @@ void RecordFailure(const FailureInfo& info) {
   r.pool = info.pool == kPoolDeferred ? DeviceCurrentPool(r.device) : info.pool;
   r.kind = info.kind;
   if (info.from_sub_allocator) r.flags |= kFlagSubAllocator;
+  // A failed stream-ordered allocation is judged against its pool as the driver has it now,
+  // sampled first: what the pool holds beyond its live blocks (reserve, frees the stream has
+  // passed, which the agent cannot see) would otherwise pass for memory outside the process.
+  if (r.kind == MemoryKind::kPool && r.pool != 0) SamplePool(r.device, r.pool);
   uint64_t free_bytes = 0, total_bytes = 0;
   if (Agent().shipping.load(std::memory_order_relaxed) &&
       ReadMemInfo(r.device, &free_bytes, &total_bytes)) {

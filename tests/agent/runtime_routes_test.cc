@@ -190,6 +190,37 @@ TEST_F(RuntimeRoutesTest, InjectedFailureIsAFailedAllocWithTheDriversResult) {
   EXPECT_LE(f.device_free_bytes(), f.device_total_bytes());
 }
 
+// A failed stream-ordered allocation is preceded by a sample of its pool: what the pool keeps
+// beyond its live blocks (here a block freed on the stream) is the pool's, not memory outside
+// the process, when the collector judges the failure.
+TEST_F(RuntimeRoutesTest, FailedPoolAllocationSamplesItsPoolFirst) {
+  Trace trace = RunApp("agent_runtime_app", {"pool_oom"});
+  const v1::Frame* failed = nullptr;
+  const v1::Frame* sample = nullptr;  // the last pool sample before the failure
+  for (const v1::Frame& f : trace.frames) {
+    if (f.has_failed()) {
+      failed = &f;
+      break;
+    }
+    if (f.has_mem_info() && f.mem_info().pool() != 0) sample = &f;
+  }
+  ASSERT_NE(failed, nullptr) << run_.out;
+  ASSERT_NE(sample, nullptr) << "no pool sample before the failure";
+  EXPECT_EQ(failed->failed().api(), v1::API_cudaMallocAsync);
+  EXPECT_EQ(sample->mem_info().pool(), failed->failed().pool());
+  uint64_t reserved = 0, used = 0;
+  for (const auto& line : Lines(run_.out)) {
+    if (line.size() == 6 && line[0] == "pool") {
+      EXPECT_EQ(ParseAddress(line[1]), sample->mem_info().pool());
+      reserved = std::stoull(line[3]);
+      used = std::stoull(line[5]);
+    }
+  }
+  EXPECT_EQ(sample->mem_info().pool_reserved_bytes(), reserved) << run_.out;
+  EXPECT_EQ(sample->mem_info().pool_used_bytes(), used) << run_.out;
+  EXPECT_GE(reserved, uint64_t{128} << 20) << "the pool keeps the freed block";
+}
+
 TEST_F(RuntimeRoutesTest, AnnotationsBecomeBlockFailedAndMarkFrames) {
   Trace trace = RunApp("agent_runtime_app", {"annotate"});
   EXPECT_EQ(DescribeEvents(trace),

@@ -109,6 +109,26 @@ TEST_F(CliEndToEnd, ReportOfTheSavedTraceEqualsTheLiveReport) {
 // of what the drain has written. Reading the trace, they must change no figure: the report once
 // counted 52 of the demo's 286 events, a peak of 2.46 GiB instead of 3.44 and 8 orphan blocks,
 // the events the snapshots were ahead of having been skipped as covered by them.
+// A stream-ordered allocation fails while its pool keeps 64 MiB freed on the stream: the memory
+// is this process's pool's, so the class is unusable cache, not memory held outside the process
+// (the pool sampled at the failure says what it holds; before, the freed block counted as held
+// and the pool's reach fell short of it).
+TEST_F(CliEndToEnd, FailedPoolAllocationIsJudgedAgainstItsPool) {
+  // 512 MiB device, 300 MiB context: 84 MiB free beside the pool's 128 MiB; 100 MiB asked.
+  const std::string report = dir_ + "/pool_oom.json";
+  Result r = Shell("FAKECUDA_CAPACITY=512M FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() + " run -o " +
+                   dir_ + "/pool_oom.fst --format json --report " + report + " -- " +
+                   FRAGSCOPE_RUNTIME_APP_BIN + " pool_oom " + std::to_string(100 * kMiB));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  json j = json::parse(Slurp(report), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  ASSERT_EQ(j["ooms"].size(), 1u) << j.dump(2);
+  const json& oom = j["ooms"][0];
+  EXPECT_EQ(oom["class"], "unusable_cache") << oom.dump(2);
+  EXPECT_EQ(oom["allocated_bytes"], 64 * kMiB) << oom.dump(2);
+  EXPECT_EQ(oom["pool_free_bytes"], 64 * kMiB) << oom.dump(2);
+}
+
 TEST_F(CliEndToEnd, PeriodicSnapshotsInTheTraceChangeNoFigure) {
   auto traced = [&](const std::string& name, const std::string& every) {
     const std::string trace = dir_ + "/" + name + ".fst";

@@ -182,6 +182,32 @@ int ErrorState() {
   return 0;
 }
 
+// A stream-ordered allocation of `request` bytes (default 1 TiB) that fails while the default
+// pool keeps a 64 MiB block freed on its stream beside a live one: the pool's own figures at
+// the failure are printed for the tests to compare.
+int PoolOom(size_t request) {
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess) return 3;
+  void* a = nullptr;
+  void* b = nullptr;
+  if (cudaMallocAsync(&a, 64 << 20, stream) != cudaSuccess) return 3;
+  if (cudaMallocAsync(&b, 64 << 20, stream) != cudaSuccess) return 3;
+  Print("cudaFreeAsync", a, 0, cudaFreeAsync(a, stream));
+  void* big = nullptr;
+  const cudaError_t r = cudaMallocAsync(&big, request, stream);
+  Print("cudaMallocAsync", big, request, r);
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess) return 3;
+  unsigned long long reserved = 0, used = 0;
+  cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved);
+  cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used);
+  std::printf("pool %p reserved %llu used %llu\n", static_cast<void*>(pool), reserved, used);
+  cudaFreeAsync(b, stream);
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
 // A sub-allocator reporting its blocks through annotate.h.
 int Annotate() {
   std::printf("active %d\n", fragscope_annotate_active());
@@ -304,6 +330,9 @@ int main(int argc, char** argv) {
   if (scenario == "threads") return Threads();
   if (scenario == "error_state") return ErrorState();
   if (scenario == "annotate") return Annotate();
+  if (scenario == "pool_oom") {
+    return PoolOom(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : size_t{1} << 40);
+  }
   if (scenario == "fork") return Fork();
   if (scenario == "leak") return Leak();
   if (scenario == "burst") return Burst();
