@@ -376,11 +376,25 @@ def _install_fallback(torch, agent, why):
     _set_state("fallback (%s): %s" % (why, ", ".join(parts) or "nothing"))
 
 
+def _allocator_backend(torch):
+    """"native" or "cudaMallocAsync" (PYTORCH_CUDA_ALLOC_CONF backend:); "native" when torch
+    cannot say (before 2.0)."""
+    try:
+        return torch.cuda.get_allocator_backend()
+    except Exception:
+        return "native"
+
+
 def _on_cuda_init(torch):
     """Runs inside torch.cuda's lazy initialisation, once CUDA and the allocator exist."""
     agent = _agent()
     if agent is None:
         _set_state("inactive: libfragscope.so is not loaded")
+        return
+    if _allocator_backend(torch) == "cudaMallocAsync":
+        # No caching allocator to annotate: every tensor is a cudaMallocAsync/cudaFreeAsync the
+        # agent records itself (and this backend refuses trace trackers, snapshots and history).
+        _set_state("not needed: backend:cudaMallocAsync, whose allocations the agent records")
         return
     mode = os.environ.get("FRAGSCOPE_TORCH_ADAPTER", "auto")
     why = "FRAGSCOPE_TORCH_ADAPTER=fallback"

@@ -179,6 +179,25 @@ class AdapterTest(unittest.TestCase):
         self.assertEqual(lines[2], "1 [{'max_entries': 100000}]")
         self.assertEqual(lines[3], "True")
 
+    def test_cuda_malloc_async_backend_needs_no_adapter(self):
+        # backend:cudaMallocAsync: no caching allocator to annotate; the agent records every
+        # cudaMallocAsync itself. Nothing is registered with torch, nothing is built.
+        self.need_agent()
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH + textwrap.dedent('''
+            cuda.get_allocator_backend = staticmethod(lambda: "cudaMallocAsync")
+        '''))
+        r = self.run_python('''
+            import torch, sitecustomize
+            torch.cuda.lazy[0]()
+            print(sitecustomize.STATE)
+            print(len(torch._C.observers), torch.cuda.memory.history)
+            sitecustomize.mark("step 1")
+        ''', path=[os.path.dirname(torch_dir)], preload=True)
+        self.assertEqual(r.stdout.splitlines(), [
+            "not needed: backend:cudaMallocAsync, whose allocations the agent records",
+            "0 []"])
+        self.assertEqual(r.stderr, "")
+
     def test_extension_that_cannot_build_falls_back(self):
         self.need_agent()
         # The stand-in torch has no torch.utils.cpp_extension: the build fails at once.
