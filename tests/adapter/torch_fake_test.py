@@ -210,6 +210,31 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.assertEqual(len(live), 1, live)
         self.assertEqual(live[0]["live_bytes"], result["marks"][-2][2])
 
+    def test_cuda_malloc_async_backend(self):
+        """backend:cudaMallocAsync: no caching allocator (the adapter stands aside), every
+        tensor a stream-ordered allocation from the device's default pool. The OOM comes while
+        the pool keeps the freed tensors: PyTorch's own memory, not memory outside the
+        process."""
+        trace, result, _ = self.run_workload(
+            "async", {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+        self.assertEqual(result["state"],
+                         "not needed: backend:cudaMallocAsync, whose allocations the agent records")
+        self.assertIsNotNone(result["oom"])
+        report = subprocess.run([CLI, "report", trace, "--format", "json"], capture_output=True,
+                                text=True, timeout=120)
+        self.assertEqual(report.returncode, 0, report.stderr)
+        summary = json.loads(report.stdout)
+        self.assertEqual(summary["unmatched_events"], 0)
+        ooms = summary["ooms"]
+        self.assertGreaterEqual(len(ooms), 1, summary["failed_allocations"])
+        self.assertEqual(ooms[0]["class"], "unusable_cache", ooms[0]["explanation"])
+        self.assertEqual(ooms[0]["requested_bytes"], 300 * MiB)
+        self.assertGreater(ooms[0]["pool_free_bytes"], 0)
+        # After the OOM the pool has been sampled: fragscope's reserved is PyTorch's.
+        fragscope = marks_in_trace(trace)
+        by_label = {m[0]: m for m in result["marks"]}
+        self.assertEqual(fragscope["after_oom"]["reserved"], by_label["after_oom"][1])
+
     def test_fallback_path(self):
         snapshot = os.path.join(WORK, "fallback.pickle")
         if os.path.exists(snapshot):
