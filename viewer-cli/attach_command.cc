@@ -40,6 +40,7 @@
 #include "arg_reader.h"
 #include "commands.h"
 #include "exit_codes.h"
+#include "fragscope/model/format_bytes.h"
 #include "fragscope/server/session_server.h"
 #include "inject_abi.h"
 #include "install_layout.h"
@@ -229,8 +230,9 @@ void ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
     std::string skipped;
     if (d.skipped_segments > 0) {
       skipped = absl::StrFormat(
-          "; %u expandable segments not imported (their mappings are not rebuilt: untracked)",
-          d.skipped_segments);
+          "; %u expandable segments holding %s of mapped memory not imported (their mappings "
+          "are not rebuilt: untracked)",
+          d.skipped_segments, FormatBytes(d.skipped_bytes));
     }
     std::fprintf(stderr,
                  "fragscope attach: imported PyTorch's caching allocator state: %u segments, %u "

@@ -37,7 +37,7 @@ struct FragscopeInjectTable {
 // (uint32_t wait_ms) after patching libcuda and reads this answer. Its own magic and ABI: an
 // agent without the entry (an older build) is told apart by the missing symbol.
 inline constexpr uint64_t kFragscopeTorchMagic = 0x3130484352544653ull;  // "FSTRCH01"
-inline constexpr uint32_t kFragscopeTorchAbi = 1;
+inline constexpr uint32_t kFragscopeTorchAbi = 2;                        // 2: skipped_bytes
 inline constexpr char kFragscopeTorchImportEntry[] = "fragscope_inject_import_torch";
 inline constexpr int kFragscopeTorchMaxDevices = 16;
 
@@ -56,6 +56,7 @@ struct FragscopeTorchDevice {
   uint32_t skipped_segments;  // expandable segments, left `untracked`
   uint64_t reserved_bytes;    // of the entered segments
   uint64_t allocated_bytes;   // of the entered blocks (pending frees included)
+  uint64_t skipped_bytes;     // mapped bytes of the skipped expandable segments
 };
 
 struct FragscopeTorchImport {

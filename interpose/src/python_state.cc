@@ -223,7 +223,11 @@ void EnterRecords(const uint64_t* words, size_t count, FragscopeTorchImport* out
     e.kind = MemoryKind::kDevice;
     if (r[0] == kRecordSegment) {
       if ((r[6] & kSegmentExpandable) != 0) {
+        // Left untracked; the device is still described, so the report lists it and what
+        // it holds outside the live table shows as its untracked bytes.
         ++d->skipped_segments;
+        d->skipped_bytes += e.size;
+        DescribeDevice(device);
         continue;
       }
       // A cudaMalloc segment, as the snapshot importer enters one (collector/torch): pool 0

@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "attach_test_util.h"
+#include "fragscope/model/format_bytes.h"
 #include "traced_process.h"
 
 namespace fragscope::agent_test {
@@ -211,6 +213,20 @@ TEST(TorchImportTest, AHeldGilBoundsTheWaitAndImportsNothingLate) {
   app.Finish();
 }
 
+// How real PyTorch runs on the fake device, without the agent, with
+// PYTORCH_CUDA_ALLOC_CONF=`alloc_conf`.
+RunOptions RealTorchOptions(const TempDir& dir, const std::string& alloc_conf) {
+  RunOptions options = Cli(dir);
+  // torch finds NVIDIA's runtime through its RPATH: the fake one is preloaded in its place
+  // (tests/fakecuda/README.md, "Real PyTorch"). The agent is not.
+  options.env["LD_PRELOAD"] = FakeCudaLibDir() + "/libcudart.so.13";
+  options.env["LD_LIBRARY_PATH"] = FakeCudaLibDir();  // its NVML, for expandable segments
+  options.env["FAKECUDA_CAPACITY"] = "768M";
+  options.env["PYTHONNOUSERSITE"] = "1";
+  if (!alloc_conf.empty()) options.env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf;
+  return options;
+}
+
 // Real PyTorch 2.x on the fake device: the figures equal torch.cuda.memory_reserved() and
 // memory_allocated() as the program read them before the attach.
 TEST(RealTorchImportTest, ReservedAndAllocatedEqualTorchs) {
@@ -222,13 +238,7 @@ TEST(RealTorchImportTest, ReservedAndAllocatedEqualTorchs) {
   if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << python << " is not executable";
   SKIP_IF_IMPOSSIBLE();
   TempDir dir;
-  RunOptions options = Cli(dir);
-  // torch finds NVIDIA's runtime through its RPATH: the fake one is preloaded in its place
-  // (tests/fakecuda/README.md, "Real PyTorch"). The agent is not.
-  options.env["LD_PRELOAD"] = FakeCudaLibDir() + "/libcudart.so.13";
-  options.env["FAKECUDA_CAPACITY"] = "768M";
-  options.env["PYTHONNOUSERSITE"] = "1";
-  LiveProcess app(python, {kApp, "real"}, options);
+  LiveProcess app(python, {kApp, "real"}, RealTorchOptions(dir, ""));
   if (!app.WaitForLine("ready", 600)) {
     if (app.err().find("No module named 'torch'") != std::string::npos) {
       GTEST_SKIP() << python << " cannot import torch";
@@ -248,6 +258,7 @@ TEST(RealTorchImportTest, ReservedAndAllocatedEqualTorchs) {
   ASSERT_TRUE(app.WaitForLine("pong"));
   const nlohmann::json report = Report(dir);
   ASSERT_FALSE(report.is_discarded());
+  ASSERT_EQ(report["devices"].size(), 1u) << report.dump();
   const nlohmann::json& device = report["devices"][0];
   EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), state["reserved"].get<uint64_t>())
       << device.dump() << "\n"
@@ -260,6 +271,47 @@ TEST(RealTorchImportTest, ReservedAndAllocatedEqualTorchs) {
   const std::vector<uint64_t> segments = state["segments"].get<std::vector<uint64_t>>();
   EXPECT_EQ(View(*trace.Snapshots().front()).from_torch,
             std::set<uint64_t>(segments.begin(), segments.end()));
+  app.Finish();
+}
+
+// Expandable segments (VMM reservations with pages mapped into them) are not rebuilt at an
+// attach: what PyTorch holds in them is untracked, and the attach says how much. The device is
+// still listed (before, the report had no device at all).
+TEST(RealTorchImportTest, ExpandableSegmentsAreUntrackedAndSaidSo) {
+  const std::string python = FRAGSCOPE_TORCH_PYTHON;
+  if (python.empty()) GTEST_SKIP() << "no python with torch configured";
+  if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << python << " is not executable";
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  LiveProcess app(python, {kApp, "real"}, RealTorchOptions(dir, "expandable_segments:True"));
+  if (!app.WaitForLine("ready", 600)) {
+    if (app.err().find("No module named 'torch'") != std::string::npos) {
+      GTEST_SKIP() << python << " cannot import torch";
+    }
+    FAIL() << app.err();
+  }
+  const nlohmann::json state = State(app);
+  RunResult attach =
+      RunProgram(kCli,
+                 {"attach", std::to_string(app.pid()), "--duration", "1", "-o", dir.File("t.fst"),
+                  "--format", "json", "--report", dir.File("report.json")},
+                 Cli(dir));
+  ASSERT_EQ(attach.exit_code, 0) << attach.err;
+  // torch's two pools (small, large): one expandable segment each.
+  const std::string said = absl::StrFormat(
+      "0 segments, 0 blocks (device 0); 2 expandable segments holding %s of mapped memory not "
+      "imported",
+      FormatBytes(state["reserved"].get<uint64_t>()));
+  EXPECT_NE(attach.err.find(said), std::string::npos) << said << "\n" << attach.err;
+  app.Send("ping");
+  ASSERT_TRUE(app.WaitForLine("pong"));
+  const nlohmann::json report = Report(dir);
+  ASSERT_FALSE(report.is_discarded());
+  ASSERT_EQ(report["devices"].size(), 1u) << report.dump();
+  const nlohmann::json& device = report["devices"][0];
+  EXPECT_EQ(device["device"].get<int>(), 0);
+  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), 0u) << device.dump();
+  EXPECT_FALSE(report["process"]["history_complete"].get<bool>());
   app.Finish();
 }
 
