@@ -1,13 +1,15 @@
 #include "fragscope/export/export_input.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 namespace fragscope::exporter {
 namespace {
 
 void AddStack(const ProcessModel& model, uint64_t id, ModelSummary* summary) {
   if (id == 0 || summary->stacks.count(id)) return;
-  if (const StackInfo* s = model.FindStack(id)) summary->stacks[id] = *s;
+  if (std::optional<StackInfo> s = model.FindStack(id)) summary->stacks[id] = *std::move(s);
 }
 
 }  // namespace

@@ -90,7 +90,11 @@ class ProcessModel::Impl {
   void Apply(const v1::Frame& frame);
   ModelSummary Summarize() const;
   std::vector<SegmentLayout> SegmentLayouts(int device, std::size_t max_segments) const;
-  const StackInfo* FindStack(uint64_t id) const { return id == 0 ? nullptr : stacks_.Find(id); }
+  std::optional<StackInfo> FindStack(uint64_t id) const {
+    const StackInfo* s = id == 0 ? nullptr : stacks_.Find(id);
+    if (s == nullptr) return std::nullopt;
+    return stacks_.Reported(*s);
+  }
 
  private:
   // Called several times by every event: forced inline, the common case is two compares.
@@ -1288,6 +1292,6 @@ std::vector<SegmentLayout> ProcessModel::SegmentLayouts(int device,
                                                         std::size_t max_segments) const {
   return impl_->SegmentLayouts(device, max_segments);
 }
-const StackInfo* ProcessModel::FindStack(uint64_t id) const { return impl_->FindStack(id); }
+std::optional<StackInfo> ProcessModel::FindStack(uint64_t id) const { return impl_->FindStack(id); }
 
 }  // namespace fragscope

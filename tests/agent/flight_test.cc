@@ -87,7 +87,7 @@ TEST(FlightRecorderTest, KeepsTheLastMegabytesAsACompleteTrace) {
     replayed[s.base] = s.size;
     // The stacks of memory allocated before this file began were re-sent in it.
     EXPECT_NE(s.stack_id, 0u);
-    EXPECT_NE(model.FindStack(s.stack_id), nullptr) << std::hex << s.stack_id;
+    EXPECT_TRUE(model.FindStack(s.stack_id).has_value()) << std::hex << s.stack_id;
   }
   std::map<uint64_t, uint64_t> truth;
   for (const auto& line : Lines(ReadFile(dir.File("live")))) {

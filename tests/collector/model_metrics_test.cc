@@ -601,6 +601,9 @@ TEST(ModelMetricsTest, SitesDifferingOnlyInFramesOutsideEveryModuleAreOneSite) {
   EXPECT_EQ(s.stacks.at(5).pcs, (std::vector<uint64_t>{kText + 0x10, kText + 0x20}));
   ASSERT_TRUE(s.stacks.contains(8));
   EXPECT_EQ(s.stacks.at(8).pcs, (std::vector<uint64_t>{0x10, 0x20}));
+  // Exports name stacks the summary does not list the same way.
+  ASSERT_TRUE(model.FindStack(6).has_value());
+  EXPECT_EQ(model.FindStack(6)->pcs, (std::vector<uint64_t>{kText + 0x10, kText + 0x20}));
 }
 
 TEST(ModelMetricsTest, TimelineStaysBoundedAndOrdered) {

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "fragscope.pb.h"
@@ -54,9 +55,10 @@ class ProcessModel {
   // there are more). For segment maps and snapshot exports. Cost: O(segments + their blocks).
   std::vector<SegmentLayout> SegmentLayouts(int device, std::size_t max_segments) const;
 
-  // Stack `id` as the stream defined it; nullptr for 0 or an id that never arrived. Valid
-  // until the next Apply. Lets exports name the sites of blocks a summary does not list.
-  const StackInfo* FindStack(uint64_t id) const;
+  // Stack `id` as reports show it (StackIndex::Reported, as in Summarize's `stacks`); nullopt
+  // for 0 or an id that never arrived. Lets exports name the sites of blocks a summary does not
+  // list.
+  std::optional<StackInfo> FindStack(uint64_t id) const;
 
   const ModelOptions& options() const;
 
