@@ -132,11 +132,16 @@ class TorchOnFakeCudaTest(unittest.TestCase):
                 self.assertEqual(fragscope[label]["opaque"], 0)
                 self.assertEqual(fragscope[label]["cached"], reserved - allocated)
 
-    def check_oom_report(self, trace):
+    def report_json(self, trace):
+        """`fragscope report TRACE --format json`, parsed."""
         report = subprocess.run([CLI, "report", trace, "--format", "json"], capture_output=True,
                                 text=True, timeout=120)
         self.assertEqual(report.returncode, 0, report.stderr)
-        summary = json.loads(report.stdout)
+        return json.loads(report.stdout)
+
+    def check_oom_report(self, trace):
+        """The workload's one OOM, fragmentation; returns the report."""
+        summary = self.report_json(trace)
         # Every block event fit the segments fragscope saw (the fallback's diffs included).
         self.assertEqual(summary["unmatched_events"], 0)
         self.assertEqual(summary["orphan_blocks_total"], 0)
@@ -145,7 +150,7 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         # Device free + PyTorch's cached bytes would hold 300 MiB; no free range does.
         self.assertEqual(ooms[0]["class"], "fragmentation", ooms[0]["explanation"])
         self.assertEqual(ooms[0]["requested_bytes"], 300 * MiB)
-        return ooms[0]
+        return summary
 
     def test_primary_path_tracker_matches_torch(self):
         if self.extension_error:
@@ -191,17 +196,10 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.check_marks(trace, result)
         # Read as `fragscope report` does, without the option `run` passes: the trace itself
         # shows the segments grow in place.
-        report = subprocess.run([CLI, "report", trace, "--format", "json"], capture_output=True,
-                                text=True, timeout=120)
-        self.assertEqual(report.returncode, 0, report.stderr)
-        summary = json.loads(report.stdout)
-        self.assertEqual(summary["unmatched_events"], 0)
-        self.assertEqual(summary["orphan_blocks_total"], 0)
+        summary = self.check_oom_report(trace)
         # cuMemAddressReserve names no device: no "device -1" beside the GPU.
         self.assertEqual([d["device"] for d in summary["devices"]], [0])
         ooms = summary["ooms"]
-        self.assertEqual(len(ooms), 1, ooms)
-        self.assertEqual(ooms[0]["class"], "fragmentation", ooms[0]["explanation"])
         self.assertFalse(any("expandable_segments:True" in a for a in ooms[0]["advice"]),
                          ooms[0]["advice"])
         # Every block comes from the same frames in the adapter and c10 (whose code has no
@@ -220,10 +218,7 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.assertEqual(result["state"],
                          "not needed: backend:cudaMallocAsync, whose allocations the agent records")
         self.assertIsNotNone(result["oom"])
-        report = subprocess.run([CLI, "report", trace, "--format", "json"], capture_output=True,
-                                text=True, timeout=120)
-        self.assertEqual(report.returncode, 0, report.stderr)
-        summary = json.loads(report.stdout)
+        summary = self.report_json(trace)
         self.assertEqual(summary["unmatched_events"], 0)
         ooms = summary["ooms"]
         self.assertGreaterEqual(len(ooms), 1, summary["failed_allocations"])
@@ -254,10 +249,7 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         r = subprocess.run([CLI, "import", snapshot, "-o", imported], capture_output=True,
                            text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        report = subprocess.run([CLI, "report", imported, "--format", "json"],
-                                capture_output=True, text=True, timeout=120)
-        self.assertEqual(report.returncode, 0, report.stderr)
-        device = json.loads(report.stdout)["devices"][0]
+        device = self.report_json(imported)["devices"][0]
         _, reserved, allocated = result["marks"][-1]
         self.assertEqual(device["reserved_bytes"], reserved)
         self.assertEqual(device["allocated_bytes"], allocated)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -227,92 +228,90 @@ RunOptions RealTorchOptions(const TempDir& dir, const std::string& alloc_conf) {
   return options;
 }
 
-// Real PyTorch 2.x on the fake device: the figures equal torch.cuda.memory_reserved() and
-// memory_allocated() as the program read them before the attach.
-TEST(RealTorchImportTest, ReservedAndAllocatedEqualTorchs) {
-  const std::string python = FRAGSCOPE_TORCH_PYTHON;
-  if (python.empty()) {
-    GTEST_SKIP() << "no python with torch configured (cmake -DFRAGSCOPE_TORCH_PYTHON=/path/to/"
-                    "python; see README.md, PyTorch)";
-  }
-  if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << python << " is not executable";
-  SKIP_IF_IMPOSSIBLE();
-  TempDir dir;
-  LiveProcess app(python, {kApp, "real"}, RealTorchOptions(dir, ""));
-  if (!app.WaitForLine("ready", 600)) {
-    if (app.err().find("No module named 'torch'") != std::string::npos) {
-      GTEST_SKIP() << python << " cannot import torch";
+// Real PyTorch 2.x on the fake device, started without the agent, then attached by injection
+// for one second.
+class RealTorchImportTest : public ::testing::Test {
+ protected:
+  // Starts the program with PYTORCH_CUDA_ALLOC_CONF=`alloc_conf`, attaches, and reads the
+  // report. Skips the test without a python that imports torch. Callers:
+  // ASSERT_NO_FATAL_FAILURE(StartAndAttach(...)), then return if IsSkipped().
+  void StartAndAttach(const std::string& alloc_conf) {
+    const std::string python = FRAGSCOPE_TORCH_PYTHON;
+    if (python.empty()) {
+      GTEST_SKIP() << "no python with torch configured (cmake -DFRAGSCOPE_TORCH_PYTHON=/path/to/"
+                      "python; see README.md, PyTorch)";
     }
-    FAIL() << app.err();
+    if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << python << " is not executable";
+    SKIP_IF_IMPOSSIBLE();
+    app_ = std::make_unique<LiveProcess>(python, std::vector<std::string>{kApp, "real"},
+                                         RealTorchOptions(dir_, alloc_conf));
+    if (!app_->WaitForLine("ready", 600)) {
+      if (app_->err().find("No module named 'torch'") != std::string::npos) {
+        GTEST_SKIP() << python << " cannot import torch";
+      }
+      FAIL() << app_->err();
+    }
+    state_ = State(*app_);
+    attach_ =
+        RunProgram(kCli,
+                   {"attach", std::to_string(app_->pid()), "--duration", "1", "-o",
+                    dir_.File("t.fst"), "--format", "json", "--report", dir_.File("report.json")},
+                   Cli(dir_));
+    ASSERT_EQ(attach_.exit_code, 0) << attach_.err;
+    app_->Send("ping");
+    ASSERT_TRUE(app_->WaitForLine("pong"));
+    report_ = Report(dir_);
+    ASSERT_FALSE(report_.is_discarded());
+    ASSERT_EQ(report_["devices"].size(), 1u) << report_.dump();
   }
-  const nlohmann::json state = State(app);
-  RunResult attach =
-      RunProgram(kCli,
-                 {"attach", std::to_string(app.pid()), "--duration", "1", "-o", dir.File("t.fst"),
-                  "--format", "json", "--report", dir.File("report.json")},
-                 Cli(dir));
-  ASSERT_EQ(attach.exit_code, 0) << attach.err;
-  EXPECT_NE(attach.err.find("imported PyTorch's caching allocator state: "), std::string::npos)
-      << attach.err;
-  app.Send("ping");
-  ASSERT_TRUE(app.WaitForLine("pong"));
-  const nlohmann::json report = Report(dir);
-  ASSERT_FALSE(report.is_discarded());
-  ASSERT_EQ(report["devices"].size(), 1u) << report.dump();
-  const nlohmann::json& device = report["devices"][0];
-  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), state["reserved"].get<uint64_t>())
+  void TearDown() override {
+    if (app_) app_->Finish();
+  }
+
+  TempDir dir_;
+  std::unique_ptr<LiveProcess> app_;
+  nlohmann::json state_;  // what the program said it holds, before the attach
+  RunResult attach_;
+  nlohmann::json report_;
+};
+
+// The figures equal torch.cuda.memory_reserved() and memory_allocated() as the program read
+// them before the attach.
+TEST_F(RealTorchImportTest, ReservedAndAllocatedEqualTorchs) {
+  ASSERT_NO_FATAL_FAILURE(StartAndAttach(""));
+  if (IsSkipped()) return;
+  EXPECT_NE(attach_.err.find("imported PyTorch's caching allocator state: "), std::string::npos)
+      << attach_.err;
+  const nlohmann::json& device = report_["devices"][0];
+  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), state_["reserved"].get<uint64_t>())
       << device.dump() << "\n"
-      << attach.err;
-  EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), state["allocated"].get<uint64_t>())
+      << attach_.err;
+  EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), state_["allocated"].get<uint64_t>())
       << device.dump();
-  ExpectUntracked(device, state["outside_bytes"].get<uint64_t>());
-  Trace trace = ReadTrace(dir.File("t.fst"));
+  ExpectUntracked(device, state_["outside_bytes"].get<uint64_t>());
+  Trace trace = ReadTrace(dir_.File("t.fst"));
   ASSERT_FALSE(trace.Snapshots().empty());
-  const std::vector<uint64_t> segments = state["segments"].get<std::vector<uint64_t>>();
+  const std::vector<uint64_t> segments = state_["segments"].get<std::vector<uint64_t>>();
   EXPECT_EQ(View(*trace.Snapshots().front()).from_torch,
             std::set<uint64_t>(segments.begin(), segments.end()));
-  app.Finish();
 }
 
 // Expandable segments (VMM reservations with pages mapped into them) are not rebuilt at an
 // attach: what PyTorch holds in them is untracked, and the attach says how much. The device is
 // still listed (before, the report had no device at all).
-TEST(RealTorchImportTest, ExpandableSegmentsAreUntrackedAndSaidSo) {
-  const std::string python = FRAGSCOPE_TORCH_PYTHON;
-  if (python.empty()) GTEST_SKIP() << "no python with torch configured";
-  if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << python << " is not executable";
-  SKIP_IF_IMPOSSIBLE();
-  TempDir dir;
-  LiveProcess app(python, {kApp, "real"}, RealTorchOptions(dir, "expandable_segments:True"));
-  if (!app.WaitForLine("ready", 600)) {
-    if (app.err().find("No module named 'torch'") != std::string::npos) {
-      GTEST_SKIP() << python << " cannot import torch";
-    }
-    FAIL() << app.err();
-  }
-  const nlohmann::json state = State(app);
-  RunResult attach =
-      RunProgram(kCli,
-                 {"attach", std::to_string(app.pid()), "--duration", "1", "-o", dir.File("t.fst"),
-                  "--format", "json", "--report", dir.File("report.json")},
-                 Cli(dir));
-  ASSERT_EQ(attach.exit_code, 0) << attach.err;
+TEST_F(RealTorchImportTest, ExpandableSegmentsAreUntrackedAndSaidSo) {
+  ASSERT_NO_FATAL_FAILURE(StartAndAttach("expandable_segments:True"));
+  if (IsSkipped()) return;
   // torch's two pools (small, large): one expandable segment each.
   const std::string said = absl::StrFormat(
       "0 segments, 0 blocks (device 0); 2 expandable segments holding %s of mapped memory not "
       "imported",
-      FormatBytes(state["reserved"].get<uint64_t>()));
-  EXPECT_NE(attach.err.find(said), std::string::npos) << said << "\n" << attach.err;
-  app.Send("ping");
-  ASSERT_TRUE(app.WaitForLine("pong"));
-  const nlohmann::json report = Report(dir);
-  ASSERT_FALSE(report.is_discarded());
-  ASSERT_EQ(report["devices"].size(), 1u) << report.dump();
-  const nlohmann::json& device = report["devices"][0];
+      FormatBytes(state_["reserved"].get<uint64_t>()));
+  EXPECT_NE(attach_.err.find(said), std::string::npos) << said << "\n" << attach_.err;
+  const nlohmann::json& device = report_["devices"][0];
   EXPECT_EQ(device["device"].get<int>(), 0);
   EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), 0u) << device.dump();
-  EXPECT_FALSE(report["process"]["history_complete"].get<bool>());
-  app.Finish();
+  EXPECT_FALSE(report_["process"]["history_complete"].get<bool>());
 }
 
 }  // namespace
