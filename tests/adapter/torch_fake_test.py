@@ -230,22 +230,24 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         by_label = {m[0]: m for m in result["marks"]}
         self.assertEqual(fragscope["after_oom"]["reserved"], by_label["after_oom"][1])
 
-    def test_fallback_path(self):
-        snapshot = os.path.join(WORK, "fallback.pickle")
+    def check_fallback(self, name, extra_env):
+        """The workload on the fallback path (snapshot diffs): fragscope equals torch at every
+        mark, the OOM is judged as on the primary path, and the snapshot dumped at exit
+        imports to torch's figures there. Returns the workload's result."""
+        snapshot = os.path.join(WORK, name + ".pickle")
         if os.path.exists(snapshot):
             os.remove(snapshot)
-        trace, result, _ = self.run_workload(
-            "fallback", {"FRAGSCOPE_TORCH_ADAPTER": "fallback",
-                         "FRAGSCOPE_TORCH_SNAPSHOT": snapshot})
+        env = {"FRAGSCOPE_TORCH_ADAPTER": "fallback", "FRAGSCOPE_TORCH_SNAPSHOT": snapshot}
+        env.update(extra_env)
+        trace, result, _ = self.run_workload(name, env)
         self.assertEqual(result["state"], "fallback (FRAGSCOPE_TORCH_ADAPTER=fallback): "
                                           "OOM observer, snapshot diffs, memory history")
-        self.check_torch_ran(result)
         # The snapshot diffs forwarded before each mark: PyTorch's blocks, not opaque segments.
         self.check_marks(trace, result)
         # ... and before the OOM observer's failure: judged as on the primary path.
         self.check_oom_report(trace)
         # The snapshot written at exit: PyTorch's own view, imported.
-        imported = os.path.join(WORK, "fallback-imported.fst")
+        imported = os.path.join(WORK, name + "-imported.fst")
         r = subprocess.run([CLI, "import", snapshot, "-o", imported], capture_output=True,
                            text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -253,6 +255,15 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         _, reserved, allocated = result["marks"][-1]
         self.assertEqual(device["reserved_bytes"], reserved)
         self.assertEqual(device["allocated_bytes"], allocated)
+        return result
+
+    def test_fallback_path(self):
+        self.check_torch_ran(self.check_fallback("fallback", {}))
+
+    def test_fallback_path_expandable_segments(self):
+        result = self.check_fallback(
+            "fallback-expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+        self.assertIn("expandable_segments is enabled", result["oom"]["message"])
 
 
 if __name__ == "__main__":
