@@ -17,18 +17,19 @@ std::vector<std::pair<uint64_t, uint64_t>> Bytes(const std::vector<SiteEntry>& e
 
 TEST(SiteTableTest, TopAtMarkIsTheTableAtTheMark) {
   SiteTable t;
-  EXPECT_TRUE(t.TopAtMark(10).empty()) << "no mark yet";
+  EXPECT_TRUE(TopSites(t.AllAtMark(), 10).empty()) << "no mark yet";
   t.Add(1, 100);
   t.Add(2, 50);
   t.Mark();
   t.Add(1, 10);
   t.Remove(2, 50);  // dead now, live at the mark
   t.Add(3, 500);    // born after the mark
-  EXPECT_EQ(Bytes(t.TopAtMark(10)),
+  EXPECT_EQ(Bytes(TopSites(t.AllAtMark(), 10)),
             (std::vector<std::pair<uint64_t, uint64_t>>{{1, 100}, {2, 50}}));
-  EXPECT_EQ(Bytes(t.Top(10)), (std::vector<std::pair<uint64_t, uint64_t>>{{3, 500}, {1, 110}}));
+  EXPECT_EQ(Bytes(TopSites(t.All(), 10)),
+            (std::vector<std::pair<uint64_t, uint64_t>>{{3, 500}, {1, 110}}));
   t.Mark();
-  EXPECT_EQ(Bytes(t.TopAtMark(10)), Bytes(t.Top(10)));
+  EXPECT_EQ(Bytes(TopSites(t.AllAtMark(), 10)), Bytes(TopSites(t.All(), 10)));
 }
 
 // Removals need not match the sizes added (a stream that lost events): a site that dies keeps
@@ -40,8 +41,9 @@ TEST(SiteTableTest, ADeadSiteKeptForTheMarkStartsAgainFromZero) {
   t.Remove(1, 10);  // count 0, 990 bytes unaccounted for
   t.Remove(1, 10);  // not live: nothing to remove
   t.Add(1, 5);
-  EXPECT_EQ(Bytes(t.Top(10)), (std::vector<std::pair<uint64_t, uint64_t>>{{1, 5}}));
-  EXPECT_EQ(Bytes(t.TopAtMark(10)), (std::vector<std::pair<uint64_t, uint64_t>>{{1, 1000}}));
+  EXPECT_EQ(Bytes(TopSites(t.All(), 10)), (std::vector<std::pair<uint64_t, uint64_t>>{{1, 5}}));
+  EXPECT_EQ(Bytes(TopSites(t.AllAtMark(), 10)),
+            (std::vector<std::pair<uint64_t, uint64_t>>{{1, 1000}}));
 }
 
 TEST(SiteTableTest, ClearKeepsTheMark) {
@@ -50,10 +52,11 @@ TEST(SiteTableTest, ClearKeepsTheMark) {
   t.Mark();
   t.Add(2, 7);
   t.ClearKeepingMark();
-  EXPECT_TRUE(t.Top(10).empty());
-  EXPECT_EQ(Bytes(t.TopAtMark(10)), (std::vector<std::pair<uint64_t, uint64_t>>{{1, 100}}));
+  EXPECT_TRUE(TopSites(t.All(), 10).empty());
+  EXPECT_EQ(Bytes(TopSites(t.AllAtMark(), 10)),
+            (std::vector<std::pair<uint64_t, uint64_t>>{{1, 100}}));
   t.Add(2, 3);
-  EXPECT_EQ(Bytes(t.Top(10)), (std::vector<std::pair<uint64_t, uint64_t>>{{2, 3}}));
+  EXPECT_EQ(Bytes(TopSites(t.All(), 10)), (std::vector<std::pair<uint64_t, uint64_t>>{{2, 3}}));
 }
 
 }  // namespace

@@ -26,17 +26,14 @@ class SiteTable {
   // Every site at count 0 (a Snapshot's fresh start); what was live at the mark stays readable.
   void ClearKeepingMark();
 
-  // Remembers the table as it is now for TopAtMark. O(1).
+  // Remembers the table as it is now for AllAtMark. O(1).
   void Mark() { ++mark_; }
   bool marked() const { return mark_ != 0; }
 
-  // Largest live_bytes first (ties: smaller stack id first), at most `n`. O(sites log n).
-  std::vector<SiteEntry> Top(std::size_t n) const { return TopSites(All(), n); }
-  // The same for the table as it was at the latest Mark (empty before any). O(sites log n).
-  std::vector<SiteEntry> TopAtMark(std::size_t n) const { return TopSites(AllAtMark(), n); }
-  // Every live site, in no order (for callers that merge sites before taking the top).
+  // Every live site, in no order: TopSites orders them, after the stream's stacks merged the
+  // sites that are one (ProcessModel). O(sites).
   std::vector<SiteEntry> All() const;
-  // Every site live at the latest Mark (none before any), in no order.
+  // Every site live at the latest Mark (none before any), in no order. O(sites).
   std::vector<SiteEntry> AllAtMark() const;
 
  private:
