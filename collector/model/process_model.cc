@@ -175,6 +175,15 @@ class ProcessModel::Impl {
   bool CanPlaceSegment(uint64_t address, uint64_t size) const;
   // The new reservation, or nullptr when it cannot be placed (counted as unmatched).
   Segment* Reserve(uint64_t address, uint64_t size, int device, uint64_t stack_id);
+  // The reservation a mapping outside every known one proves (its own range), made one with
+  // the inferred reservations of `device` that it touches: memory mapped page by page before
+  // an attach (PyTorch's expandable segments) is one reservation, and blocks span its pages.
+  // nullptr when it cannot be placed (counted as unmatched).
+  Segment* InferReservation(uint64_t address, uint64_t size, int device, uint64_t stack_id);
+  // Forgets the inferred reservations inside [address, address + size) (the freed range of a
+  // reservation whose start the model never saw) and says the device of the first; false
+  // when there were none.
+  bool FreeInferredReservations(uint64_t address, uint64_t size, int* device);
   void MapInto(uint64_t address, uint64_t size, uint64_t offset, uint64_t handle, int device,
                uint64_t stack_id);
   void OnHandle(const v1::HandleEvent& e);
@@ -444,6 +453,88 @@ Segment* ProcessModel::Impl::Reserve(uint64_t address, uint64_t size, int device
   return &s;
 }
 
+Segment* ProcessModel::Impl::InferReservation(uint64_t address, uint64_t size, int device,
+                                              uint64_t stack_id) {
+  auto joins = [&](SegmentIndex::const_iterator it) {
+    const Segment& s = *it->second;
+    return s.kind() == SegmentKind::kVmmReservation && s.inferred() && s.device() == device;
+  };
+  // The inferred reservations ending where the mapping begins and beginning where it ends.
+  std::vector<uint64_t> parts;
+  auto next = segments_.lower_bound(address);
+  // (A segment at `address` itself is one Reserve replaces, its free lost: no joining then.)
+  if (size > 0 && RangeFits(address, size) &&
+      (next == segments_.end() || next->first >= address + size)) {
+    if (next != segments_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second.size == address && joins(prev)) parts.push_back(prev->first);
+    }
+    if (next != segments_.end() && next->first == address + size && joins(next)) {
+      parts.push_back(next->first);
+    }
+  }
+  if (parts.empty()) {
+    Segment* s = Reserve(address, size, device, stack_id);
+    if (s != nullptr) s->set_inferred(true);
+    return s;
+  }
+  // Take the parts out of the index and off their device, and put them back as one segment
+  // with their mappings and blocks. Their handles stay mapped and their blocks' sites stay on
+  // the device: only where the bytes sit changes.
+  std::vector<std::unique_ptr<Segment>> taken;
+  for (uint64_t begin : parts) {
+    auto it = segments_.find(begin);
+    Segment& s = *it->second;
+    const SegmentContribution c = s.Contribution();
+    if (DeviceState* d = SegmentDevice(s.device(), c)) d->Retract(c);
+    ForgetCached(s);
+    taken.push_back(std::move(it->second.segment));
+    segments_.erase(it);
+  }
+  const uint64_t begin = std::min(address, taken.front()->begin());
+  const uint64_t end = std::max(address + size, taken.back()->end());
+  auto merged = std::make_unique<Segment>(SegmentKind::kVmmReservation, begin, end - begin, device,
+                                          taken.front()->stack_id());
+  merged->set_inferred(true);
+  bool annotated = false;
+  std::optional<bool> via;
+  for (const auto& part : taken) {
+    annotated = annotated || part->coverage() == Coverage::kAnnotated;
+    if (!via.value_or(false)) via = part->via_caching_allocator();
+    for (const auto& [at, mapping] : part->mappings()) merged->Map(at, mapping);
+  }
+  merged->set_via_caching_allocator(via);
+  if (!via) unclassified_segments_.push_back(begin);
+  if (annotated) merged->BecomeAnnotated();
+  for (const auto& part : taken) {
+    part->ForEachBlock([&](uint64_t at, const SubBlock& block) {
+      BlockSite replaced;
+      merged->AllocBlock(at, block, &replaced);  // disjoint parts: never rejected
+    });
+  }
+  Segment* s = merged.get();
+  segments_.try_emplace(begin, IndexedSegment{end - begin, std::move(merged)});
+  const SegmentContribution c = s->Contribution();
+  if (DeviceState* d = SegmentDevice(device, c)) d->Deposit(c);
+  return s;
+}
+
+bool ProcessModel::Impl::FreeInferredReservations(uint64_t address, uint64_t size, int* device) {
+  if (!RangeFits(address, size)) return false;
+  std::vector<uint64_t> inside;
+  for (auto it = segments_.lower_bound(address);
+       it != segments_.end() && it->first < address + size; ++it) {
+    const Segment& s = *it->second;
+    if (s.kind() == SegmentKind::kVmmReservation && s.inferred() && s.end() <= address + size) {
+      inside.push_back(it->first);
+    }
+  }
+  if (inside.empty()) return false;
+  *device = segments_.find(inside.front())->second->device();
+  for (uint64_t begin : inside) EraseSegment(segments_.find(begin));
+  return true;
+}
+
 void ProcessModel::Impl::MapInto(uint64_t address, uint64_t size, uint64_t offset, uint64_t handle,
                                  int device, uint64_t stack_id) {
   // Decide where the mapping goes before touching any state, so a mapping that cannot be
@@ -461,8 +552,9 @@ void ProcessModel::Impl::MapInto(uint64_t address, uint64_t size, uint64_t offse
   auto h = handles_.find(handle);
   if (h == handles_.end()) {
     // Created before the agent saw it (attach) or the create was dropped: account what the
-    // mapping proves exists.
-    ++unmatched_;
+    // mapping proves exists. Only the latter is a mismatch: a stream that joined late was
+    // bound to meet memory made before.
+    if (history_complete_) ++unmatched_;
     PhysicalHandle ph;
     ph.size = RangeFits(offset, size) ? offset + size : size;
     ph.device = device;
@@ -479,9 +571,10 @@ void ProcessModel::Impl::MapInto(uint64_t address, uint64_t size, uint64_t offse
   mapping.handle_size = h->second.size;
   mapping.imported = h->second.imported;
   if (!in_reservation) {
-    // The reservation predates the agent: the mapping is the smallest reservation it proves.
-    ++unmatched_;
-    s = Reserve(address, size, handle_device, stack_id);
+    // The reservation predates the agent: the mapping is the smallest reservation it proves,
+    // joined to the inferred ones it touches.
+    if (history_complete_) ++unmatched_;
+    s = InferReservation(address, size, handle_device, stack_id);
     if (s == nullptr) return;  // not reached: CanPlaceSegment said it fits
   } else if (auto old = s->mappings().find(address); old != s->mappings().end()) {
     // A mapping at the same VA: its unmap was lost. Take it out properly, so its bytes and its
@@ -782,9 +875,14 @@ void ProcessModel::Impl::OnMap(const v1::MapEvent& e) {
     case v1::MapEvent::OP_FREE_RANGE: {
       kind = EventKind::kFreeRange;
       auto it = segments_.find(e.address());
-      if (it != segments_.end() && it->second->kind() == SegmentKind::kVmmReservation) {
+      if (it != segments_.end() && it->second->kind() == SegmentKind::kVmmReservation &&
+          !it->second->inferred()) {
         device = it->second->device();
         EraseSegment(it);
+      } else if (int freed = -1; FreeInferredReservations(e.address(), e.size(), &freed)) {
+        // An inferred reservation begins where its first known mapping does: the freed range
+        // says where the reservation really was.
+        device = freed;
       } else {
         ++unmatched_;
       }

@@ -211,8 +211,9 @@ TEST(ModelVmmTest, SnapshotMappingOverlappingAnotherIsNotApplied) {
   EXPECT_EQ(d.largest_free_range_bytes, 32 * kMiB - 512);
   EXPECT_EQ(d.stranded_bytes, 0u);
   EXPECT_EQ(d.pending_free_bytes, 512u);
-  // The inner mapping's unknown handle and implied reservation, and the rejected outer one.
-  EXPECT_EQ(s.unmatched_events, 3u);
+  // The rejected outer one. (The inner mapping's unknown handle and reservation are what a
+  // snapshot without complete history, an attach's, is bound to lack: no mismatch.)
+  EXPECT_EQ(s.unmatched_events, 1u);
   // The block at 0 has no segment any more: kept as an orphan, not placed.
   EXPECT_EQ(s.orphan_blocks_total, 1u);
 }
@@ -253,6 +254,107 @@ TEST(ModelVmmTest, MappingAtAMappedAddressReplacesTheOldOneWhole) {
   EXPECT_EQ(d.cached_bytes, 15 * kMiB);
   EXPECT_EQ(d.largest_free_range_bytes, 15 * kMiB);
   EXPECT_EQ(d.unmapped_handle_bytes, 32 * kMiB);  // handle 1: not released, mapped nowhere
+}
+
+// An attach met PyTorch's expandable segments: pages mapped into a reservation made before
+// the agent, listed by the first snapshot (handles and mappings, no reservation) in hash order.
+// Touching pages are one reservation, so a block spans them and the free runs are PyTorch's;
+// later maps that touch it widen it, in either direction.
+TEST(ModelVmmTest, PagesOfAReservationMadeBeforeTheAttachAreOneSegment) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Hello(/*attached=*/true);
+  feed.Device(0, 16 * kGiB);
+  const uint64_t base = kVa + 40 * kMiB;
+  v1::Snapshot snap;
+  snap.set_reason(v1::Snapshot::REASON_STREAM_START);
+  snap.set_complete_history(false);
+  for (uint64_t page : {2, 0, 1}) {
+    v1::LiveHandle* h = snap.add_handles();
+    h->set_handle(100 + page);
+    h->set_size(20 * kMiB);
+    h->set_device(0);
+    v1::LiveMapping* m = snap.add_mappings();
+    m->set_address(base + page * 20 * kMiB);
+    m->set_size(20 * kMiB);
+    m->set_handle(100 + page);
+  }
+  v1::LiveBlock* b = snap.add_blocks();  // [10, 50) MiB: over all three pages
+  b->set_address(base + 10 * kMiB);
+  b->set_size(40 * kMiB);
+  b->set_device(0);
+  feed.Snapshot(snap);
+  {
+    const ModelSummary s = model.Summarize();
+    const DeviceSummary d = DeviceOf(s, 0);
+    EXPECT_EQ(d.segments, 1u);
+    EXPECT_EQ(d.reserved_bytes, 60 * kMiB);
+    EXPECT_EQ(d.allocated_bytes, 40 * kMiB);
+    EXPECT_EQ(d.cached_bytes, 20 * kMiB);
+    EXPECT_EQ(d.largest_free_range_bytes, 10 * kMiB);
+    EXPECT_EQ(s.orphan_blocks_total, 0u);
+    EXPECT_EQ(s.unmatched_events, 0u);  // memory from before an attach is no mismatch
+  }
+  // PyTorch grows the segment at its end, then at its start (a page it had unmapped).
+  feed.Handle(HandleEvent::OP_CREATE, 7, 20 * kMiB);
+  feed.Map(MapEvent::OP_MAP, base + 60 * kMiB, 20 * kMiB, 7);
+  feed.Handle(HandleEvent::OP_CREATE, 8, 20 * kMiB);
+  feed.Map(MapEvent::OP_MAP, base - 20 * kMiB, 20 * kMiB, 8);
+  feed.BlockAlloc(base - 15 * kMiB, 20 * kMiB);  // across the new first page and the old one
+  {
+    const DeviceSummary d = DeviceOf(model, 0);
+    EXPECT_EQ(d.segments, 1u);
+    EXPECT_EQ(d.reserved_bytes, 100 * kMiB);
+    EXPECT_EQ(d.allocated_bytes, 60 * kMiB);
+    EXPECT_EQ(d.largest_free_range_bytes, 30 * kMiB);  // [50, 80)
+  }
+  // Unmapping and releasing a page from before the attach gives its memory back.
+  feed.BlockFree(base + 10 * kMiB, 40 * kMiB);
+  feed.Map(MapEvent::OP_UNMAP, base + 40 * kMiB, 20 * kMiB);
+  feed.Handle(HandleEvent::OP_RELEASE, 102);
+  {
+    const DeviceSummary d = DeviceOf(model, 0);
+    EXPECT_EQ(d.reserved_bytes, 80 * kMiB);
+    EXPECT_EQ(d.allocated_bytes, 20 * kMiB);
+    EXPECT_EQ(d.largest_free_range_bytes, 35 * kMiB);  // [5, 40): the unmapped page ends it
+  }
+  // The reservation is freed from its real start, below every page the model saw.
+  feed.BlockFree(base - 15 * kMiB, 20 * kMiB);
+  for (uint64_t page = 0; page < 5; ++page) {
+    if (page == 3) continue;
+    feed.Map(MapEvent::OP_UNMAP, base - 20 * kMiB + page * 20 * kMiB, 20 * kMiB);
+  }
+  for (uint64_t handle : {100, 101, 7, 8}) feed.Handle(HandleEvent::OP_RELEASE, handle);
+  feed.Map(MapEvent::OP_FREE_RANGE, kVa, 8 * kGiB, 0, 0, -1);
+  const ModelSummary s = model.Summarize();
+  const DeviceSummary d = DeviceOf(s, 0);
+  EXPECT_EQ(d.segments, 0u);
+  EXPECT_EQ(d.reserved_bytes, 0u);
+  EXPECT_EQ(s.unmatched_events, 0u);
+}
+
+// Only pages of one device that touch join: a page of another device next to them is a
+// reservation of its own, and so is a page that does not touch.
+TEST(ModelVmmTest, InferredReservationsJoinOnlyTouchingPagesOfOneDevice) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Hello(/*attached=*/true);
+  feed.Handle(HandleEvent::OP_CREATE, 1, 2 * kMiB, 0);
+  feed.Handle(HandleEvent::OP_CREATE, 2, 2 * kMiB, 1);
+  feed.Handle(HandleEvent::OP_CREATE, 3, 2 * kMiB, 0);
+  feed.Map(MapEvent::OP_MAP, kVa, 2 * kMiB, 1, 0, 0);
+  feed.Map(MapEvent::OP_MAP, kVa + 2 * kMiB, 2 * kMiB, 2, 0, 1);
+  feed.Map(MapEvent::OP_MAP, kVa + 6 * kMiB, 2 * kMiB, 3, 0, 0);
+  EXPECT_EQ(DeviceOf(model, 0).segments, 2u);
+  EXPECT_EQ(DeviceOf(model, 1).segments, 1u);
+  // A seen reservation is never widened: a page mapped just past it is no part of it.
+  feed.Map(MapEvent::OP_RESERVE, kVa + 64 * kMiB, 2 * kMiB, 0, 0, -1);
+  feed.Handle(HandleEvent::OP_CREATE, 4, 2 * kMiB, 0);
+  feed.Handle(HandleEvent::OP_CREATE, 5, 2 * kMiB, 0);
+  feed.Map(MapEvent::OP_MAP, kVa + 64 * kMiB, 2 * kMiB, 4, 0, 0);
+  feed.Map(MapEvent::OP_MAP, kVa + 66 * kMiB, 2 * kMiB, 5, 0, 0);
+  EXPECT_EQ(DeviceOf(model, 0).segments, 4u);
+  EXPECT_EQ(DeviceOf(model, 0).reserved_bytes, 8 * kMiB);
 }
 
 }  // namespace

@@ -111,6 +111,10 @@ class Segment {
   int device() const { return device_; }
   void set_device(int device) { device_ = device; }
   uint64_t stack_id() const { return stack_id_; }
+  // A reservation nobody saw made (it predates the agent's attach): its extent is only what
+  // its mappings prove, a lower bound the model widens as touching memory gets mapped.
+  bool inferred() const { return inferred_; }
+  void set_inferred(bool inferred) { inferred_ = inferred; }
   // Whether [address, address + size) lies inside the segment.
   bool Encloses(uint64_t address, uint64_t size) const {
     return address >= begin_ && address - begin_ <= size_ && size <= size_ - (address - begin_);
@@ -227,6 +231,7 @@ class Segment {
   uint64_t stack_id_;
   std::optional<bool> via_caching_allocator_;
   bool annotated_ = false;
+  bool inferred_ = false;
 
   void AddMappingPiece(uint64_t address, const Mapping& m);
   void RemoveMappingPiece(absl::btree_map<uint64_t, Mapping>::iterator it);
