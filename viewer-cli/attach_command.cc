@@ -227,17 +227,22 @@ void ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
   }
   for (uint32_t i = 0; i < a.device_count; ++i) {
     const FragscopeTorchDevice& d = a.devices[i];
-    std::string skipped;
+    std::string expandable;
+    if (d.expandable_runs > 0) {
+      expandable = absl::StrFormat("; %u expandable segment runs of %u pages, read from the driver",
+                                   d.expandable_runs, d.pages);
+    }
     if (d.skipped_segments > 0) {
-      skipped = absl::StrFormat(
-          "; %u expandable segments holding %s of mapped memory not imported (their mappings "
-          "are not rebuilt: untracked)",
-          d.skipped_segments, FormatBytes(d.skipped_bytes));
+      absl::StrAppendFormat(
+          &expandable,
+          "; %s of mapped memory in %u expandable segment runs not imported (the driver did not "
+          "list their pages: untracked)",
+          FormatBytes(d.skipped_bytes), d.skipped_segments);
     }
     std::fprintf(stderr,
                  "fragscope attach: imported PyTorch's caching allocator state: %u segments, %u "
                  "blocks (device %d)%s\n",
-                 d.segments, d.blocks, d.device, skipped.c_str());
+                 d.segments, d.blocks, d.device, expandable.c_str());
   }
   if (a.device_count > 0) {
     std::fprintf(stderr,

@@ -148,6 +148,10 @@ const DriverCalls& Driver() {
   Resolve(lib, &d.mem_get_address_range, "cuMemGetAddressRange_v2");
   Resolve(lib, &d.stream_is_capturing, "cuStreamIsCapturing");
   Resolve(lib, &d.pointer_get_attribute, "cuPointerGetAttribute");
+  Resolve(lib, &d.device_get, "cuDeviceGet");
+  Resolve(lib, &d.primary_ctx_get_state, "cuDevicePrimaryCtxGetState");
+  Resolve(lib, &d.primary_ctx_release, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
+  Resolve(lib, &d.ctx_set_current, "cuCtxSetCurrent");
   g_driver = d;
   g_driver_state.store(2, std::memory_order_release);
   return g_driver;

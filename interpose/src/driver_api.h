@@ -34,6 +34,11 @@ struct DriverCalls {
   CUresult (*mem_get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
   CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
   CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
+  // For the injected import's helper thread, which has no context (python_state.cc).
+  CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*primary_ctx_get_state)(CUdevice, unsigned int*, int*) = nullptr;
+  CUresult (*primary_ctx_release)(CUdevice) = nullptr;
+  CUresult (*ctx_set_current)(CUcontext) = nullptr;
 };
 
 // The driver functions above, resolved from libcuda on first call after it is loaded; any may

@@ -37,7 +37,7 @@ struct FragscopeInjectTable {
 // (uint32_t wait_ms) after patching libcuda and reads this answer. Its own magic and ABI: an
 // agent without the entry (an older build) is told apart by the missing symbol.
 inline constexpr uint64_t kFragscopeTorchMagic = 0x3130484352544653ull;  // "FSTRCH01"
-inline constexpr uint32_t kFragscopeTorchAbi = 2;                        // 2: skipped_bytes
+inline constexpr uint32_t kFragscopeTorchAbi = 3;  // 3: expandable segments entered
 inline constexpr char kFragscopeTorchImportEntry[] = "fragscope_inject_import_torch";
 inline constexpr int kFragscopeTorchMaxDevices = 16;
 
@@ -51,12 +51,16 @@ enum FragscopeTorchStatus : int32_t {
 
 struct FragscopeTorchDevice {
   int32_t device;
-  uint32_t segments;          // entered as live allocations
-  uint32_t blocks;            // active blocks entered as live sub-allocator blocks
-  uint32_t skipped_segments;  // expandable segments, left `untracked`
-  uint64_t reserved_bytes;    // of the entered segments
-  uint64_t allocated_bytes;   // of the entered blocks (pending frees included)
-  uint64_t skipped_bytes;     // mapped bytes of the skipped expandable segments
+  uint32_t segments;  // cudaMalloc segments entered as live allocations
+  uint32_t blocks;    // active blocks entered as live sub-allocator blocks
+  // Expandable segments' mapped runs whose pages the driver could not list: left `untracked`.
+  uint32_t skipped_segments;
+  uint64_t reserved_bytes;   // of the entered segments and runs
+  uint64_t allocated_bytes;  // of the entered blocks (pending frees included)
+  uint64_t skipped_bytes;    // mapped bytes of the skipped runs
+  // Expandable segments' mapped runs entered page by page (a handle and its mapping each).
+  uint32_t expandable_runs;
+  uint32_t pages;
 };
 
 struct FragscopeTorchImport {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 #include "agent.h"
 #include "driver_api.h"
+#include "hook_table.h"
 #include "live_table.h"
 #include "recorder.h"
 
@@ -43,7 +45,8 @@ constexpr int kPyFileInput = 257;  // Py_file_input
 // Runs in a fresh namespace with the GIL held. Never imports torch (a process that has not
 // would only pay for it) and never initializes CUDA. Leaves `result`: bytes starting with '+'
 // (then little-endian uint64 records of 7 words: kind (1 segment, 2 block), device, address,
-// size, stream, pool, flags), '-' (nothing to import: why) or '!' (an error: what).
+// size, stream, pool, flags; a segment's blocks follow it), '-' (nothing to import: why) or '!'
+// (an error: what). An expandable segment is listed by torch as one segment per mapped run.
 constexpr char kPythonCode[] = R"PY(
 def _fragscope_torch_state():
     import sys
@@ -80,9 +83,6 @@ def _fragscope_torch_state():
         address = int(seg["address"])
         stream = int(seg.get("stream") or 0) & mask
         pool = pool_id(seg.get("segment_pool_id"))
-        if seg.get("is_expandable"):
-            words += [1, device, address, int(seg["total_size"]), stream, pool, 1]
-            continue
         blocks = []
         offset = address
         for block in seg.get("blocks") or ():
@@ -93,7 +93,8 @@ def _fragscope_torch_state():
             if state != "inactive":
                 blocks += [2, device, start, size, stream, pool,
                            0 if state == "active_allocated" else 1]
-        words += [1, device, address, int(seg["total_size"]), stream, pool, 0 if blocks else 2]
+        flags = (1 if seg.get("is_expandable") else 0) | (0 if blocks else 2)
+        words += [1, device, address, int(seg["total_size"]), stream, pool, flags]
         words += blocks
     return b"+" + struct.pack("<%dQ" % len(words), *words)
 
@@ -203,10 +204,112 @@ bool Enter(const LiveEntry& entry) {
   return index != SIZE_MAX;
 }
 
+// Makes `device`'s primary context current on this thread while it lives: the import's helper
+// thread has no context, and cuMemGetAddressRange needs one. Only a primary context the
+// program has active already (PyTorch's, through the runtime): retaining an inactive one would
+// create it, taking device memory the program never asked for.
+class PrimaryContextScope {
+ public:
+  explicit PrimaryContextScope(int32_t device) {
+    const DriverCalls& d = Driver();
+    auto retain = reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(
+        DriverReal(DriverHookId::k_cuDevicePrimaryCtxRetain));
+    if (d.device_get == nullptr || d.primary_ctx_get_state == nullptr ||
+        d.primary_ctx_release == nullptr || d.ctx_set_current == nullptr || retain == nullptr) {
+      return;
+    }
+    unsigned int flags = 0;
+    int active = 0;
+    CUcontext context = nullptr;
+    if (d.device_get(&device_, device) != CUDA_SUCCESS ||
+        d.primary_ctx_get_state(device_, &flags, &active) != CUDA_SUCCESS || active == 0 ||
+        retain(&context, device_) != CUDA_SUCCESS) {
+      return;
+    }
+    retained_ = true;
+    current_ = d.ctx_set_current(context) == CUDA_SUCCESS;
+  }
+  ~PrimaryContextScope() {
+    const DriverCalls& d = Driver();
+    if (current_) d.ctx_set_current(nullptr);
+    if (retained_) d.primary_ctx_release(device_);
+  }
+  PrimaryContextScope(const PrimaryContextScope&) = delete;
+  PrimaryContextScope& operator=(const PrimaryContextScope&) = delete;
+  bool ok() const { return current_; }
+
+ private:
+  CUdevice device_ = 0;
+  bool retained_ = false;
+  bool current_ = false;
+};
+
+// Enters the pages of an expandable segment's mapped run [address, address + size) as the
+// driver has them: each mapping, and the handle behind it. The handle is read with
+// cuMemRetainAllocationHandle (documented to give the handle value the memory was mapped with,
+// so the program's later unmap and release match it) and the reference that takes is given
+// back at once. Both go through the real functions: in an injected agent the exported ones are
+// patched to jump to the wrappers, which would record them. There is no reservation to enter:
+// no driver call tells its extent, so the collector infers it from the mappings (their pages
+// touch) and widens it as the program maps more. Returns the bytes entered; fewer than `size`
+// when the driver could not list a page (the rest stays untracked).
+uint64_t EnterPages(int32_t device, uint64_t address, uint64_t size, FragscopeTorchDevice* d,
+                    FragscopeTorchImport* out) {
+  auto range = Driver().mem_get_address_range;
+  auto retain = reinterpret_cast<CUresult (*)(CUmemGenericAllocationHandle*, void*)>(
+      DriverReal(DriverHookId::k_cuMemRetainAllocationHandle));
+  auto release = reinterpret_cast<CUresult (*)(CUmemGenericAllocationHandle)>(
+      DriverReal(DriverHookId::k_cuMemRelease));
+  if (range == nullptr || retain == nullptr || release == nullptr) return 0;
+  PrimaryContextScope context(device);
+  if (!context.ok()) return 0;
+  uint64_t entered = 0;
+  for (uint64_t at = address; at - address < size;) {
+    CUdeviceptr base = 0;
+    size_t bytes = 0;
+    if (range(&base, &bytes, at) != CUDA_SUCCESS || bytes == 0 || base > at || base + bytes <= at) {
+      break;
+    }
+    CUmemGenericAllocationHandle handle = 0;
+    if (retain(&handle, reinterpret_cast<void*>(base)) != CUDA_SUCCESS) break;
+    release(handle);
+    LiveEntry h = ZeroLiveEntry();
+    h.cls = LiveClass::kHandle;
+    h.api = Api::k_torch_snapshot;
+    h.kind = MemoryKind::kDevice;
+    h.device = device;
+    h.address = handle;
+    h.size = bytes;  // what the mapping proves; PyTorch maps each page's handle whole
+    h.refs = 1;      // PyTorch's, released after its unmap
+    h.maps = 1;
+    LiveEntry m = ZeroLiveEntry();
+    m.cls = LiveClass::kMapping;
+    m.api = Api::k_torch_snapshot;
+    m.kind = MemoryKind::kDevice;
+    m.device = device;
+    m.address = base;
+    m.size = bytes;
+    m.handle = handle;
+    if (!Enter(h) || !Enter(m)) {
+      ++out->table_full;
+      break;
+    }
+    ++d->pages;
+    // The part of the page inside the run (a page starting before it is counted from `at`).
+    const uint64_t end = base + bytes;
+    entered += std::min<uint64_t>(end, address + size) - at;
+    at = end;
+  }
+  return entered;
+}
+
 // Enters the records of the Python code's answer. With the GIL held: Python code that
 // gives memory back (torch.cuda.empty_cache()) cannot run meanwhile.
 void EnterRecords(const uint64_t* words, size_t count, FragscopeTorchImport* out) {
   uint32_t devices_left_out = 0;
+  // Blocks are entered only inside what was entered of their segment: [usable_begin,
+  // usable_end). A block with no segment around it would be an orphan.
+  uint64_t usable_begin = 0, usable_end = 0;
   for (size_t i = 0; i + kRecordWords <= count; i += kRecordWords) {
     const uint64_t* r = words + i;
     const int32_t device = static_cast<int32_t>(r[1]);
@@ -222,24 +325,35 @@ void EnterRecords(const uint64_t* words, size_t count, FragscopeTorchImport* out
     e.stream = r[4];
     e.kind = MemoryKind::kDevice;
     if (r[0] == kRecordSegment) {
+      usable_begin = usable_end = 0;
+      uint64_t usable = e.size;
       if ((r[6] & kSegmentExpandable) != 0) {
-        // Left untracked; the device is still described, so the report lists it and what
-        // it holds outside the live table shows as its untracked bytes.
-        ++d->skipped_segments;
-        d->skipped_bytes += e.size;
-        DescribeDevice(device);
-        continue;
+        usable = EnterPages(device, e.address, e.size, d, out);
+        d->reserved_bytes += usable;
+        DescribeDevice(device);  // handles carry no device description of their own
+        if (usable < e.size) {
+          // The rest is untracked: with the device described, the report shows it in the
+          // device's untracked bytes.
+          ++d->skipped_segments;
+          d->skipped_bytes += e.size - usable;
+          if (usable == 0) continue;
+        } else {
+          ++d->expandable_runs;
+        }
+      } else {
+        // A cudaMalloc segment, as the snapshot importer enters one (collector/torch): pool 0
+        // (no CUDA memory pool), the segment's stream.
+        e.cls = LiveClass::kAllocation;
+        e.api = Api::k_torch_snapshot;
+        if (!Enter(e)) {
+          ++out->table_full;
+          continue;
+        }
+        ++d->segments;
+        d->reserved_bytes += e.size;
       }
-      // A cudaMalloc segment, as the snapshot importer enters one (collector/torch): pool 0
-      // (no CUDA memory pool), the segment's stream.
-      e.cls = LiveClass::kAllocation;
-      e.api = Api::k_torch_snapshot;
-      if (!Enter(e)) {
-        ++out->table_full;
-        continue;
-      }
-      ++d->segments;
-      d->reserved_bytes += e.size;
+      usable_begin = e.address;
+      usable_end = e.address + usable;
       if ((r[6] & kSegmentNoActiveBlock) != 0) {
         // All free: a zero-byte block at its start tells the collector the segment is carved
         // by PyTorch (annotated, its bytes cached), not one opaque allocation.
@@ -252,7 +366,8 @@ void EnterRecords(const uint64_t* words, size_t count, FragscopeTorchImport* out
         mark.pool = r[5];
         if (!Enter(mark)) ++out->table_full;
       }
-    } else if (r[0] == kRecordBlock) {
+    } else if (r[0] == kRecordBlock && e.address >= usable_begin && e.address < usable_end &&
+               e.size <= usable_end - e.address) {
       e.cls = LiveClass::kBlock;
       e.api = Api::k_fragscope_block_alloc;
       e.pool = r[5];

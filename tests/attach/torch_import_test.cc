@@ -146,6 +146,75 @@ TEST(TorchImportTest, PyTorchStateIsExactFromTheFirstSnapshotTheRestUntracked) {
   app.Finish();
 }
 
+// PyTorch's expandable segments: pages of VMM handles mapped into a reservation. The import
+// reads each page's mapping and handle from the driver, so the state is exact from the attach
+// on: the pages of one reservation are one segment with the blocks across them, a page mapped
+// after the attach joins it, and a page from before it is given back by its unmap and release.
+TEST(TorchImportTest, ExpandableSegmentsAreImportedPageByPage) {
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  LiveProcess app(FRAGSCOPE_PYTHON3, {kApp, "expandable"}, Cli(dir));
+  ASSERT_TRUE(app.WaitForLine("ready")) << app.err();
+  const nlohmann::json state = State(app);
+  ASSERT_TRUE(state.is_object()) << app.out();
+
+  LiveProcess attach(kCli,
+                     {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
+                      "json", "--report", dir.File("report.json")},
+                     Cli(dir));
+  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
+  app.Send("grow");  // maps the hole between the two runs
+  ASSERT_TRUE(app.WaitForLine("grown")) << app.err();
+  app.Send("shrink");  // unmaps and releases the last page, mapped before the attach
+  ASSERT_TRUE(app.WaitForLine("shrunk")) << app.err();
+  kill(attach.pid(), SIGINT);
+  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  EXPECT_NE(attach.err().find("imported PyTorch's caching allocator state: 0 segments, 1 blocks "
+                              "(device 0); 2 expandable segment runs of 4 pages, read from the "
+                              "driver\n"),
+            std::string::npos)
+      << attach.err();
+
+  // The first snapshot holds the program's own handle values, mapped where it mapped them.
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  ASSERT_FALSE(trace.Snapshots().empty());
+  const v1::Snapshot& first = *trace.Snapshots().front();
+  std::map<uint64_t, uint64_t> mapped;  // address -> handle
+  for (const v1::LiveMapping& m : first.mappings()) {
+    EXPECT_EQ(m.size(), 2 * kMiB);
+    mapped[m.address()] = m.handle();
+  }
+  std::map<uint64_t, uint64_t> expected;
+  for (const auto& [address, handle] : state["pages"].items()) {
+    expected[std::stoull(address)] = handle.get<uint64_t>();
+  }
+  EXPECT_EQ(mapped, expected);
+  EXPECT_EQ(first.handles_size(), 4);
+  EXPECT_EQ(first.reservations_size(), 0);  // its extent is nowhere to be read
+  const std::vector<uint64_t> runs = state["segments"].get<std::vector<uint64_t>>();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(View(first).blocks,
+            (std::map<uint64_t, uint64_t>{{runs[0] + kMiB, 3 * kMiB}, {runs[1], 0}}));
+
+  const nlohmann::json report = Report(dir);
+  ASSERT_FALSE(report.is_discarded());
+  ASSERT_EQ(report["devices"].size(), 1u) << report.dump();
+  const nlohmann::json& device = report["devices"][0];
+  // 4 pages, one mapped after the attach, one given back.
+  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), state["reserved"].get<uint64_t>())
+      << device.dump();
+  EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), state["allocated"].get<uint64_t>())
+      << device.dump();
+  EXPECT_EQ(device["segments"].get<uint64_t>(), 1u) << device.dump();
+  EXPECT_EQ(device["unmapped_handle_bytes"].get<uint64_t>(), 0u) << device.dump();
+  // [0, 1) and [4, 8) MiB of the joined pages are free; [8, 10) is unmapped again.
+  EXPECT_EQ(device["largest_free_range_bytes"].get<uint64_t>(), 4 * kMiB) << device.dump();
+  EXPECT_EQ(report["unmatched_events"].get<uint64_t>(), 0u);
+  ExpectUntracked(device, state["outside_bytes"].get<uint64_t>());
+  app.Finish();
+}
+
 TEST(TorchImportTest, WithoutTorchNothingIsImportedAndTheAttachSaysSo) {
   SKIP_IF_IMPOSSIBLE();
   TempDir dir;
@@ -235,7 +304,10 @@ class RealTorchImportTest : public ::testing::Test {
   // Starts the program with PYTORCH_CUDA_ALLOC_CONF=`alloc_conf`, attaches, and reads the
   // report. Skips the test without a python that imports torch. Callers:
   // ASSERT_NO_FATAL_FAILURE(StartAndAttach(...)), then return if IsSkipped().
-  void StartAndAttach(const std::string& alloc_conf) {
+  // With `commands`, the attach lasts until the program has answered each of them (its last
+  // line for a command: the command's name + "n"/"k": `grown`, `shrunk`).
+  void StartAndAttach(const std::string& alloc_conf,
+                      const std::vector<std::pair<std::string, std::string>>& commands = {}) {
     const std::string python = FRAGSCOPE_TORCH_PYTHON;
     if (python.empty()) {
       GTEST_SKIP() << "no python with torch configured (cmake -DFRAGSCOPE_TORCH_PYTHON=/path/to/"
@@ -252,11 +324,23 @@ class RealTorchImportTest : public ::testing::Test {
       FAIL() << app_->err();
     }
     state_ = State(*app_);
-    attach_ =
-        RunProgram(kCli,
-                   {"attach", std::to_string(app_->pid()), "--duration", "1", "-o",
-                    dir_.File("t.fst"), "--format", "json", "--report", dir_.File("report.json")},
-                   Cli(dir_));
+    std::vector<std::string> args = {
+        "attach",   std::to_string(app_->pid()), "-o", dir_.File("t.fst"), "--format", "json",
+        "--report", dir_.File("report.json")};
+    if (commands.empty()) {
+      args.insert(args.begin() + 2, {"--duration", "1"});
+      attach_ = RunProgram(kCli, args, Cli(dir_));
+    } else {
+      LiveProcess attach(kCli, args, Cli(dir_));
+      ASSERT_TRUE(WaitForStreaming(AgentSocket(dir_, app_->pid()))) << attach.err();
+      for (const auto& [command, answer] : commands) {
+        app_->Send(command);
+        ASSERT_TRUE(app_->WaitForLine(answer, 120)) << command << ": " << app_->err();
+      }
+      kill(attach.pid(), SIGINT);
+      attach_.exit_code = attach.Finish();
+      attach_.err = attach.err();
+    }
     ASSERT_EQ(attach_.exit_code, 0) << attach_.err;
     app_->Send("ping");
     ASSERT_TRUE(app_->WaitForLine("pong"));
@@ -296,22 +380,58 @@ TEST_F(RealTorchImportTest, ReservedAndAllocatedEqualTorchs) {
             std::set<uint64_t>(segments.begin(), segments.end()));
 }
 
-// Expandable segments (VMM reservations with pages mapped into them) are not rebuilt at an
-// attach: what PyTorch holds in them is untracked, and the attach says how much. The device is
-// still listed (before, the report had no device at all).
-TEST_F(RealTorchImportTest, ExpandableSegmentsAreUntrackedAndSaidSo) {
+// Expandable segments (VMM reservations with pages mapped into them): the import reads their
+// pages from the driver, so the figures equal torch's as well, one segment per pool.
+TEST_F(RealTorchImportTest, ExpandableSegmentsAreExactToo) {
   ASSERT_NO_FATAL_FAILURE(StartAndAttach("expandable_segments:True"));
   if (IsSkipped()) return;
   // torch's two pools (small, large): one expandable segment each.
-  const std::string said = absl::StrFormat(
-      "0 segments, 0 blocks (device 0); 2 expandable segments holding %s of mapped memory not "
-      "imported",
-      FormatBytes(state_["reserved"].get<uint64_t>()));
-  EXPECT_NE(attach_.err.find(said), std::string::npos) << said << "\n" << attach_.err;
+  EXPECT_NE(attach_.err.find("0 segments, "), std::string::npos) << attach_.err;
+  EXPECT_NE(attach_.err.find("; 2 expandable segment runs of "), std::string::npos) << attach_.err;
+  EXPECT_EQ(attach_.err.find("not imported"), std::string::npos) << attach_.err;
   const nlohmann::json& device = report_["devices"][0];
   EXPECT_EQ(device["device"].get<int>(), 0);
-  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), 0u) << device.dump();
+  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), state_["reserved"].get<uint64_t>())
+      << device.dump();
+  EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), state_["allocated"].get<uint64_t>())
+      << device.dump();
+  EXPECT_EQ(device["segments"].get<uint64_t>(), 2u) << device.dump();
+  EXPECT_EQ(report_["unmatched_events"].get<uint64_t>(), 0u);
+  ExpectUntracked(device, state_["outside_bytes"].get<uint64_t>());
   EXPECT_FALSE(report_["process"]["history_complete"].get<bool>());
+}
+
+// The last `reserved N` line the program printed (torch.cuda.memory_reserved()).
+uint64_t LastReserved(const LiveProcess& app) {
+  uint64_t reserved = 0;
+  for (const std::vector<std::string>& words : Lines(app.out())) {
+    if (words.size() == 2 && words[0] == "reserved") reserved = std::stoull(words[1]);
+  }
+  return reserved;
+}
+
+// After the attach torch maps more pages into its expandable segment, then frees every tensor
+// and empties its cache: it unmaps and releases pages mapped before the attach too. Reserved
+// follows torch's all the way, and every unmap and release matches a page the import entered.
+TEST_F(RealTorchImportTest, ExpandableSegmentsGrowAfterTheAttach) {
+  ASSERT_NO_FATAL_FAILURE(StartAndAttach("expandable_segments:True", {{"grow", "grown"}}));
+  if (IsSkipped()) return;
+  const uint64_t grown = LastReserved(*app_);
+  EXPECT_GT(grown, state_["reserved"].get<uint64_t>());
+  const nlohmann::json& device = report_["devices"][0];
+  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), grown) << device.dump();
+  EXPECT_EQ(device["segments"].get<uint64_t>(), 2u) << device.dump();
+  EXPECT_EQ(report_["unmatched_events"].get<uint64_t>(), 0u);
+}
+
+TEST_F(RealTorchImportTest, ExpandableSegmentsGiveBackPagesFromBeforeTheAttach) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartAndAttach("expandable_segments:True", {{"grow", "grown"}, {"shrink", "shrunk"}}));
+  if (IsSkipped()) return;
+  const nlohmann::json& device = report_["devices"][0];
+  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), LastReserved(*app_)) << device.dump();
+  EXPECT_EQ(device["unmapped_handle_bytes"].get<uint64_t>(), 0u) << device.dump();
+  EXPECT_EQ(report_["unmatched_events"].get<uint64_t>(), 0u);
 }
 
 }  // namespace

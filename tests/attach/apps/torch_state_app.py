@@ -7,6 +7,10 @@ usage: torch_state_app.py fake|plain|real
   sys.modules whose cuda.memory_snapshot() describes those segments and blocks inside them, as
   torch 2.x does; the rest is outside any allocator (it must stay `untracked`).
 - plain: the same allocations, no `torch` module.
+- expandable: the stand-in `torch` module with expandable segments: 2 MiB pages of four
+  handles mapped (cuMemCreate + cuMemMap through the fake driver) into one reservation, with a
+  hole, so memory_snapshot() lists two mapped runs of one expandable segment, as torch 2.x
+  does; one block spans two pages.
 - real: real PyTorch (the fake runtime preloaded, see tests/fakecuda/README.md) with cached and
   allocated blocks.
 
@@ -17,6 +21,10 @@ lines, one answer each:
   hold S -> `holding`, then sleeps S seconds in C while holding the GIL (ctypes.PyDLL does not
             release it), then `held`
   ping   -> `pong`
+  grow   -> expandable: maps a new page into the hole, as torch grows a segment; real: allocates
+            a 30 MiB tensor (`reserved N`, torch's figure, first); then `grown`
+  shrink -> expandable: unmaps and releases the last page, mapped before the attach; real:
+            frees every tensor and empties the cache (`reserved N` first); then `shrunk`
 and exits at the end of stdin.
 """
 
@@ -28,7 +36,8 @@ import types
 MIB = 1 << 20
 
 
-def fake_mode(with_torch):
+def runtime():
+    """The fake CUDA runtime, and cudaMalloc through it."""
     rt = ctypes.CDLL("libcudart.so.13")
     rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
     rt.cudaMalloc.restype = ctypes.c_int
@@ -40,6 +49,11 @@ def fake_mode(with_torch):
             raise SystemExit("cudaMalloc(%d) failed: %d" % (size, rc))
         return p.value
 
+    return rt, malloc
+
+
+def fake_mode(with_torch):
+    rt, malloc = runtime()
     s1, s2, s3 = malloc(2 * MIB), malloc(20 * MIB), malloc(4 * MIB)
     outside = malloc(3 * MIB)  # not PyTorch's: before the attach, so untracked
 
@@ -86,6 +100,112 @@ def fake_mode(with_torch):
     }
 
 
+class _Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _AllocFlags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class _AllocationProp(ctypes.Structure):  # CUmemAllocationProp
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int),
+                ("location", _Location), ("win32HandleMetaData", ctypes.c_void_p),
+                ("allocFlags", _AllocFlags)]
+
+
+class _AccessDesc(ctypes.Structure):  # CUmemAccessDesc
+    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
+
+
+class Pages:
+    """2 MiB pages mapped into one reservation, as torch's expandable segments do."""
+
+    PAGE = 2 * MIB
+
+    def __init__(self, pages):
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        self.va = ctypes.c_uint64()
+        self.check("cuMemAddressReserve", self.cu.cuMemAddressReserve(
+            ctypes.byref(self.va), ctypes.c_size_t(pages * self.PAGE), ctypes.c_size_t(0),
+            ctypes.c_uint64(0), ctypes.c_ulonglong(0)))
+        self.handles = {}  # page -> handle
+
+    @staticmethod
+    def check(what, rc):
+        if rc != 0:
+            raise SystemExit("%s failed: %d" % (what, rc))
+
+    def address(self, page):
+        return self.va.value + page * self.PAGE
+
+    def map(self, page):
+        prop = _AllocationProp()
+        prop.type = 1  # CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = 1  # CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = 0
+        handle = ctypes.c_uint64()
+        self.check("cuMemCreate", self.cu.cuMemCreate(
+            ctypes.byref(handle), ctypes.c_size_t(self.PAGE), ctypes.byref(prop),
+            ctypes.c_ulonglong(0)))
+        self.check("cuMemMap", self.cu.cuMemMap(
+            ctypes.c_uint64(self.address(page)), ctypes.c_size_t(self.PAGE), ctypes.c_size_t(0),
+            handle, ctypes.c_ulonglong(0)))
+        access = _AccessDesc()
+        access.location.type = 1
+        access.location.id = 0
+        access.flags = 3  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        self.check("cuMemSetAccess", self.cu.cuMemSetAccess(
+            ctypes.c_uint64(self.address(page)), ctypes.c_size_t(self.PAGE),
+            ctypes.byref(access), ctypes.c_size_t(1)))
+        self.handles[page] = handle.value
+
+    def unmap(self, page):
+        self.check("cuMemUnmap", self.cu.cuMemUnmap(
+            ctypes.c_uint64(self.address(page)), ctypes.c_size_t(self.PAGE)))
+        self.check("cuMemRelease", self.cu.cuMemRelease(ctypes.c_uint64(self.handles.pop(page))))
+
+
+def expandable_mode():
+    _, malloc = runtime()
+    outside = malloc(3 * MIB)  # not PyTorch's: before the attach, so untracked
+    pages = Pages(32)
+    for page in (0, 1, 2, 4):  # page 3 unmapped: two runs, [0, 3) and [4, 5)
+        pages.map(page)
+    # As torch.cuda.memory_snapshot() lists an expandable segment: one entry per mapped run.
+    run1, run2 = pages.address(0), pages.address(4)
+    segments = [
+        {"device": 0, "address": run1, "total_size": 6 * MIB, "stream": 0,
+         "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": True,
+         "blocks": [
+             {"address": run1, "size": 1 * MIB, "state": "inactive"},
+             {"address": run1 + 1 * MIB, "size": 3 * MIB, "state": "active_allocated"},
+             {"address": run1 + 4 * MIB, "size": 2 * MIB, "state": "inactive"},
+         ]},
+        {"device": 0, "address": run2, "total_size": 2 * MIB, "stream": 0,
+         "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": True,
+         "blocks": [{"address": run2, "size": 2 * MIB, "state": "inactive"}]},
+    ]
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(
+        is_initialized=lambda: True,
+        get_allocator_backend=lambda: "native",
+        memory_snapshot=lambda include_traces=True: segments,
+    )
+    sys.modules["torch"] = torch
+    return pages, malloc, {
+        "segments": [run1, run2],
+        "pages": {str(pages.address(p)): h for p, h in pages.handles.items()},
+        "reserved": 8 * MIB,
+        "allocated": 3 * MIB,
+        "pending": 0,
+        "blocks": 1,
+        "outside": [outside],
+        "outside_bytes": 3 * MIB,
+    }
+
+
 def real_mode():
     import torch
 
@@ -119,6 +239,8 @@ def main():
     mode = sys.argv[1]
     if mode == "real":
         keep, malloc, state = real_mode()
+    elif mode == "expandable":
+        keep, malloc, state = expandable_mode()
     else:
         keep, malloc, state = fake_mode(mode == "fake")
     print("state " + json.dumps(state), flush=True)
@@ -134,6 +256,24 @@ def main():
             print("holding", flush=True)
             ctypes.PyDLL(None).sleep(int(words[1]))  # in C, the GIL held
             print("held", flush=True)
+        elif words[0] == "grow":
+            if mode == "real":
+                import torch
+                keep.append(torch.empty(30 * MIB, dtype=torch.uint8, device="cuda"))
+                torch.cuda.synchronize()
+                print("reserved %d" % torch.cuda.memory_reserved(), flush=True)
+            else:
+                keep.map(3)
+            print("grown", flush=True)
+        elif words[0] == "shrink":
+            if mode == "real":
+                import torch
+                del keep[:]
+                torch.cuda.empty_cache()
+                print("reserved %d" % torch.cuda.memory_reserved(), flush=True)
+            else:
+                keep.unmap(4)
+            print("shrunk", flush=True)
         elif words[0] == "ping":
             print("pong", flush=True)
     del keep
