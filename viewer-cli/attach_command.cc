@@ -202,7 +202,8 @@ std::string AskAgent(const std::string& socket_path, const std::string& command)
 // attach is all `untracked`). Never fatal: the attach goes on either way.
 void ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
   auto answer = std::make_unique<FragscopeTorchImport>();
-  if (absl::Status s = ImportTorchState(pid, agent.library, wait_ms, answer.get()); !s.ok()) {
+  if (absl::Status s = ImportTorchState(pid, agent.library, wait_ms, AdapterDir(), answer.get());
+      !s.ok()) {
     std::fprintf(stderr,
                  "fragscope attach: PyTorch's state not imported (%s); memory allocated before "
                  "the attach is reported as untracked\n",
@@ -249,6 +250,11 @@ void ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
                  "fragscope attach: memory allocated before the attach outside PyTorch's caching "
                  "allocator is reported as untracked%s%s\n",
                  notes.empty() ? "" : "; ", notes.c_str());
+  }
+  if (a.oom_observer != 0) {
+    std::fprintf(stderr,
+                 "fragscope attach: PyTorch's blocks are those of the attach; its OOM observer "
+                 "brings them up to date at an OOM, before the failure is judged\n");
   }
 }
 

@@ -694,11 +694,12 @@ absl::Status RemovePatches(pid_t pid, const InjectedAgent& agent) {
 }
 
 absl::Status ImportTorchState(pid_t pid, const std::string& agent_path, uint32_t wait_ms,
-                              FragscopeTorchImport* out) {
+                              const std::string& adapter_dir, FragscopeTorchImport* out) {
 #if !defined(__x86_64__)
   (void)pid;
   (void)agent_path;
   (void)wait_ms;
+  (void)adapter_dir;
   (void)out;
   return absl::UnimplementedError("attach by injection is implemented for x86-64 only");
 #else
@@ -715,7 +716,8 @@ absl::Status ImportTorchState(pid_t pid, const std::string& agent_path, uint32_t
   // The agent bounds its own wait (wait_ms for the GIL, then the import itself); this bound
   // only guards against a thread that never comes back.
   const int timeout_s = static_cast<int>(wait_ms / 1000) + 60;
-  absl::StatusOr<uint64_t> answer_at = CallInTarget(pid, *tid, *entry, {wait_ms}, {}, timeout_s);
+  absl::StatusOr<uint64_t> answer_at =
+      CallInTarget(pid, *tid, *entry, {wait_ms, kStringArg + 0}, {adapter_dir}, timeout_s);
   if (!answer_at.ok()) return answer_at.status();
   if (*answer_at == 0 || !PeekBytes(pid, *tid, *answer_at, out, sizeof(*out))) {
     return absl::InternalError(

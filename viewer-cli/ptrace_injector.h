@@ -55,10 +55,11 @@ absl::Status InjectAgent(pid_t pid, const std::string& agent_path, InjectedAgent
 // After InjectAgent: makes the agent import PyTorch's caching-allocator state (a CPython process
 // with torch and CUDA initialized; interpose/src/python_state.h) into its live table before the
 // stream starts. A borrowed thread waits in the agent at most `wait_ms` for the GIL (taken by a
-// thread of the agent's own). *out says what was imported, or why nothing was; an error status
-// only when the call itself could not be made.
+// thread of the agent's own). `adapter_dir` (the PyTorch adapter's folder, "" for none) gives
+// it the snapshot diff its OOM observer uses. *out says what was imported, or why nothing was;
+// an error status only when the call itself could not be made.
 absl::Status ImportTorchState(pid_t pid, const std::string& agent_path, uint32_t wait_ms,
-                              FragscopeTorchImport* out);
+                              const std::string& adapter_dir, FragscopeTorchImport* out);
 
 // Puts the original bytes back (detach).
 absl::Status RemovePatches(pid_t pid, const InjectedAgent& agent);

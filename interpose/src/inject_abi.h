@@ -34,10 +34,12 @@ struct FragscopeInjectTable {
 
 // PyTorch's caching-allocator state, imported into the injected agent's live table before its
 // first snapshot (python_state.h). `fragscope attach` calls kFragscopeTorchImportEntry
-// (uint32_t wait_ms) after patching libcuda and reads this answer. Its own magic and ABI: an
-// agent without the entry (an older build) is told apart by the missing symbol.
+// (uint32_t wait_ms, const char* adapter_dir) after patching libcuda and reads this answer.
+// Its own magic and ABI: an agent without the entry (an older build) is told apart by the
+// missing symbol.
 inline constexpr uint64_t kFragscopeTorchMagic = 0x3130484352544653ull;  // "FSTRCH01"
-inline constexpr uint32_t kFragscopeTorchAbi = 3;  // 3: expandable segments entered
+// 3: expandable segments entered, the OOM observer; the entry takes the adapter folder too.
+inline constexpr uint32_t kFragscopeTorchAbi = 3;
 inline constexpr char kFragscopeTorchImportEntry[] = "fragscope_inject_import_torch";
 inline constexpr int kFragscopeTorchMaxDevices = 16;
 
@@ -70,7 +72,7 @@ struct FragscopeTorchImport {
   uint32_t waited_ms;     // how long the GIL took (or the whole wait, when timed out)
   uint32_t device_count;  // entries of `devices` used (more devices: `message` says)
   uint32_t table_full;    // entries the live table refused (FRAGSCOPE_LIVE_SLOTS too small)
-  uint32_t reserved;
+  uint32_t oom_observer;  // 1: PyTorch's OOM observer brings the blocks up to date at an OOM
   FragscopeTorchDevice devices[kFragscopeTorchMaxDevices];
   char message[1024];  // why not imported, or notes (e.g. skipped segments)
 };

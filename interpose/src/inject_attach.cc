@@ -188,10 +188,12 @@ extern "C" __attribute__((visibility("default"))) FragscopeInjectTable* fragscop
 // Called by `fragscope attach` (through ptrace) after fragscope_inject_start() and after the
 // patches are written, before `wake`: imports PyTorch's caching-allocator state into the live
 // table when the process runs CPython with torch and CUDA initialized (python_state.h), so the
-// first snapshot is exact for PyTorch's memory. Waits at most `wait_ms` for the GIL. Returns
+// first snapshot is exact for PyTorch's memory, and installs PyTorch's OOM observer with the
+// snapshot diff of `adapter_dir` (the PyTorch adapter's folder; empty: none). Waits at most
+// `wait_ms` for the GIL. Returns
 // the answer the attach command reads; never null.
 extern "C" __attribute__((visibility("default"))) FragscopeTorchImport*
-fragscope_inject_import_torch(uint32_t wait_ms) {
+fragscope_inject_import_torch(uint32_t wait_ms, const char* adapter_dir) {
   using namespace fragscope::agent;
   static constinit FragscopeTorchImport answer{};
   if (!Agent().injected) {
@@ -203,6 +205,6 @@ fragscope_inject_import_torch(uint32_t wait_ms) {
              "the agent was not started by an injection (fragscope_inject_start first)");
     return &answer;
   }
-  ImportTorchState(wait_ms, &answer);
+  ImportTorchState(wait_ms, adapter_dir, &answer);
   return &answer;
 }

@@ -33,6 +33,7 @@ struct PythonApi {
   void (*gil_release)(int) = nullptr;
   PyObj* (*dict_new)() = nullptr;
   int (*dict_set_item_string)(PyObj*, const char*, PyObj*) = nullptr;
+  PyObj* (*unicode_from_string)(const char*) = nullptr;
   PyObj* (*dict_get_item_string)(PyObj*, const char*) = nullptr;  // borrowed
   PyObj* (*eval_get_builtins)() = nullptr;                        // borrowed
   PyObj* (*run_string_flags)(const char*, int, PyObj*, PyObj*, void*) = nullptr;
@@ -47,6 +48,8 @@ constexpr int kPyFileInput = 257;  // Py_file_input
 // (then little-endian uint64 records of 7 words: kind (1 segment, 2 block), device, address,
 // size, stream, pool, flags; a segment's blocks follow it), '-' (nothing to import: why) or '!'
 // (an error: what). An expandable segment is listed by torch as one segment per mapped run.
+// Also leaves `observer`: b"" when PyTorch's OOM observer is installed, else why not. Reads
+// `_fragscope_agent_path` and `_fragscope_adapter_dir`, set in the namespace beforehand.
 constexpr char kPythonCode[] = R"PY(
 def _fragscope_torch_state():
     import sys
@@ -77,6 +80,7 @@ def _fragscope_torch_state():
             return (int(first) | (1 << 63)) & mask
         return int(second) & mask
 
+    observer = _fragscope_install_observer(torch, segments)
     words = []
     for seg in segments:
         device = int(seg.get("device", 0))
@@ -96,10 +100,58 @@ def _fragscope_torch_state():
         flags = (1 if seg.get("is_expandable") else 0) | (0 if blocks else 2)
         words += [1, device, address, int(seg["total_size"]), stream, pool, flags]
         words += blocks
-    return b"+" + struct.pack("<%dQ" % len(words), *words)
+    return b"+" + struct.pack("<%dQ" % len(words), *words), observer
 
+
+def _fragscope_install_observer(torch, segments):
+    """PyTorch's OOM observer, once per process: at an OOM the blocks are brought up to date
+    (the adapter's snapshot diff, primed with `segments`, the state this import enters) before
+    the failure goes to the agent, so the post-mortem judges the blocks of the OOM, not those
+    of the attach. Returns b"" when installed, else why not."""
+    import os
+    import sys
+    import types
+
+    attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
+    if attach is None:
+        return b"this torch has no OOM observer"
+    adapter = _fragscope_adapter_dir
+    path = os.path.join(adapter, "fragscope_torch_diff.py") if adapter else ""
+    if not path or not os.path.isfile(path):
+        return ("no fragscope_torch_diff.py in the adapter folder %r" % adapter).encode(
+            "utf-8", "replace")
+    holder = sys.modules.get("_fragscope_injected")
+    if holder is None:
+        import ctypes
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_fragscope_injected_diff", path)
+        diff = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(diff)
+        holder = types.ModuleType("_fragscope_injected")
+        holder.diff = diff
+        holder.api = diff.AgentApi(ctypes.CDLL(_fragscope_agent_path))
+        holder.forwarder = None
+
+        def on_oom(device, alloc_size, device_total, device_free):
+            forwarder = holder.forwarder
+            if forwarder is not None:
+                forwarder.sync("OOM")
+                holder.api.alloc_failed(alloc_size, device, None)
+
+        attach(on_oom)
+        sys.modules["_fragscope_injected"] = holder
+    # A later attach (the agent stays loaded) primes a new forwarder for the same observer.
+    forwarder = holder.diff.SnapshotForwarder(torch, holder.api)
+    forwarder.prime(segments)
+    holder.forwarder = forwarder
+    return b""
+
+observer = b"not installed"
 try:
     result = _fragscope_torch_state()
+    if isinstance(result, tuple):
+        result, observer = result
 except BaseException as error:
     result = ("!%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace")[:900]
 )PY";
@@ -118,7 +170,19 @@ struct Job {
   std::atomic<int> state;
   PythonApi py;
   FragscopeTorchImport result;
+  char adapter_dir[4096];  // copied: the caller's string is gone once it gave up waiting
 };
+
+// The path the agent was loaded from (for ctypes in the import's Python code).
+const char* AgentLibraryPath() {
+  static char path[4096];
+  Dl_info info;
+  if (path[0] == '\0' && dladdr(reinterpret_cast<void*>(&AgentLibraryPath), &info) != 0 &&
+      info.dli_fname != nullptr) {
+    snprintf(path, sizeof(path), "%s", info.dli_fname);
+  }
+  return path;
+}
 
 void Unref(Job* job) {
   if (job->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) free(job);
@@ -179,6 +243,7 @@ bool LoadPythonApi(PythonApi* py) {
          get(&py->gil_ensure, "PyGILState_Ensure") && get(&py->gil_release, "PyGILState_Release") &&
          get(&py->dict_new, "PyDict_New") &&
          get(&py->dict_set_item_string, "PyDict_SetItemString") &&
+         get(&py->unicode_from_string, "PyUnicode_FromString") &&
          get(&py->dict_get_item_string, "PyDict_GetItemString") &&
          get(&py->eval_get_builtins, "PyEval_GetBuiltins") &&
          get(&py->run_string_flags, "PyRun_StringFlags") &&
@@ -406,6 +471,19 @@ void RunImport(Job* job) {
   // Before Python 3.10 code run in a dict without __builtins__ cannot even import.
   PyObj* builtins = py.eval_get_builtins();
   if (builtins != nullptr) py.dict_set_item_string(globals, "__builtins__", builtins);
+  auto set_string = [&](const char* name, const char* value) {
+    PyObj* text = py.unicode_from_string(value);
+    if (text == nullptr) {
+      py.err_clear();
+      text = py.unicode_from_string("");
+    }
+    if (text != nullptr) {
+      py.dict_set_item_string(globals, name, text);  // takes its own reference
+      py.dec_ref(text);
+    }
+  };
+  set_string("_fragscope_agent_path", AgentLibraryPath());
+  set_string("_fragscope_adapter_dir", job->adapter_dir);
   PyObj* ran = py.run_string_flags(kPythonCode, kPyFileInput, globals, globals, nullptr);
   if (ran == nullptr) {
     py.err_clear();
@@ -424,6 +502,19 @@ void RunImport(Job* job) {
     Say(out, "the import's Python code left no answer");
   } else if (data[0] == '+') {
     out->status = kFragscopeTorchImported;
+    PyObj* observer = py.dict_get_item_string(globals, "observer");
+    char* why = nullptr;
+    long why_size = 0;
+    if (observer != nullptr && py.bytes_as_string_and_size(observer, &why, &why_size) == 0) {
+      if (why_size == 0) {
+        out->oom_observer = 1;
+      } else {
+        Say(out, "no OOM observer (%.*s): an OOM is judged against the blocks of the attach; ",
+            static_cast<int>(why_size), why);
+      }
+    } else {
+      py.err_clear();
+    }
     const size_t words = static_cast<size_t>(size - 1) / sizeof(uint64_t);
     // The bytes object's buffer is not 8-aligned past its first byte: copy the words out.
     uint64_t chunk[kRecordWords * 64];
@@ -461,7 +552,7 @@ void* HelperMain(void* arg) {
 
 }  // namespace
 
-void ImportTorchState(uint32_t wait_ms, FragscopeTorchImport* out) {
+void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchImport* out) {
   *out = FragscopeTorchImport{};
   out->magic = kFragscopeTorchMagic;
   out->abi = kFragscopeTorchAbi;
@@ -492,6 +583,8 @@ void ImportTorchState(uint32_t wait_ms, FragscopeTorchImport* out) {
   job->state.store(kWaiting);
   job->py = py;
   job->result = *out;
+  snprintf(job->adapter_dir, sizeof(job->adapter_dir), "%s",
+           adapter_dir != nullptr ? adapter_dir : "");
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

@@ -10,9 +10,15 @@
 // live allocation (API_torch_snapshot, the segment's device, address, size and stream) and
 // each active block as a live sub-allocator block (its stream and pool; a pending free stays
 // pending). A segment without active blocks gets a zero-byte block at its start, as the
-// adapter's snapshot diff does, so the collector knows it is PyTorch's and all free. Expandable
-// segments are skipped (their VMM reservations and mappings are not rebuilt): they stay
-// `untracked`, and the answer says how many.
+// adapter's snapshot diff does, so the collector knows it is PyTorch's and all free. An
+// expandable segment's mapped runs are entered page by page from the driver (each page's
+// mapping and the handle PyTorch holds), so PyTorch's later unmaps and releases match.
+//
+// PyTorch's blocks are not followed after the import (no trace tracker runs in the target),
+// except at an OOM: the import also installs PyTorch's OOM observer (once per process), which
+// brings the blocks up to date with the adapter's snapshot diff (`adapter_dir`'s
+// fragscope_torch_diff.py, primed with the imported state) before it reports the failure, so
+// the post-mortem is judged against the blocks of the OOM.
 //
 // The caller waits at most `wait_ms` for the GIL. After that the import is abandoned: the
 // helper thread, if it ever gets the GIL, releases it at once and enters nothing, so nothing is
@@ -29,7 +35,7 @@ namespace fragscope::agent {
 // Fills *out (magic, abi, status and the per-device counts). Call with the agent started
 // (the live table mapped), after libcuda is patched: segments PyTorch takes or gives back from
 // then on are seen by the hooks, so the live table stays right around the import.
-void ImportTorchState(uint32_t wait_ms, FragscopeTorchImport* out);
+void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchImport* out);
 
 }  // namespace fragscope::agent
 

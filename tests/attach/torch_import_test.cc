@@ -146,6 +146,66 @@ TEST(TorchImportTest, PyTorchStateIsExactFromTheFirstSnapshotTheRestUntracked) {
   app.Finish();
 }
 
+// After the import PyTorch's blocks are not followed, but its OOM observer (installed by the
+// import) brings them up to date at an OOM, before the failure reaches the agent: the
+// post-mortem is judged against the blocks of the OOM, not those of the attach.
+TEST(TorchImportTest, AnOomIsJudgedAgainstTheBlocksOfTheOom) {
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  LiveProcess app(FRAGSCOPE_PYTHON3, {kApp, "fake"}, Cli(dir));
+  ASSERT_TRUE(app.WaitForLine("ready")) << app.err();
+  LiveProcess attach(kCli,
+                     {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
+                      "json", "--report", dir.File("report.json")},
+                     Cli(dir));
+  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
+  app.Send("oom");  // segment 2's block freed, segment 3 filled, then a 30 MiB request fails
+  ASSERT_TRUE(app.WaitForLine("oomed")) << app.err();
+  EXPECT_NE(app.out().find("observers 1\n"), std::string::npos) << app.out();
+  kill(attach.pid(), SIGINT);
+  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  EXPECT_NE(attach.err().find("its OOM observer brings them up to date at an OOM"),
+            std::string::npos)
+      << attach.err();
+
+  const nlohmann::json report = Report(dir);
+  ASSERT_FALSE(report.is_discarded());
+  ASSERT_EQ(report["ooms"].size(), 1u) << report.dump();
+  const nlohmann::json& oom = report["ooms"][0];
+  EXPECT_TRUE(oom["from_sub_allocator"].get<bool>());
+  EXPECT_EQ(oom["requested_bytes"].get<uint64_t>(), 30 * kMiB);
+  // Segment 1's 512-byte block and segment 3's 4 MiB one; segment 2 all free. At the attach
+  // it was 8 MiB + 512 allocated, and 12 MiB the largest free range.
+  EXPECT_EQ(oom["allocated_bytes"].get<uint64_t>(), 4 * kMiB + 512) << oom.dump();
+  EXPECT_EQ(oom["largest_free_range_bytes"].get<uint64_t>(), 20 * kMiB) << oom.dump();
+  EXPECT_EQ(report["devices"][0]["allocated_bytes"].get<uint64_t>(), 4 * kMiB + 512);
+  EXPECT_EQ(report["unmatched_events"].get<uint64_t>(), 0u);
+  app.Finish();
+}
+
+// Without the adapter's snapshot diff there is no observer, and the attach says what that
+// means.
+TEST(TorchImportTest, WithoutTheAdapterNoObserverIsInstalledAndTheAttachSaysSo) {
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  LiveProcess app(FRAGSCOPE_PYTHON3, {kApp, "fake"}, Cli(dir));
+  ASSERT_TRUE(app.WaitForLine("ready")) << app.err();
+  RunOptions options = Cli(dir);
+  options.env["FRAGSCOPE_ADAPTER_DIR"] = dir.path();  // no fragscope_torch_diff.py there
+  RunResult attach = RunProgram(
+      kCli, {"attach", std::to_string(app.pid()), "--duration", "1", "-o", dir.File("t.fst")},
+      options);
+  ASSERT_EQ(attach.exit_code, 0) << attach.err;
+  EXPECT_NE(attach.err.find("no OOM observer (no fragscope_torch_diff.py in the adapter folder '" +
+                            dir.path() + "'): an OOM is judged against the blocks of the attach"),
+            std::string::npos)
+      << attach.err;
+  app.Send("oom");
+  ASSERT_TRUE(app.WaitForLine("oomed")) << app.err();
+  EXPECT_NE(app.out().find("observers 0\n"), std::string::npos) << app.out();
+  app.Finish();
+}
+
 // PyTorch's expandable segments: pages of VMM handles mapped into a reservation. The import
 // reads each page's mapping and handle from the driver, so the state is exact from the attach
 // on: the pages of one reservation are one segment with the blocks across them, a page mapped
@@ -401,13 +461,13 @@ TEST_F(RealTorchImportTest, ExpandableSegmentsAreExactToo) {
   EXPECT_FALSE(report_["process"]["history_complete"].get<bool>());
 }
 
-// The last `reserved N` line the program printed (torch.cuda.memory_reserved()).
-uint64_t LastReserved(const LiveProcess& app) {
-  uint64_t reserved = 0;
+// The last line `word N` the program printed.
+uint64_t LastFigure(const LiveProcess& app, const std::string& word) {
+  uint64_t figure = 0;
   for (const std::vector<std::string>& words : Lines(app.out())) {
-    if (words.size() == 2 && words[0] == "reserved") reserved = std::stoull(words[1]);
+    if (words.size() == 2 && words[0] == word) figure = std::stoull(words[1]);
   }
-  return reserved;
+  return figure;
 }
 
 // After the attach torch maps more pages into its expandable segment, then frees every tensor
@@ -416,7 +476,7 @@ uint64_t LastReserved(const LiveProcess& app) {
 TEST_F(RealTorchImportTest, ExpandableSegmentsGrowAfterTheAttach) {
   ASSERT_NO_FATAL_FAILURE(StartAndAttach("expandable_segments:True", {{"grow", "grown"}}));
   if (IsSkipped()) return;
-  const uint64_t grown = LastReserved(*app_);
+  const uint64_t grown = LastFigure(*app_, "reserved");
   EXPECT_GT(grown, state_["reserved"].get<uint64_t>());
   const nlohmann::json& device = report_["devices"][0];
   EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), grown) << device.dump();
@@ -429,8 +489,38 @@ TEST_F(RealTorchImportTest, ExpandableSegmentsGiveBackPagesFromBeforeTheAttach) 
       StartAndAttach("expandable_segments:True", {{"grow", "grown"}, {"shrink", "shrunk"}}));
   if (IsSkipped()) return;
   const nlohmann::json& device = report_["devices"][0];
-  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), LastReserved(*app_)) << device.dump();
+  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), LastFigure(*app_, "reserved"))
+      << device.dump();
   EXPECT_EQ(device["unmapped_handle_bytes"].get<uint64_t>(), 0u) << device.dump();
+  EXPECT_EQ(report_["unmatched_events"].get<uint64_t>(), 0u);
+}
+
+// A tensor allocated after the attach is not followed until an OOM: torch's OOM observer then
+// brings the blocks up to date, so the post-mortem's allocated is torch's at the OOM.
+void ExpectOomJudgedAtTheOom(const nlohmann::json& report, const LiveProcess& app) {
+  const nlohmann::json* judged = nullptr;
+  for (const nlohmann::json& oom : report["ooms"]) {
+    if (oom["from_sub_allocator"].get<bool>()) judged = &oom;
+  }
+  ASSERT_NE(judged, nullptr) << report["ooms"].dump();
+  EXPECT_EQ((*judged)["allocated_bytes"].get<uint64_t>(), LastFigure(app, "allocated"))
+      << judged->dump();
+  EXPECT_EQ(report["devices"][0]["allocated_bytes"].get<uint64_t>(), LastFigure(app, "allocated"));
+}
+
+TEST_F(RealTorchImportTest, AnOomIsJudgedAgainstTheBlocksOfTheOom) {
+  ASSERT_NO_FATAL_FAILURE(StartAndAttach("", {{"grow", "grown"}, {"oom", "oomed"}}));
+  if (IsSkipped()) return;
+  EXPECT_NE(attach_.err.find("its OOM observer brings them up to date"), std::string::npos)
+      << attach_.err;
+  ExpectOomJudgedAtTheOom(report_, *app_);
+}
+
+TEST_F(RealTorchImportTest, AnOomWithExpandableSegmentsIsJudgedAgainstTheBlocksOfTheOom) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartAndAttach("expandable_segments:True", {{"grow", "grown"}, {"oom", "oomed"}}));
+  if (IsSkipped()) return;
+  ExpectOomJudgedAtTheOom(report_, *app_);
   EXPECT_EQ(report_["unmatched_events"].get<uint64_t>(), 0u);
 }
 

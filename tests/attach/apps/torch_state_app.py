@@ -20,6 +20,9 @@ lines, one answer each:
             `at ADDRESS`, then `allocated`
   hold S -> `holding`, then sleeps S seconds in C while holding the GIL (ctypes.PyDLL does not
             release it), then `held`
+  oom    -> fake: changes the stand-in snapshot's blocks and calls the OOM observers torch was
+            given (`observers N` first); real: a request too large for the device, caught
+            (`allocated N` first); then `oomed`
   ping   -> `pong`
   grow   -> expandable: maps a new page into the hole, as torch grows a segment; real: allocates
             a 30 MiB tensor (`reserved N`, torch's figure, first); then `grown`
@@ -52,6 +55,24 @@ def runtime():
     return rt, malloc
 
 
+OBSERVERS = []  # what torch._C._cuda_attach_out_of_memory_observer was given
+SEGMENTS = []  # the fake mode's stand-in snapshot
+
+
+def install_stand_in_torch(segments):
+    """A `torch` in sys.modules whose memory_snapshot() lists `segments` (changed in place by
+    the `oom` command) and that keeps the OOM observers it is given."""
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(
+        is_initialized=lambda: True,
+        get_allocator_backend=lambda: "native",
+        memory_snapshot=lambda include_traces=True: segments,
+        memory_stats=lambda device=None: {"num_device_free": 0, "num_device_alloc": 4},
+    )
+    torch._C = types.SimpleNamespace(_cuda_attach_out_of_memory_observer=OBSERVERS.append)
+    sys.modules["torch"] = torch
+
+
 def fake_mode(with_torch):
     rt, malloc = runtime()
     s1, s2, s3 = malloc(2 * MIB), malloc(20 * MIB), malloc(4 * MIB)
@@ -80,14 +101,8 @@ def fake_mode(with_torch):
          "blocks": [{"address": s3, "size": 4 * MIB, "state": "inactive"}]},
     ]
     if with_torch:
-        cuda = types.SimpleNamespace(
-            is_initialized=lambda: True,
-            get_allocator_backend=lambda: "native",
-            memory_snapshot=lambda include_traces=True: segments,
-        )
-        torch = types.ModuleType("torch")
-        torch.cuda = cuda
-        sys.modules["torch"] = torch
+        install_stand_in_torch(segments)
+    SEGMENTS[:] = segments
     blocks = [b for s in segments for b in s["blocks"] if b["state"] != "inactive"]
     return rt, malloc, {
         "segments": [s["address"] for s in segments],
@@ -187,13 +202,7 @@ def expandable_mode():
          "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": True,
          "blocks": [{"address": run2, "size": 2 * MIB, "state": "inactive"}]},
     ]
-    torch = types.ModuleType("torch")
-    torch.cuda = types.SimpleNamespace(
-        is_initialized=lambda: True,
-        get_allocator_backend=lambda: "native",
-        memory_snapshot=lambda include_traces=True: segments,
-    )
-    sys.modules["torch"] = torch
+    install_stand_in_torch(segments)
     return pages, malloc, {
         "segments": [run1, run2],
         "pages": {str(pages.address(p)): h for p, h in pages.handles.items()},
@@ -274,6 +283,25 @@ def main():
             else:
                 keep.unmap(4)
             print("shrunk", flush=True)
+        elif words[0] == "oom":
+            if mode == "real":
+                import torch
+                try:
+                    torch.empty(1 << 40, dtype=torch.uint8, device="cuda")
+                except torch.cuda.OutOfMemoryError:
+                    pass
+                print("allocated %d" % torch.cuda.memory_allocated(), flush=True)
+            else:
+                # Since the attach: segment 2's 8 MiB block was freed and segment 3 filled.
+                # Then a 30 MiB request fails, and torch calls its OOM observers.
+                s2, s3 = SEGMENTS[1], SEGMENTS[2]
+                s2["blocks"] = [{"address": s2["address"], "size": 20 * MIB, "state": "inactive"}]
+                s3["blocks"] = [{"address": s3["address"], "size": 4 * MIB,
+                                 "state": "active_allocated"}]
+                for observer in OBSERVERS:
+                    observer(0, 30 * MIB, 16 << 30, 0)
+                print("observers %d" % len(OBSERVERS), flush=True)
+            print("oomed", flush=True)
         elif words[0] == "ping":
             print("pong", flush=True)
     del keep
