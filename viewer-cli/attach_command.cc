@@ -200,7 +200,29 @@ std::string AskAgent(const std::string& socket_path, const std::string& command)
 // Asks the injected agent to import PyTorch's caching-allocator state before the stream starts,
 // and says in one line what was imported, or why nothing was (then memory from before the
 // attach is all `untracked`). Never fatal: the attach goes on either way.
-void ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
+// At the detach: brings PyTorch's blocks up to date in the stream, when the import left a
+// snapshot diff for it, and says so in one line. Never fatal.
+void SyncTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
+  auto answer = std::make_unique<FragscopeTorchImport>();
+  absl::Status s = SyncTorchState(pid, agent.library, wait_ms, answer.get());
+  std::string why =
+      s.ok() ? std::string(answer->message, strnlen(answer->message, sizeof(answer->message)))
+             : std::string(s.message());
+  if (s.ok() && answer->status == kFragscopeTorchImported) {
+    std::fprintf(stderr,
+                 "fragscope attach: PyTorch's blocks brought up to date at the detach (%u block "
+                 "events)\n",
+                 answer->synced_events);
+  } else {
+    std::fprintf(stderr,
+                 "fragscope attach: PyTorch's blocks not brought up to date at the detach (%s); "
+                 "the last block figures are those of the attach or of its last OOM\n",
+                 why.empty() ? "no reason given" : why.c_str());
+  }
+}
+
+// Whether ImportTorch left PyTorch's OOM observer and its snapshot diff in the process.
+bool ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
   auto answer = std::make_unique<FragscopeTorchImport>();
   if (absl::Status s = ImportTorchState(pid, agent.library, wait_ms, AdapterDir(), answer.get());
       !s.ok()) {
@@ -208,7 +230,7 @@ void ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
                  "fragscope attach: PyTorch's state not imported (%s); memory allocated before "
                  "the attach is reported as untracked\n",
                  std::string(s.message()).c_str());
-    return;
+    return false;
   }
   const FragscopeTorchImport& a = *answer;
   std::string notes(a.message, strnlen(a.message, sizeof(a.message)));
@@ -218,7 +240,7 @@ void ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
                  "fragscope attach: PyTorch's state not imported (%s); memory allocated before "
                  "the attach is reported as untracked\n",
                  notes.empty() ? "no reason given" : notes.c_str());
-    return;
+    return false;
   }
   if (a.device_count == 0) {
     std::fprintf(stderr,
@@ -253,9 +275,11 @@ void ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
   }
   if (a.oom_observer != 0) {
     std::fprintf(stderr,
-                 "fragscope attach: PyTorch's blocks are those of the attach; its OOM observer "
-                 "brings them up to date at an OOM, before the failure is judged\n");
+                 "fragscope attach: PyTorch's blocks are brought up to date at each OOM (its "
+                 "OOM observer, before the failure is judged) and at the detach; in between "
+                 "they are those of the attach\n");
   }
+  return a.oom_observer != 0;
 }
 
 }  // namespace
@@ -311,6 +335,7 @@ int AttachCommand(const std::vector<std::string>& args) {
   }
   std::string control = FindControlSocket(pid, geteuid());
   std::optional<InjectedAgent> injected;
+  bool torch_synced = false;  // the import left a snapshot diff for the detach
   if (!AgentMapped(pid) || !AgentPreloaded(pid)) {
     // No agent, or one an earlier attach injected (dormant, its patches removed).
     injected.emplace();
@@ -318,7 +343,7 @@ int AttachCommand(const std::vector<std::string>& args) {
     if (control.empty()) return kExitBadInput;
     // After the patches (PyTorch's segments taken or given back from now on are seen by the
     // hooks) and before the wake (whose snapshot then holds what PyTorch had).
-    ImportTorch(pid, *injected, static_cast<uint32_t>(torch_wait_s * 1000));
+    torch_synced = ImportTorch(pid, *injected, static_cast<uint32_t>(torch_wait_s * 1000));
   } else if (control.empty()) {
     std::fprintf(stderr,
                  "fragscope attach: pid %d has the agent loaded but no control socket: it was "
@@ -384,6 +409,10 @@ int AttachCommand(const std::vector<std::string>& args) {
   bool detached = false;
   std::string unpatched;
   if (!stream_ended && ProcessExists(pid)) {
+    // PyTorch's blocks as they are now, while the stream still runs.
+    if (torch_synced && injected) {
+      SyncTorch(pid, *injected, static_cast<uint32_t>(torch_wait_s * 1000));
+    }
     // Detach: the agent writes End, closes the stream and goes back to dormant.
     detached = AskAgent(control, "sleep").rfind("ok", 0) == 0;
     unpatched = unpatch();

@@ -693,35 +693,42 @@ absl::Status RemovePatches(pid_t pid, const InjectedAgent& agent) {
 #endif
 }
 
-absl::Status ImportTorchState(pid_t pid, const std::string& agent_path, uint32_t wait_ms,
-                              const std::string& adapter_dir, FragscopeTorchImport* out) {
+namespace {
+
+// Calls the agent's `entry_name`(wait_ms, strings...) on a borrowed thread and reads the
+// FragscopeTorchImport it returns.
+absl::Status CallTorchEntry(pid_t pid, const std::string& agent_path, const char* entry_name,
+                            uint32_t wait_ms, const std::vector<std::string>& strings,
+                            FragscopeTorchImport* out) {
 #if !defined(__x86_64__)
   (void)pid;
   (void)agent_path;
+  (void)entry_name;
   (void)wait_ms;
-  (void)adapter_dir;
+  (void)strings;
   (void)out;
   return absl::UnimplementedError("attach by injection is implemented for x86-64 only");
 #else
-  std::optional<uint64_t> entry = FindSymbolInProcess(pid, agent_path, kFragscopeTorchImportEntry);
+  std::optional<uint64_t> entry = FindSymbolInProcess(pid, agent_path, entry_name);
   if (!entry) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the agent loaded in pid %d (%s) has no %s: it is an older build; PyTorch's state cannot "
         "be imported",
-        pid, agent_path, kFragscopeTorchImportEntry));
+        pid, agent_path, entry_name));
   }
   StoppedProcess borrowed(pid);
   absl::StatusOr<pid_t> tid = BorrowWaitingThread(pid, borrowed);
   if (!tid.ok()) return tid.status();
-  // The agent bounds its own wait (wait_ms for the GIL, then the import itself); this bound
+  // The agent bounds its own wait (wait_ms for the GIL, then the work itself); this bound
   // only guards against a thread that never comes back.
   const int timeout_s = static_cast<int>(wait_ms / 1000) + 60;
-  absl::StatusOr<uint64_t> answer_at =
-      CallInTarget(pid, *tid, *entry, {wait_ms, kStringArg + 0}, {adapter_dir}, timeout_s);
+  std::vector<uint64_t> args = {wait_ms};
+  for (size_t i = 0; i < strings.size(); ++i) args.push_back(kStringArg + i);
+  absl::StatusOr<uint64_t> answer_at = CallInTarget(pid, *tid, *entry, args, strings, timeout_s);
   if (!answer_at.ok()) return answer_at.status();
   if (*answer_at == 0 || !PeekBytes(pid, *tid, *answer_at, out, sizeof(*out))) {
     return absl::InternalError(
-        absl::StrFormat("cannot read the agent's PyTorch import answer in pid %d", pid));
+        absl::StrFormat("cannot read the agent's PyTorch answer in pid %d", pid));
   }
   borrowed.Release();
   if (out->magic != kFragscopeTorchMagic || out->abi != kFragscopeTorchAbi) {
@@ -732,6 +739,18 @@ absl::Status ImportTorchState(pid_t pid, const std::string& agent_path, uint32_t
   if (out->device_count > kFragscopeTorchMaxDevices) out->device_count = kFragscopeTorchMaxDevices;
   return absl::OkStatus();
 #endif
+}
+
+}  // namespace
+
+absl::Status ImportTorchState(pid_t pid, const std::string& agent_path, uint32_t wait_ms,
+                              const std::string& adapter_dir, FragscopeTorchImport* out) {
+  return CallTorchEntry(pid, agent_path, kFragscopeTorchImportEntry, wait_ms, {adapter_dir}, out);
+}
+
+absl::Status SyncTorchState(pid_t pid, const std::string& agent_path, uint32_t wait_ms,
+                            FragscopeTorchImport* out) {
+  return CallTorchEntry(pid, agent_path, kFragscopeTorchSyncEntry, wait_ms, {}, out);
 }
 
 }  // namespace fragscope::cli

@@ -254,6 +254,12 @@ class ProcessModel::Impl {
   absl::flat_hash_map<uint64_t, LiveAllocation> allocations_;
   absl::flat_hash_map<uint64_t, PhysicalHandle> handles_;
   absl::flat_hash_map<uint64_t, OrphanBlock> orphans_;
+  // Addresses of blocks that died with their segment (its memory given back while they were
+  // live). A sub-allocator that reports by snapshot diffs (the adapter's fallback, the OOM and
+  // detach syncs of an injected attach) frees them later: no mismatch. Emptied when it reaches
+  // kMaxDiedBlocks (late frees then count as unmatched); a new block at the address leaves it.
+  absl::flat_hash_set<uint64_t> died_blocks_;
+  static constexpr std::size_t kMaxDiedBlocks = 1 << 20;
   uint64_t orphans_total_ = 0;
 
   // Stream facts.
@@ -380,6 +386,10 @@ void ProcessModel::Impl::EraseSegment(SegmentIndex::iterator it) {
     // Blocks die with their segment.
     s.ForEachBlock(
         [&](uint64_t, const SubBlock& block) { device->RemoveSite(block.stack_id, block.size); });
+  }
+  if (s.block_count() > 0) {
+    if (died_blocks_.size() + s.block_count() > kMaxDiedBlocks) died_blocks_.clear();
+    s.ForEachBlock([&](uint64_t address, const SubBlock&) { died_blocks_.insert(address); });
   }
   // Mappings still in a freed reservation no longer hold their handles.
   for (const auto& [address, mapping] : s.mappings()) SetHandleMappings(mapping.handle, -1);
@@ -1012,6 +1022,9 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
   switch (e.op()) {
     case v1::BlockEvent::OP_ALLOC: {
       SubBlock b{e.size(), e.stack_id(), e.stream(), e.pool(), e.allocator(), false};
+      if (!died_blocks_.empty()) [[unlikely]] {
+        died_blocks_.erase(e.address());  // a free there is this block's from now on
+      }
       if (const Segment* s = PlaceBlock(e.address(), b, e.device(), e.seq())) {
         device = s->device();
       }
@@ -1022,13 +1035,20 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
     case v1::BlockEvent::OP_FREE_PENDING: {
       const bool pending = e.op() == v1::BlockEvent::OP_FREE_PENDING;
       kind = pending ? EventKind::kBlockFreePending : EventKind::kBlockFree;
+      // A block that died with its segment: its free is late, not unmatched.
+      auto died = [&] {
+        auto it = died_blocks_.find(e.address());
+        if (it == died_blocks_.end()) return false;
+        if (!pending) died_blocks_.erase(it);
+        return true;
+      };
       Segment* s = SegmentContaining(e.address());
       if (s == nullptr) {
         auto o = orphans_.find(e.address());
-        if (o == orphans_.end()) {
+        if (o != orphans_.end()) {
+          if (!pending) orphans_.erase(o);
+        } else if (!died()) {
           ++unmatched_;
-        } else if (!pending) {
-          orphans_.erase(o);
         }
         break;
       }
@@ -1039,7 +1059,7 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
         found = pending ? seg.MarkPendingFree(e.address()) : seg.FreeBlock(e.address(), &freed);
       });
       if (!found) {
-        ++unmatched_;
+        if (!died()) ++unmatched_;
       } else if (!pending) {
         Device(device).RemoveSite(freed.stack_id, freed.size);
       }

@@ -12,6 +12,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "agent.h"
@@ -156,6 +157,25 @@ except BaseException as error:
     result = ("!%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace")[:900]
 )PY";
 
+// The detach's sync, run like the import: the forwarder the import primed (its OOM observer's)
+// forwards PyTorch's blocks as they are now. Leaves `result`: b"+N" (N block events), b"-why"
+// (nothing to sync) or b"!error".
+constexpr char kSyncCode[] = R"PY(
+def _fragscope_torch_sync():
+    import sys
+    forwarder = getattr(sys.modules.get("_fragscope_injected"), "forwarder", None)
+    if forwarder is None:
+        return b"-PyTorch's state was not imported into this process"
+    before = forwarder.events
+    forwarder.sync("detach")
+    return b"+%d" % (forwarder.events - before)
+
+try:
+    result = _fragscope_torch_sync()
+except BaseException as error:
+    result = ("!%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace")[:900]
+)PY";
+
 enum : uint64_t { kRecordSegment = 1, kRecordBlock = 2 };
 enum : uint64_t { kSegmentExpandable = 1, kSegmentNoActiveBlock = 2 };
 enum : uint64_t { kBlockPending = 1 };
@@ -171,6 +191,7 @@ struct Job {
   PythonApi py;
   FragscopeTorchImport result;
   char adapter_dir[4096];  // copied: the caller's string is gone once it gave up waiting
+  bool sync;               // the detach's sync (kSyncCode), not the import
 };
 
 // The path the agent was loaded from (for ctypes in the import's Python code).
@@ -530,6 +551,39 @@ void RunImport(Job* job) {
   py.dec_ref(globals);
 }
 
+// With the GIL held: runs the sync's Python code.
+void RunSync(Job* job) {
+  const PythonApi& py = job->py;
+  FragscopeTorchImport* out = &job->result;
+  PyObj* globals = py.dict_new();
+  if (globals == nullptr) {
+    py.err_clear();
+    out->status = kFragscopeTorchFailed;
+    Say(out, "PyDict_New failed");
+    return;
+  }
+  PyObj* builtins = py.eval_get_builtins();
+  if (builtins != nullptr) py.dict_set_item_string(globals, "__builtins__", builtins);
+  PyObj* ran = py.run_string_flags(kSyncCode, kPyFileInput, globals, globals, nullptr);
+  PyObj* result = ran == nullptr ? nullptr : py.dict_get_item_string(globals, "result");
+  char* data = nullptr;
+  long size = 0;
+  if (result == nullptr || py.bytes_as_string_and_size(result, &data, &size) != 0 || size < 1) {
+    py.err_clear();
+    out->status = kFragscopeTorchFailed;
+    Say(out, "the sync's Python code left no answer");
+  } else if (data[0] == '+') {
+    out->status = kFragscopeTorchImported;
+    out->synced_events =
+        static_cast<uint32_t>(strtoul(std::string(data + 1, size - 1).c_str(), nullptr, 10));
+  } else {
+    out->status = data[0] == '-' ? kFragscopeTorchNoTorch : kFragscopeTorchFailed;
+    Say(out, "%.*s", static_cast<int>(size - 1), data + 1);
+  }
+  if (ran != nullptr) py.dec_ref(ran);
+  py.dec_ref(globals);
+}
+
 void* HelperMain(void* arg) {
   Job* job = static_cast<Job*>(arg);
   // The program's signals are for its own threads.
@@ -541,7 +595,11 @@ void* HelperMain(void* arg) {
   int expected = kWaiting;
   if (job->state.compare_exchange_strong(expected, kRunning, std::memory_order_acq_rel)) {
     job->result.waited_ms = static_cast<uint32_t>(MonotonicMs() - start);
-    RunImport(job);
+    if (job->sync) {
+      RunSync(job);
+    } else {
+      RunImport(job);
+    }
     job->state.store(kDone, std::memory_order_release);
   }
   // Abandoned (the caller gave up waiting, the stream may have started): enter nothing.
@@ -550,9 +608,9 @@ void* HelperMain(void* arg) {
   return nullptr;
 }
 
-}  // namespace
-
-void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchImport* out) {
+// Runs the import (or, with `sync`, the detach's sync) on a helper thread that takes the GIL,
+// waiting at most `wait_ms` for it.
+void RunUnderGil(uint32_t wait_ms, const char* adapter_dir, bool sync, FragscopeTorchImport* out) {
   *out = FragscopeTorchImport{};
   out->magic = kFragscopeTorchMagic;
   out->abi = kFragscopeTorchAbi;
@@ -583,6 +641,7 @@ void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchI
   job->state.store(kWaiting);
   job->py = py;
   job->result = *out;
+  job->sync = sync;
   snprintf(job->adapter_dir, sizeof(job->adapter_dir), "%s",
            adapter_dir != nullptr ? adapter_dir : "");
   pthread_attr_t attr;
@@ -594,7 +653,7 @@ void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchI
   if (rc != 0) {
     free(job);
     out->status = kFragscopeTorchFailed;
-    Say(out, "cannot start a thread for the import: %s", strerror(rc));
+    Say(out, "cannot start a thread for the %s: %s", sync ? "sync" : "import", strerror(rc));
     return;
   }
   const uint64_t start = MonotonicMs();
@@ -609,8 +668,8 @@ void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchI
         out->waited_ms = static_cast<uint32_t>(MonotonicMs() - start);
         Say(out,
             "the Python interpreter's lock (GIL) was not free within %u ms (a thread holds it in "
-            "a long call); nothing was imported",
-            wait_ms);
+            "a long call); nothing was %s",
+            wait_ms, sync ? "forwarded" : "imported");
         Unref(job);
         return;
       }
@@ -620,6 +679,16 @@ void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchI
   }
   *out = job->result;
   Unref(job);
+}
+
+}  // namespace
+
+void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchImport* out) {
+  RunUnderGil(wait_ms, adapter_dir, false, out);
+}
+
+void SyncTorchState(uint32_t wait_ms, FragscopeTorchImport* out) {
+  RunUnderGil(wait_ms, "", true, out);
 }
 
 }  // namespace fragscope::agent

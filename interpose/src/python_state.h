@@ -37,6 +37,13 @@ namespace fragscope::agent {
 // then on are seen by the hooks, so the live table stays right around the import.
 void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchImport* out);
 
+// At the detach, while the stream still runs: brings PyTorch's blocks up to date with the
+// forwarder the import primed (the snapshot diff its OOM observer uses), so the attach's last
+// figures are PyTorch's too. The same GIL wait. *out: status (kFragscopeTorchImported when the
+// diff was forwarded, kFragscopeTorchNoTorch when no import installed a forwarder),
+// synced_events, message.
+void SyncTorchState(uint32_t wait_ms, FragscopeTorchImport* out);
+
 }  // namespace fragscope::agent
 
 #endif  // FRAGSCOPE_INTERPOSE_PYTHON_STATE_H_

@@ -164,7 +164,8 @@ TEST(TorchImportTest, AnOomIsJudgedAgainstTheBlocksOfTheOom) {
   EXPECT_NE(app.out().find("observers 1\n"), std::string::npos) << app.out();
   kill(attach.pid(), SIGINT);
   ASSERT_EQ(attach.Finish(), 0) << attach.err();
-  EXPECT_NE(attach.err().find("its OOM observer brings them up to date at an OOM"),
+  EXPECT_NE(attach.err().find("PyTorch's blocks are brought up to date at each OOM (its OOM "
+                              "observer, before the failure is judged) and at the detach"),
             std::string::npos)
       << attach.err();
 
@@ -180,6 +181,37 @@ TEST(TorchImportTest, AnOomIsJudgedAgainstTheBlocksOfTheOom) {
   EXPECT_EQ(oom["largest_free_range_bytes"].get<uint64_t>(), 20 * kMiB) << oom.dump();
   EXPECT_EQ(report["devices"][0]["allocated_bytes"].get<uint64_t>(), 4 * kMiB + 512);
   EXPECT_EQ(report["unmatched_events"].get<uint64_t>(), 0u);
+  app.Finish();
+}
+
+// Blocks that change after the import without an OOM are brought up to date at the detach,
+// while the stream still runs: the report's last figures are PyTorch's.
+TEST(TorchImportTest, TheDetachBringsTheBlocksUpToDate) {
+  SKIP_IF_IMPOSSIBLE();
+  TempDir dir;
+  LiveProcess app(FRAGSCOPE_PYTHON3, {kApp, "fake"}, Cli(dir));
+  ASSERT_TRUE(app.WaitForLine("ready")) << app.err();
+  LiveProcess attach(kCli,
+                     {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
+                      "json", "--report", dir.File("report.json")},
+                     Cli(dir));
+  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
+  app.Send("churn");  // segment 2's block freed, segment 3 filled: no driver call
+  ASSERT_TRUE(app.WaitForLine("churned")) << app.err();
+  kill(attach.pid(), SIGINT);
+  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  // Segment 2's block freed; segment 3's zero-byte mark freed and its block allocated.
+  EXPECT_NE(attach.err().find("PyTorch's blocks brought up to date at the detach (3 block "
+                              "events)"),
+            std::string::npos)
+      << attach.err();
+  const nlohmann::json report = Report(dir);
+  ASSERT_FALSE(report.is_discarded());
+  const nlohmann::json& device = report["devices"][0];
+  EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), 4 * kMiB + 512) << device.dump();
+  EXPECT_EQ(device["largest_free_range_bytes"].get<uint64_t>(), 20 * kMiB) << device.dump();
+  EXPECT_EQ(report["unmatched_events"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(report["ooms"].empty());
   app.Finish();
 }
 
@@ -470,9 +502,10 @@ uint64_t LastFigure(const LiveProcess& app, const std::string& word) {
   return figure;
 }
 
-// After the attach torch maps more pages into its expandable segment, then frees every tensor
-// and empties its cache: it unmaps and releases pages mapped before the attach too. Reserved
-// follows torch's all the way, and every unmap and release matches a page the import entered.
+// After the attach torch maps more pages into its expandable segment (for a tensor the detach's
+// sync brings in), then frees every tensor and empties its cache: it unmaps and releases pages
+// mapped before the attach too. Reserved follows torch's all the way, and every unmap and
+// release matches a page the import entered.
 TEST_F(RealTorchImportTest, ExpandableSegmentsGrowAfterTheAttach) {
   ASSERT_NO_FATAL_FAILURE(StartAndAttach("expandable_segments:True", {{"grow", "grown"}}));
   if (IsSkipped()) return;
@@ -481,6 +514,10 @@ TEST_F(RealTorchImportTest, ExpandableSegmentsGrowAfterTheAttach) {
   const nlohmann::json& device = report_["devices"][0];
   EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), grown) << device.dump();
   EXPECT_EQ(device["segments"].get<uint64_t>(), 2u) << device.dump();
+  // The tensor allocated after the attach, in by the detach's sync.
+  EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), LastFigure(*app_, "allocated"))
+      << device.dump() << "\n"
+      << attach_.err;
   EXPECT_EQ(report_["unmatched_events"].get<uint64_t>(), 0u);
 }
 
@@ -492,6 +529,18 @@ TEST_F(RealTorchImportTest, ExpandableSegmentsGiveBackPagesFromBeforeTheAttach) 
   EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), LastFigure(*app_, "reserved"))
       << device.dump();
   EXPECT_EQ(device["unmapped_handle_bytes"].get<uint64_t>(), 0u) << device.dump();
+  EXPECT_EQ(report_["unmatched_events"].get<uint64_t>(), 0u);
+}
+
+// The same without expandable segments: empty_cache gives back cudaMalloc segments from before
+// the attach, their blocks die with them, and the detach's sync frees them late: no mismatch.
+TEST_F(RealTorchImportTest, SegmentsGivenBackAfterTheAttachLeaveNoMismatch) {
+  ASSERT_NO_FATAL_FAILURE(StartAndAttach("", {{"grow", "grown"}, {"shrink", "shrunk"}}));
+  if (IsSkipped()) return;
+  const nlohmann::json& device = report_["devices"][0];
+  EXPECT_EQ(device["reserved_bytes"].get<uint64_t>(), LastFigure(*app_, "reserved"))
+      << device.dump();
+  EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), 0u) << device.dump();
   EXPECT_EQ(report_["unmatched_events"].get<uint64_t>(), 0u);
 }
 
@@ -511,8 +560,7 @@ void ExpectOomJudgedAtTheOom(const nlohmann::json& report, const LiveProcess& ap
 TEST_F(RealTorchImportTest, AnOomIsJudgedAgainstTheBlocksOfTheOom) {
   ASSERT_NO_FATAL_FAILURE(StartAndAttach("", {{"grow", "grown"}, {"oom", "oomed"}}));
   if (IsSkipped()) return;
-  EXPECT_NE(attach_.err.find("its OOM observer brings them up to date"), std::string::npos)
-      << attach_.err;
+  EXPECT_NE(attach_.err.find("brought up to date at each OOM"), std::string::npos) << attach_.err;
   ExpectOomJudgedAtTheOom(report_, *app_);
 }
 

@@ -298,6 +298,37 @@ TEST(ModelMetricsTest, OrphanBlockIsReportedNotDropped) {
   EXPECT_EQ(s.unmatched_events, 0u);
 }
 
+// A sub-allocator that reports by snapshot diffs frees blocks after their segment went back to
+// the driver (PyTorch's empty_cache between two diffs): the blocks died with the segment, and
+// their late frees are no mismatch. A free of an address that never held a block still is,
+// and so is a second free of one that did.
+TEST(ModelMetricsTest, LateFreesOfBlocksThatDiedWithTheirSegmentMatch) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 64 * kMiB);
+  feed.BlockAlloc(kBase, 4 * kMiB);
+  feed.BlockAlloc(kBase + 8 * kMiB, 4 * kMiB);
+  feed.Free(kBase);
+  EXPECT_EQ(DeviceOf(model, 0).allocated_bytes, 0u);
+  feed.BlockFree(kBase, 4 * kMiB);
+  feed.Block(v1::BlockEvent::OP_FREE_PENDING, kBase + 8 * kMiB, 4 * kMiB);
+  feed.BlockFree(kBase + 8 * kMiB, 4 * kMiB);
+  EXPECT_EQ(model.Summarize().unmatched_events, 0u);
+  feed.BlockFree(kBase, 4 * kMiB);              // its late free came already
+  feed.BlockFree(kBase + 32 * kMiB, 4 * kMiB);  // never a block
+  // A new segment at the same address: its block's free is its own, the died one forgotten.
+  feed.Malloc(kBase, 64 * kMiB);
+  feed.BlockAlloc(kBase + 16 * kMiB, kMiB);
+  feed.Free(kBase);
+  feed.Malloc(kBase, 64 * kMiB);
+  feed.BlockAlloc(kBase + 16 * kMiB, kMiB);
+  feed.BlockFree(kBase + 16 * kMiB, kMiB);
+  feed.BlockFree(kBase + 16 * kMiB, kMiB);  // the died block's late free came before the alloc
+  const ModelSummary s = model.Summarize();
+  EXPECT_EQ(s.unmatched_events, 3u);
+  EXPECT_EQ(DeviceOf(s, 0).allocated_bytes, 0u);
+}
+
 TEST(ModelMetricsTest, UntrackedFromMemInfoAndUnknownAfterAttach) {
   {
     ProcessModel model;

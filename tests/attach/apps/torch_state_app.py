@@ -20,12 +20,14 @@ lines, one answer each:
             `at ADDRESS`, then `allocated`
   hold S -> `holding`, then sleeps S seconds in C while holding the GIL (ctypes.PyDLL does not
             release it), then `held`
-  oom    -> fake: changes the stand-in snapshot's blocks and calls the OOM observers torch was
-            given (`observers N` first); real: a request too large for the device, caught
-            (`allocated N` first); then `oomed`
+  churn  -> fake: changes the stand-in snapshot's blocks (no driver call): `churned`
+  oom    -> fake: the churn, then calls the OOM observers torch was given (`observers N`
+            first); real: a request too large for the device, caught (`allocated N` first);
+            then `oomed`
   ping   -> `pong`
   grow   -> expandable: maps a new page into the hole, as torch grows a segment; real: allocates
-            a 30 MiB tensor (`reserved N`, torch's figure, first); then `grown`
+            a 30 MiB tensor (`reserved N` and `allocated N`, torch's figures, first); then
+            `grown`
   shrink -> expandable: unmaps and releases the last page, mapped before the attach; real:
             frees every tensor and empties the cache (`reserved N` first); then `shrunk`
 and exits at the end of stdin.
@@ -57,6 +59,14 @@ def runtime():
 
 OBSERVERS = []  # what torch._C._cuda_attach_out_of_memory_observer was given
 SEGMENTS = []  # the fake mode's stand-in snapshot
+
+
+def churn():
+    """The fake mode's blocks change (no driver call): segment 2's 8 MiB block is freed and
+    segment 3 filled."""
+    s2, s3 = SEGMENTS[1], SEGMENTS[2]
+    s2["blocks"] = [{"address": s2["address"], "size": 20 * MIB, "state": "inactive"}]
+    s3["blocks"] = [{"address": s3["address"], "size": 4 * MIB, "state": "active_allocated"}]
 
 
 def install_stand_in_torch(segments):
@@ -271,6 +281,7 @@ def main():
                 keep.append(torch.empty(30 * MIB, dtype=torch.uint8, device="cuda"))
                 torch.cuda.synchronize()
                 print("reserved %d" % torch.cuda.memory_reserved(), flush=True)
+                print("allocated %d" % torch.cuda.memory_allocated(), flush=True)
             else:
                 keep.map(3)
             print("grown", flush=True)
@@ -292,16 +303,15 @@ def main():
                     pass
                 print("allocated %d" % torch.cuda.memory_allocated(), flush=True)
             else:
-                # Since the attach: segment 2's 8 MiB block was freed and segment 3 filled.
-                # Then a 30 MiB request fails, and torch calls its OOM observers.
-                s2, s3 = SEGMENTS[1], SEGMENTS[2]
-                s2["blocks"] = [{"address": s2["address"], "size": 20 * MIB, "state": "inactive"}]
-                s3["blocks"] = [{"address": s3["address"], "size": 4 * MIB,
-                                 "state": "active_allocated"}]
+                # A 30 MiB request fails after the churn, and torch calls its OOM observers.
+                churn()
                 for observer in OBSERVERS:
                     observer(0, 30 * MIB, 16 << 30, 0)
                 print("observers %d" % len(OBSERVERS), flush=True)
             print("oomed", flush=True)
+        elif words[0] == "churn":
+            churn()
+            print("churned", flush=True)
         elif words[0] == "ping":
             print("pong", flush=True)
     del keep
