@@ -258,6 +258,26 @@ std::vector<std::pair<std::string, Trace>> Traces() {
     out.emplace_back("vmm.fsc", t);
   }
   {
+    Trace t;  // attached to expandable segments: pages with no reservation seen, joined
+    t.Hello(/*attached=*/true);
+    t.Device(0, 8ull << 30);
+    t.Modules();
+    for (uint64_t page : {2, 0, 4, 1}) {
+      t.Handle(v1::HandleEvent::OP_CREATE, 30 + page, 2 * kMiB);
+      t.Map(v1::MapEvent::OP_MAP, kBase + page * 2 * kMiB, 2 * kMiB, 30 + page);
+    }
+    t.Block(v1::BlockEvent::OP_ALLOC, kBase + kMiB, 4 * kMiB);
+    t.Handle(v1::HandleEvent::OP_CREATE, 33, 2 * kMiB);
+    t.Map(v1::MapEvent::OP_MAP, kBase + 6 * kMiB, 2 * kMiB, 33);  // fills the hole: one segment
+    t.Block(v1::BlockEvent::OP_ALLOC, kBase + 5 * kMiB, 4 * kMiB);
+    t.Map(v1::MapEvent::OP_UNMAP, kBase + 8 * kMiB, 2 * kMiB);
+    t.Handle(v1::HandleEvent::OP_RELEASE, 34, 2 * kMiB);
+    t.Map(v1::MapEvent::OP_FREE_RANGE, kBase - 64 * kMiB, 1ull << 30);
+    t.Block(v1::BlockEvent::OP_FREE, kBase + kMiB, 4 * kMiB);  // died with its segment
+    t.End();
+    out.emplace_back("vmm-attached.fsc", t);
+  }
+  {
     Trace t;  // stream-ordered allocations in a memory pool
     t.Hello();
     t.Device(0, 4ull << 30);
