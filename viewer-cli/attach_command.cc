@@ -57,12 +57,14 @@ constexpr char kUsage[] =
     "  --format text|json     report format (default text)\n"
     "  --report FILE          write the report to FILE instead of stdout\n"
     "  --torch-wait S         injection into Python: wait at most S seconds (default 5) for the\n"
-    "                         interpreter's lock to import PyTorch's allocator state\n"
+    "                         interpreter's lock to import PyTorch's allocator state (and, at\n"
+    "                         the detach, to bring its blocks up to date)\n"
     "A process started with the agent dormant is woken through its control socket:\n"
     "  LD_PRELOAD=/path/to/libfragscope.so FRAGSCOPE_DORMANT=1 CMD ARGS...\n"
     "Into any other CUDA process the agent is injected (ptrace; x86-64), and memory allocated\n"
     "before the attach is reported as unknown, except PyTorch's caching allocator state, which\n"
-    "is imported when the process runs torch with CUDA initialized.\n";
+    "is imported when the process runs torch with CUDA initialized (expandable segments too);\n"
+    "its blocks are then brought up to date at each OOM and at the detach.\n";
 
 volatile sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int) { g_interrupted = 1; }

@@ -439,7 +439,9 @@ size_t DrainLocked() {
   EventRecord r;
   while (popped < kDrainBatch && a.ring.TryPop(&r)) {
     ++popped;
-    if (r.seq <= d.min_seq && d.min_seq != 0) continue;  // already in the wake's snapshot
+    // Already in the wake's snapshot; a free/total sample is not state and is kept (the wake's
+    // own carries the snapshot's seq).
+    if (r.seq <= d.min_seq && d.min_seq != 0 && r.type != RecordType::kMemInfo) continue;
     if (r.seq <= d.segment_min_seq && LiveStateRecord(r.type)) continue;  // in the snapshot
     // Rotate before a record, never after the last one: a segment cut right after the final
     // records (a failed allocation, then exit) would leave the newest file with a snapshot and
@@ -589,6 +591,9 @@ void Wake(const char* socket_path, char* reply, size_t reply_size) {
   FlushWriter();
   const size_t live = d.last_snapshot_entries;
   pthread_mutex_unlock(&d.lock);
+  // What is outside this process's memory is known from the start, even if the program
+  // allocates nothing while attached (its hooks sample free/total only as they record).
+  for (int i = 0; i < kMaxDevices; ++i) SampleMemInfoNow(i);
   snprintf(reply, reply_size, "ok streaming seq=%llu live=%zu",
            static_cast<unsigned long long>(seq), live);
 }

@@ -19,6 +19,7 @@
 #include "driver_api.h"
 #include "hook_table.h"
 #include "live_table.h"
+#include "primary_context.h"
 #include "recorder.h"
 
 namespace fragscope::agent {
@@ -280,6 +281,7 @@ FragscopeTorchDevice* DeviceEntry(FragscopeTorchImport* out, int32_t device) {
   FragscopeTorchDevice* d = &out->devices[out->device_count++];
   *d = FragscopeTorchDevice{};
   d->device = device;
+  DescribeDevice(device);  // before the wake, which samples the described devices' free/total
   return d;
 }
 
@@ -289,46 +291,6 @@ bool Enter(const LiveEntry& entry) {
   InsertLive(entry, &index);
   return index != SIZE_MAX;
 }
-
-// Makes `device`'s primary context current on this thread while it lives: the import's helper
-// thread has no context, and cuMemGetAddressRange needs one. Only a primary context the
-// program has active already (PyTorch's, through the runtime): retaining an inactive one would
-// create it, taking device memory the program never asked for.
-class PrimaryContextScope {
- public:
-  explicit PrimaryContextScope(int32_t device) {
-    const DriverCalls& d = Driver();
-    auto retain = reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(
-        DriverReal(DriverHookId::k_cuDevicePrimaryCtxRetain));
-    if (d.device_get == nullptr || d.primary_ctx_get_state == nullptr ||
-        d.primary_ctx_release == nullptr || d.ctx_set_current == nullptr || retain == nullptr) {
-      return;
-    }
-    unsigned int flags = 0;
-    int active = 0;
-    CUcontext context = nullptr;
-    if (d.device_get(&device_, device) != CUDA_SUCCESS ||
-        d.primary_ctx_get_state(device_, &flags, &active) != CUDA_SUCCESS || active == 0 ||
-        retain(&context, device_) != CUDA_SUCCESS) {
-      return;
-    }
-    retained_ = true;
-    current_ = d.ctx_set_current(context) == CUDA_SUCCESS;
-  }
-  ~PrimaryContextScope() {
-    const DriverCalls& d = Driver();
-    if (current_) d.ctx_set_current(nullptr);
-    if (retained_) d.primary_ctx_release(device_);
-  }
-  PrimaryContextScope(const PrimaryContextScope&) = delete;
-  PrimaryContextScope& operator=(const PrimaryContextScope&) = delete;
-  bool ok() const { return current_; }
-
- private:
-  CUdevice device_ = 0;
-  bool retained_ = false;
-  bool current_ = false;
-};
 
 // Enters the pages of an expandable segment's mapped run [address, address + size) as the
 // driver has them: each mapping, and the handle behind it. The handle is read with
@@ -416,7 +378,6 @@ void EnterRecords(const uint64_t* words, size_t count, FragscopeTorchImport* out
       if ((r[6] & kSegmentExpandable) != 0) {
         usable = EnterPages(device, e.address, e.size, d, out);
         d->reserved_bytes += usable;
-        DescribeDevice(device);  // handles carry no device description of their own
         if (usable < e.size) {
           // The rest is untracked: with the device described, the report shows it in the
           // device's untracked bytes.

@@ -12,6 +12,7 @@
 #include "drain.h"
 #include "driver_api.h"
 #include "hook_exports.h"
+#include "primary_context.h"
 #include "stack_capture.h"
 
 namespace fragscope::agent {
@@ -343,6 +344,27 @@ void MaybeSampleMemInfo(int32_t device, uint64_t now_ns) {
   r.device = device;
   if (!ReadMemInfo(device, &r.aux0, &r.aux1)) return;
   r.seq = a.seq.load(std::memory_order_acquire);
+  Submit(r);
+}
+
+void SampleMemInfoNow(int32_t device) {
+  if (device < 0 || device >= kMaxDevices || !AgentMayCallDriver()) return;
+  AgentState& a = Agent();
+  if (!a.shipping.load(std::memory_order_acquire)) return;
+  if (a.devices[device].state.load(std::memory_order_acquire) != 2) return;
+  const DriverCalls& d = Driver();
+  if (d.mem_get_info == nullptr) return;
+  PrimaryContextScope context(device);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (!context.ok() || d.mem_get_info(&free_bytes, &total_bytes) != CUDA_SUCCESS) return;
+  EventRecord r;
+  memset(&r, 0, sizeof(r));
+  r.type = RecordType::kMemInfo;
+  r.device = device;
+  r.aux0 = free_bytes;
+  r.aux1 = total_bytes;
+  r.seq = a.seq.load(std::memory_order_acquire);
+  a.devices[device].last_sample_ns.store(NowNs(), std::memory_order_relaxed);
   Submit(r);
 }
 

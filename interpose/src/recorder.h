@@ -229,6 +229,12 @@ EventRecord NewRecord(RecordType type, Api api);
 // stack when FRAGSCOPE_FREE_STACKS=0.
 EventRecord NewReleaseRecord(RecordType type, Api api);
 
+// Samples `device`'s free/total now, with its primary context made current for the call
+// (primary_context.h): the drain thread at a wake, which has no context of its own, so that an
+// attach during which the program allocates nothing still knows what is outside its memory.
+// Streaming agents and described devices only.
+void SampleMemInfoNow(int32_t device);
+
 // After a successful tracked call: a rate-limited MemInfo sample of `device` (driver calls).
 // `now_ns`: the event's time, if the caller has it (0: read the clock).
 void MaybeSampleMemInfo(int32_t device, uint64_t now_ns = 0);
