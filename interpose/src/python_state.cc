@@ -330,22 +330,25 @@ uint64_t EnterPages(int32_t device, uint64_t address, uint64_t size, FragscopeTo
     h.size = bytes;  // what the mapping proves; PyTorch maps each page's handle whole
     h.refs = 1;      // PyTorch's, released after its unmap
     h.maps = 1;
+    // Only the part inside the run, which PyTorch says is mapped: a driver that answered with
+    // a wider range (more than one page, or unmapped address space) must not make the model
+    // believe in memory the run does not hold.
+    const uint64_t end = std::min<uint64_t>(base + bytes, address + size);
     LiveEntry m = ZeroLiveEntry();
     m.cls = LiveClass::kMapping;
     m.api = Api::k_torch_snapshot;
     m.kind = MemoryKind::kDevice;
     m.device = device;
-    m.address = base;
-    m.size = bytes;
+    m.address = at;
+    m.size = end - at;
+    m.offset = at - base;
     m.handle = handle;
     if (!Enter(h) || !Enter(m)) {
       ++out->table_full;
       break;
     }
     ++d->pages;
-    // The part of the page inside the run (a page starting before it is counted from `at`).
-    const uint64_t end = base + bytes;
-    entered += std::min<uint64_t>(end, address + size) - at;
+    entered += end - at;
     at = end;
   }
   return entered;
