@@ -445,16 +445,18 @@ void EnterRecords(const uint64_t* words, size_t count, FragscopeTorchImport* out
   }
 }
 
-// With the GIL held: runs the Python code and enters what it found.
-void RunImport(Job* job) {
+// With the GIL held: runs `code` in a fresh namespace that also holds the agent's path and
+// the adapter folder as strings, and returns the namespace with its `result` bytes in
+// *data/*size (at least one byte), or nullptr, saying why in *out. The caller dec_refs it.
+PyObj* RunInFreshNamespace(const Job* job, const char* code, const char* what, char** data,
+                           long* size, FragscopeTorchImport* out) {
   const PythonApi& py = job->py;
-  FragscopeTorchImport* out = &job->result;
   PyObj* globals = py.dict_new();
   if (globals == nullptr) {
     py.err_clear();
     out->status = kFragscopeTorchFailed;
     Say(out, "PyDict_New failed");
-    return;
+    return nullptr;
   }
   // Before Python 3.10 code run in a dict without __builtins__ cannot even import.
   PyObj* builtins = py.eval_get_builtins();
@@ -472,23 +474,35 @@ void RunImport(Job* job) {
   };
   set_string("_fragscope_agent_path", AgentLibraryPath());
   set_string("_fragscope_adapter_dir", job->adapter_dir);
-  PyObj* ran = py.run_string_flags(kPythonCode, kPyFileInput, globals, globals, nullptr);
+  PyObj* ran = py.run_string_flags(code, kPyFileInput, globals, globals, nullptr);
   if (ran == nullptr) {
     py.err_clear();
     out->status = kFragscopeTorchFailed;
-    Say(out, "the import's Python code did not run (a Python that is not CPython 3?)");
+    Say(out, "the %s's Python code did not run (a Python that is not CPython 3?)", what);
     py.dec_ref(globals);
-    return;
+    return nullptr;
   }
   py.dec_ref(ran);
   PyObj* result = py.dict_get_item_string(globals, "result");
-  char* data = nullptr;
-  long size = 0;
-  if (result == nullptr || py.bytes_as_string_and_size(result, &data, &size) != 0 || size < 1) {
+  if (result == nullptr || py.bytes_as_string_and_size(result, data, size) != 0 || *size < 1) {
     py.err_clear();
     out->status = kFragscopeTorchFailed;
-    Say(out, "the import's Python code left no answer");
-  } else if (data[0] == '+') {
+    Say(out, "the %s's Python code left no answer", what);
+    py.dec_ref(globals);
+    return nullptr;
+  }
+  return globals;
+}
+
+// With the GIL held: runs the import's Python code and enters what it found.
+void RunImport(Job* job) {
+  const PythonApi& py = job->py;
+  FragscopeTorchImport* out = &job->result;
+  char* data = nullptr;
+  long size = 0;
+  PyObj* globals = RunInFreshNamespace(job, kPythonCode, "import", &data, &size, out);
+  if (globals == nullptr) return;
+  if (data[0] == '+') {
     out->status = kFragscopeTorchImported;
     PyObj* observer = py.dict_get_item_string(globals, "observer");
     char* why = nullptr;
@@ -518,28 +532,14 @@ void RunImport(Job* job) {
   py.dec_ref(globals);
 }
 
-// With the GIL held: runs the sync's Python code.
+// With the GIL held: runs the detach's sync.
 void RunSync(Job* job) {
-  const PythonApi& py = job->py;
   FragscopeTorchImport* out = &job->result;
-  PyObj* globals = py.dict_new();
-  if (globals == nullptr) {
-    py.err_clear();
-    out->status = kFragscopeTorchFailed;
-    Say(out, "PyDict_New failed");
-    return;
-  }
-  PyObj* builtins = py.eval_get_builtins();
-  if (builtins != nullptr) py.dict_set_item_string(globals, "__builtins__", builtins);
-  PyObj* ran = py.run_string_flags(kSyncCode, kPyFileInput, globals, globals, nullptr);
-  PyObj* result = ran == nullptr ? nullptr : py.dict_get_item_string(globals, "result");
   char* data = nullptr;
   long size = 0;
-  if (result == nullptr || py.bytes_as_string_and_size(result, &data, &size) != 0 || size < 1) {
-    py.err_clear();
-    out->status = kFragscopeTorchFailed;
-    Say(out, "the sync's Python code left no answer");
-  } else if (data[0] == '+') {
+  PyObj* globals = RunInFreshNamespace(job, kSyncCode, "sync", &data, &size, out);
+  if (globals == nullptr) return;
+  if (data[0] == '+') {
     out->status = kFragscopeTorchImported;
     out->synced_events =
         static_cast<uint32_t>(strtoul(std::string(data + 1, size - 1).c_str(), nullptr, 10));
@@ -547,8 +547,7 @@ void RunSync(Job* job) {
     out->status = data[0] == '-' ? kFragscopeTorchNoTorch : kFragscopeTorchFailed;
     Say(out, "%.*s", static_cast<int>(size - 1), data + 1);
   }
-  if (ran != nullptr) py.dec_ref(ran);
-  py.dec_ref(globals);
+  job->py.dec_ref(globals);
 }
 
 void* HelperMain(void* arg) {

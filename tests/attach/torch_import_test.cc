@@ -79,6 +79,27 @@ void ExpectUntracked(const nlohmann::json& device, uint64_t at_least) {
   }
 }
 
+// Attaches to `app` (by injection, writing t.fst and a JSON report.json in `dir`), sends it
+// each command and waits for the line that ends its answer, then detaches (SIGINT) and keeps
+// the attach's stderr in *err. Callers: ASSERT_NO_FATAL_FAILURE(AttachDuring(...)).
+void AttachDuring(const TempDir& dir, LiveProcess& app,
+                  const std::vector<std::pair<std::string, std::string>>& commands,
+                  std::string* err) {
+  LiveProcess attach(kCli,
+                     {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
+                      "json", "--report", dir.File("report.json")},
+                     Cli(dir));
+  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
+  for (const auto& [command, answer] : commands) {
+    app.Send(command);
+    ASSERT_TRUE(app.WaitForLine(answer, 120)) << command << ": " << app.err();
+  }
+  kill(attach.pid(), SIGINT);
+  const int exit_code = attach.Finish();
+  *err = attach.err();
+  ASSERT_EQ(exit_code, 0) << *err;
+}
+
 TEST(TorchImportTest, PyTorchStateIsExactFromTheFirstSnapshotTheRestUntracked) {
   SKIP_IF_IMPOSSIBLE();
   TempDir dir;
@@ -87,22 +108,16 @@ TEST(TorchImportTest, PyTorchStateIsExactFromTheFirstSnapshotTheRestUntracked) {
   const nlohmann::json state = State(app);
   ASSERT_TRUE(state.is_object()) << app.out();
 
-  LiveProcess attach(kCli,
-                     {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
-                      "json", "--report", dir.File("report.json")},
-                     Cli(dir));
-  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
-  app.Send("alloc");  // after the attach: a segment the hooks see
-  ASSERT_TRUE(app.WaitForLine("allocated")) << app.err();
-  kill(attach.pid(), SIGINT);
-  ASSERT_EQ(attach.Finish(), 0) << attach.err();
-  EXPECT_NE(attach.err().find("imported PyTorch's caching allocator state: 3 segments, 3 blocks "
-                              "(device 0)"),
+  std::string err;
+  // After the attach: a segment the hooks see.
+  ASSERT_NO_FATAL_FAILURE(AttachDuring(dir, app, {{"alloc", "allocated"}}, &err));
+  EXPECT_NE(err.find("imported PyTorch's caching allocator state: 3 segments, 3 blocks "
+                     "(device 0)"),
             std::string::npos)
-      << attach.err();
-  EXPECT_NE(attach.err().find("outside PyTorch's caching allocator is reported as untracked"),
+      << err;
+  EXPECT_NE(err.find("outside PyTorch's caching allocator is reported as untracked"),
             std::string::npos)
-      << attach.err();
+      << err;
   app.Send("ping");
   ASSERT_TRUE(app.WaitForLine("pong")) << "the program must run on after the import";
 
@@ -154,20 +169,14 @@ TEST(TorchImportTest, AnOomIsJudgedAgainstTheBlocksOfTheOom) {
   TempDir dir;
   LiveProcess app(FRAGSCOPE_PYTHON3, {kApp, "fake"}, Cli(dir));
   ASSERT_TRUE(app.WaitForLine("ready")) << app.err();
-  LiveProcess attach(kCli,
-                     {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
-                      "json", "--report", dir.File("report.json")},
-                     Cli(dir));
-  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
-  app.Send("oom");  // segment 2's block freed, segment 3 filled, then a 30 MiB request fails
-  ASSERT_TRUE(app.WaitForLine("oomed")) << app.err();
+  std::string err;
+  // Segment 2's block freed, segment 3 filled, then a 30 MiB request fails.
+  ASSERT_NO_FATAL_FAILURE(AttachDuring(dir, app, {{"oom", "oomed"}}, &err));
   EXPECT_NE(app.out().find("observers 1\n"), std::string::npos) << app.out();
-  kill(attach.pid(), SIGINT);
-  ASSERT_EQ(attach.Finish(), 0) << attach.err();
-  EXPECT_NE(attach.err().find("PyTorch's blocks are brought up to date at each OOM (its OOM "
-                              "observer, before the failure is judged) and at the detach"),
+  EXPECT_NE(err.find("PyTorch's blocks are brought up to date at each OOM (its OOM observer, "
+                     "before the failure is judged) and at the detach"),
             std::string::npos)
-      << attach.err();
+      << err;
 
   const nlohmann::json report = Report(dir);
   ASSERT_FALSE(report.is_discarded());
@@ -191,20 +200,13 @@ TEST(TorchImportTest, TheDetachBringsTheBlocksUpToDate) {
   TempDir dir;
   LiveProcess app(FRAGSCOPE_PYTHON3, {kApp, "fake"}, Cli(dir));
   ASSERT_TRUE(app.WaitForLine("ready")) << app.err();
-  LiveProcess attach(kCli,
-                     {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
-                      "json", "--report", dir.File("report.json")},
-                     Cli(dir));
-  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
-  app.Send("churn");  // segment 2's block freed, segment 3 filled: no driver call
-  ASSERT_TRUE(app.WaitForLine("churned")) << app.err();
-  kill(attach.pid(), SIGINT);
-  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  std::string err;
+  // Segment 2's block freed, segment 3 filled: no driver call.
+  ASSERT_NO_FATAL_FAILURE(AttachDuring(dir, app, {{"churn", "churned"}}, &err));
   // Segment 2's block freed; segment 3's zero-byte mark freed and its block allocated.
-  EXPECT_NE(attach.err().find("PyTorch's blocks brought up to date at the detach (3 block "
-                              "events)"),
+  EXPECT_NE(err.find("PyTorch's blocks brought up to date at the detach (3 block events)"),
             std::string::npos)
-      << attach.err();
+      << err;
   const nlohmann::json report = Report(dir);
   ASSERT_FALSE(report.is_discarded());
   const nlohmann::json& device = report["devices"][0];
@@ -254,22 +256,14 @@ TEST(TorchImportTest, ExpandableSegmentsAreImportedPageByPage) {
   const nlohmann::json state = State(app);
   ASSERT_TRUE(state.is_object()) << app.out();
 
-  LiveProcess attach(kCli,
-                     {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
-                      "json", "--report", dir.File("report.json")},
-                     Cli(dir));
-  ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
-  app.Send("grow");  // maps the hole between the two runs
-  ASSERT_TRUE(app.WaitForLine("grown")) << app.err();
-  app.Send("shrink");  // unmaps and releases the last page, mapped before the attach
-  ASSERT_TRUE(app.WaitForLine("shrunk")) << app.err();
-  kill(attach.pid(), SIGINT);
-  ASSERT_EQ(attach.Finish(), 0) << attach.err();
-  EXPECT_NE(attach.err().find("imported PyTorch's caching allocator state: 0 segments, 1 blocks "
-                              "(device 0); 2 expandable segment runs of 4 pages, read from the "
-                              "driver\n"),
+  std::string err;
+  // grow maps the hole between the two runs; shrink unmaps and releases the last page, mapped
+  // before the attach.
+  ASSERT_NO_FATAL_FAILURE(AttachDuring(dir, app, {{"grow", "grown"}, {"shrink", "shrunk"}}, &err));
+  EXPECT_NE(err.find("imported PyTorch's caching allocator state: 0 segments, 1 blocks "
+                     "(device 0); 2 expandable segment runs of 4 pages, read from the driver\n"),
             std::string::npos)
-      << attach.err();
+      << err;
 
   // The first snapshot holds the program's own handle values, mapped where it mapped them.
   Trace trace = ReadTrace(dir.File("t.fst"));
@@ -420,24 +414,16 @@ class RealTorchImportTest : public ::testing::Test {
       FAIL() << app_->err();
     }
     state_ = State(*app_);
-    std::vector<std::string> args = {
-        "attach",   std::to_string(app_->pid()), "-o", dir_.File("t.fst"), "--format", "json",
-        "--report", dir_.File("report.json")};
     if (commands.empty()) {
-      args.insert(args.begin() + 2, {"--duration", "1"});
-      attach_ = RunProgram(kCli, args, Cli(dir_));
+      attach_ =
+          RunProgram(kCli,
+                     {"attach", std::to_string(app_->pid()), "--duration", "1", "-o",
+                      dir_.File("t.fst"), "--format", "json", "--report", dir_.File("report.json")},
+                     Cli(dir_));
+      ASSERT_EQ(attach_.exit_code, 0) << attach_.err;
     } else {
-      LiveProcess attach(kCli, args, Cli(dir_));
-      ASSERT_TRUE(WaitForStreaming(AgentSocket(dir_, app_->pid()))) << attach.err();
-      for (const auto& [command, answer] : commands) {
-        app_->Send(command);
-        ASSERT_TRUE(app_->WaitForLine(answer, 120)) << command << ": " << app_->err();
-      }
-      kill(attach.pid(), SIGINT);
-      attach_.exit_code = attach.Finish();
-      attach_.err = attach.err();
+      ASSERT_NO_FATAL_FAILURE(AttachDuring(dir_, *app_, commands, &attach_.err));
     }
-    ASSERT_EQ(attach_.exit_code, 0) << attach_.err;
     app_->Send("ping");
     ASSERT_TRUE(app_->WaitForLine("pong"));
     report_ = Report(dir_);
