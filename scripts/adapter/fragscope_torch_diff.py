@@ -6,8 +6,8 @@ through ctypes. Two users:
 - the adapter's fallback path (sitecustomize.py), at marks, OOMs and exit;
 - the agent injected by `fragscope attach` (interpose/src/python_state.cc), which imports
   PyTorch's state into its live table and then keeps this module's forwarder, primed with that
-  same state, for PyTorch's OOM observer: at an OOM the blocks are brought up to date before the
-  failure is judged.
+  same state, for PyTorch's OOM observer (at an OOM the blocks are brought up to date before the
+  failure is judged) and for the detach's last sync.
 
 Standalone on purpose: loaded by file path, it runs nothing at import (sitecustomize.py runs
 the next `sitecustomize` on the path when imported, which a process must never see twice).
@@ -32,7 +32,8 @@ def pool_id(pool):
 
 
 class AgentApi:
-    """The agent's annotate functions through ctypes (the process's global symbols)."""
+    """The agent's annotate functions through ctypes: `agent` is the process's global symbols
+    (a preloaded agent) or a CDLL of the agent's own file (an injected one)."""
 
     def __init__(self, agent):
         import ctypes
