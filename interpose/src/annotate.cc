@@ -41,16 +41,14 @@ void BlockRelease(void* ptr, int device, void* stream, BlockOp op) {
   Submit(r);
 }
 
-}  // namespace
-}  // namespace fragscope::agent
-
-using namespace fragscope::agent;
-
-extern "C" FRAGSCOPE_VISIBLE void fragscope_block_alloc(void* ptr, size_t size, int device,
-                                                        void* stream, uint64_t pool) {
+// `with_stack`: the caller is where the block was allocated (a live report), not a reporter
+// after the fact (a snapshot diff), whose stack would name itself as the block's site.
+void BlockAlloc(void* ptr, size_t size, int device, void* stream, uint64_t pool, bool with_stack) {
   HookCall hook;
   if (!hook.record()) return;
-  EventRecord r = NewRecord(RecordType::kBlock, Api::k_fragscope_block_alloc);
+  EventRecord r = with_stack
+                      ? NewRecord(RecordType::kBlock, Api::k_fragscope_block_alloc)
+                      : NewRecordWithoutStack(RecordType::kBlock, Api::k_fragscope_block_alloc);
   r.op = static_cast<uint8_t>(BlockOp::kAlloc);
   r.address = Address(ptr);
   r.size = size;
@@ -68,6 +66,21 @@ extern "C" FRAGSCOPE_VISIBLE void fragscope_block_alloc(void* ptr, size_t size, 
   e.stack_id = r.stack_id;
   r.seq = InsertLive(e);
   Submit(r);
+}
+
+}  // namespace
+}  // namespace fragscope::agent
+
+using namespace fragscope::agent;
+
+extern "C" FRAGSCOPE_VISIBLE void fragscope_block_alloc(void* ptr, size_t size, int device,
+                                                        void* stream, uint64_t pool) {
+  BlockAlloc(ptr, size, device, stream, pool, /*with_stack=*/true);
+}
+
+extern "C" FRAGSCOPE_VISIBLE void fragscope_block_alloc_late(void* ptr, size_t size, int device,
+                                                             void* stream, uint64_t pool) {
+  BlockAlloc(ptr, size, device, stream, pool, /*with_stack=*/false);
 }
 
 extern "C" FRAGSCOPE_VISIBLE void fragscope_block_free(void* ptr, int device, void* stream) {

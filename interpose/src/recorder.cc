@@ -131,6 +131,8 @@ EventRecord NewRecord(RecordType type, Api api) {
   return r;
 }
 
+EventRecord NewRecordWithoutStack(RecordType type, Api api) { return ZeroRecord(type, api); }
+
 EventRecord NewReleaseRecord(RecordType type, Api api) {
   EventRecord r = ZeroRecord(type, api);
   if (Agent().config.release_stacks) StampStack(r);

@@ -228,6 +228,9 @@ EventRecord NewRecord(RecordType type, Api api);
 // The same for a release (free, unmap, address-range free, handle or block release): without a
 // stack when FRAGSCOPE_FREE_STACKS=0.
 EventRecord NewReleaseRecord(RecordType type, Api api);
+// The same without a stack, for what is reported after the fact (the caller's stack is not
+// the event's).
+EventRecord NewRecordWithoutStack(RecordType type, Api api);
 
 // Samples `device`'s free/total now, with its primary context made current for the call
 // (primary_context.h): the drain thread at a wake, which has no context of its own, so that an

@@ -45,7 +45,12 @@ class AgentApi:
             return f
 
         p, size, dev, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_uint64
-        self.block_alloc = fn("fragscope_block_alloc", [p, size, dev, p, u64])
+        # Blocks read from a snapshot are reported after the fact: without the caller's stack,
+        # which would name this diff as their allocation site (agents before the late entry
+        # have only the plain one).
+        late = "fragscope_block_alloc_late"
+        self.block_alloc = fn(late if hasattr(agent, late) else "fragscope_block_alloc",
+                              [p, size, dev, p, u64])
         self.block_free = fn("fragscope_block_free", [p, dev, p])
         self.block_free_pending = fn("fragscope_block_free_pending", [p, dev, p])
         self.alloc_failed = fn("fragscope_alloc_failed", [size, dev, p])

@@ -190,6 +190,11 @@ TEST(TorchImportTest, AnOomIsJudgedAgainstTheBlocksOfTheOom) {
   EXPECT_EQ(oom["largest_free_range_bytes"].get<uint64_t>(), 20 * kMiB) << oom.dump();
   EXPECT_EQ(report["devices"][0]["allocated_bytes"].get<uint64_t>(), 4 * kMiB + 512);
   EXPECT_EQ(report["unmatched_events"].get<uint64_t>(), 0u);
+  // The 4 MiB block was read from a snapshot at the OOM: no allocation site, rather than the
+  // observer's own stack (ctypes, libffi) passed off as one.
+  for (const nlohmann::json& site : oom["sites_at_failure"]) {
+    EXPECT_EQ(site["stack_id"].get<uint64_t>(), 0u) << site.dump();
+  }
   app.Finish();
 }
 

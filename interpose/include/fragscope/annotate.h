@@ -31,6 +31,10 @@ extern "C" {
 /* A block of `size` bytes at `ptr` was handed to the program by the sub-allocator. */
 void fragscope_block_alloc(void* ptr, size_t size, int device, void* stream, uint64_t pool)
     __attribute__((weak));
+/* The same for a block reported after the fact (read from the sub-allocator's own state, e.g.
+ * a snapshot diff): recorded without a stack, since the caller is not where it was allocated. */
+void fragscope_block_alloc_late(void* ptr, size_t size, int device, void* stream, uint64_t pool)
+    __attribute__((weak));
 /* The block at `ptr` is free again (reusable now). */
 void fragscope_block_free(void* ptr, int device, void* stream) __attribute__((weak));
 /* The program released the block at `ptr`, but it is not reusable until `stream` passes this
@@ -44,6 +48,10 @@ void fragscope_mark(const char* label) __attribute__((weak));
 static inline void fragscope_annotate_block_alloc(void* ptr, size_t size, int device, void* stream,
                                                   uint64_t pool) {
   if (fragscope_block_alloc) fragscope_block_alloc(ptr, size, device, stream, pool);
+}
+static inline void fragscope_annotate_block_alloc_late(void* ptr, size_t size, int device,
+                                                       void* stream, uint64_t pool) {
+  if (fragscope_block_alloc_late) fragscope_block_alloc_late(ptr, size, device, stream, pool);
 }
 static inline void fragscope_annotate_block_free(void* ptr, int device, void* stream) {
   if (fragscope_block_free) fragscope_block_free(ptr, device, stream);
