@@ -240,7 +240,11 @@ TEST_F(RuntimeRoutesTest, AnnotationsBecomeBlockFailedAndMarkFrames) {
   EXPECT_EQ(e[2]->block().address(), segment);
   EXPECT_EQ(e[3]->block().address(), segment + 4096);
   EXPECT_EQ(e[2]->block().api(), v1::API_fragscope_block_alloc);
+  EXPECT_EQ(e[3]->block().api(), v1::API_fragscope_block_alloc);
   EXPECT_EQ(e[5]->block().api(), v1::API_fragscope_block_free);
+  // A block reported live has its caller's stack; one reported after the fact (_late) none.
+  EXPECT_NE(e[2]->block().stack_id(), 0u);
+  EXPECT_EQ(e[3]->block().stack_id(), 0u);
   EXPECT_NE(run_.out.find("active 1"), std::string::npos);
 }
 

@@ -216,7 +216,7 @@ int Annotate() {
   char* base = static_cast<char*>(segment);
   fragscope_annotate_mark("step 1");
   fragscope_annotate_block_alloc(base, 4096, 0, nullptr, 7);
-  fragscope_annotate_block_alloc(base + 4096, 8192, 0, nullptr, 7);
+  fragscope_annotate_block_alloc_late(base + 4096, 8192, 0, nullptr, 7);  // read after the fact
   fragscope_annotate_block_free_pending(base, 0, nullptr);
   fragscope_annotate_block_free(base, 0, nullptr);
   fragscope_annotate_alloc_failed(size_t{1} << 30, 0, nullptr);
