@@ -446,8 +446,9 @@ void EnterRecords(const uint64_t* words, size_t count, FragscopeTorchImport* out
 }
 
 // With the GIL held: runs `code` in a fresh namespace that also holds the agent's path and
-// the adapter folder as strings, and returns the namespace with its `result` bytes in
-// *data/*size (at least one byte), or nullptr, saying why in *out. The caller dec_refs it.
+// the adapter folder as strings. For a `result` of b"+..." returns the namespace (the caller
+// dec_refs it) with the bytes after the '+' in *data/*size; otherwise returns nullptr with the
+// status and the reason (b"-why", b"!error", or the code's failure) in *out.
 PyObj* RunInFreshNamespace(const Job* job, const char* code, const char* what, char** data,
                            long* size, FragscopeTorchImport* out) {
   const PythonApi& py = job->py;
@@ -491,6 +492,14 @@ PyObj* RunInFreshNamespace(const Job* job, const char* code, const char* what, c
     py.dec_ref(globals);
     return nullptr;
   }
+  if ((*data)[0] != '+') {
+    out->status = (*data)[0] == '-' ? kFragscopeTorchNoTorch : kFragscopeTorchFailed;
+    Say(out, "%.*s", static_cast<int>(*size - 1), *data + 1);
+    py.dec_ref(globals);
+    return nullptr;
+  }
+  ++*data;
+  --*size;
   return globals;
 }
 
@@ -502,32 +511,27 @@ void RunImport(Job* job) {
   long size = 0;
   PyObj* globals = RunInFreshNamespace(job, kPythonCode, "import", &data, &size, out);
   if (globals == nullptr) return;
-  if (data[0] == '+') {
-    out->status = kFragscopeTorchImported;
-    PyObj* observer = py.dict_get_item_string(globals, "observer");
-    char* why = nullptr;
-    long why_size = 0;
-    if (observer != nullptr && py.bytes_as_string_and_size(observer, &why, &why_size) == 0) {
-      if (why_size == 0) {
-        out->oom_observer = 1;
-      } else {
-        Say(out, "no OOM observer (%.*s): an OOM is judged against the blocks of the attach; ",
-            static_cast<int>(why_size), why);
-      }
+  out->status = kFragscopeTorchImported;
+  PyObj* observer = py.dict_get_item_string(globals, "observer");
+  char* why = nullptr;
+  long why_size = 0;
+  if (observer != nullptr && py.bytes_as_string_and_size(observer, &why, &why_size) == 0) {
+    if (why_size == 0) {
+      out->oom_observer = 1;
     } else {
-      py.err_clear();
-    }
-    const size_t words = static_cast<size_t>(size - 1) / sizeof(uint64_t);
-    // The bytes object's buffer is not 8-aligned past its first byte: copy the words out.
-    uint64_t chunk[kRecordWords * 64];
-    for (size_t at = 0; at < words; at += kRecordWords * 64) {
-      const size_t n = words - at < kRecordWords * 64 ? words - at : kRecordWords * 64;
-      memcpy(chunk, data + 1 + at * sizeof(uint64_t), n * sizeof(uint64_t));
-      EnterRecords(chunk, n, out);
+      Say(out, "no OOM observer (%.*s): an OOM is judged against the blocks of the attach; ",
+          static_cast<int>(why_size), why);
     }
   } else {
-    out->status = data[0] == '-' ? kFragscopeTorchNoTorch : kFragscopeTorchFailed;
-    Say(out, "%.*s", static_cast<int>(size - 1), data + 1);
+    py.err_clear();
+  }
+  const size_t words = static_cast<size_t>(size) / sizeof(uint64_t);
+  // The bytes object's buffer is not 8-aligned past its first byte: copy the words out.
+  uint64_t chunk[kRecordWords * 64];
+  for (size_t at = 0; at < words; at += kRecordWords * 64) {
+    const size_t n = words - at < kRecordWords * 64 ? words - at : kRecordWords * 64;
+    memcpy(chunk, data + at * sizeof(uint64_t), n * sizeof(uint64_t));
+    EnterRecords(chunk, n, out);
   }
   py.dec_ref(globals);
 }
@@ -539,14 +543,8 @@ void RunSync(Job* job) {
   long size = 0;
   PyObj* globals = RunInFreshNamespace(job, kSyncCode, "sync", &data, &size, out);
   if (globals == nullptr) return;
-  if (data[0] == '+') {
-    out->status = kFragscopeTorchImported;
-    out->synced_events =
-        static_cast<uint32_t>(strtoul(std::string(data + 1, size - 1).c_str(), nullptr, 10));
-  } else {
-    out->status = data[0] == '-' ? kFragscopeTorchNoTorch : kFragscopeTorchFailed;
-    Say(out, "%.*s", static_cast<int>(size - 1), data + 1);
-  }
+  out->status = kFragscopeTorchImported;
+  out->synced_events = static_cast<uint32_t>(strtoul(std::string(data, size).c_str(), nullptr, 10));
   job->py.dec_ref(globals);
 }
 

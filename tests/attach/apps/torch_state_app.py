@@ -262,6 +262,7 @@ def main():
         keep, malloc, state = expandable_mode()
     else:
         keep, malloc, state = fake_mode(mode == "fake")
+    torch = sys.modules.get("torch") if mode == "real" else None  # imported by real_mode
     print("state " + json.dumps(state), flush=True)
     print("ready", flush=True)
     for line in sys.stdin:
@@ -277,7 +278,6 @@ def main():
             print("held", flush=True)
         elif words[0] == "grow":
             if mode == "real":
-                import torch
                 keep.append(torch.empty(30 * MIB, dtype=torch.uint8, device="cuda"))
                 torch.cuda.synchronize()
                 print("reserved %d" % torch.cuda.memory_reserved(), flush=True)
@@ -287,7 +287,6 @@ def main():
             print("grown", flush=True)
         elif words[0] == "shrink":
             if mode == "real":
-                import torch
                 del keep[:]
                 torch.cuda.empty_cache()
                 print("reserved %d" % torch.cuda.memory_reserved(), flush=True)
@@ -296,7 +295,6 @@ def main():
             print("shrunk", flush=True)
         elif words[0] == "oom":
             if mode == "real":
-                import torch
                 try:
                     torch.empty(1 << 40, dtype=torch.uint8, device="cuda")
                 except torch.cuda.OutOfMemoryError:
