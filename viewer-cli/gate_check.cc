@@ -17,6 +17,9 @@ struct Moment {
   uint64_t largest_free = 0;
   uint64_t opaque_segments = 0;
   uint64_t opaque_bytes = 0;
+  // The sub-allocator's blocks are as they were at this moment (always, unless they are known
+  // at syncs only: ModelSummary::block_syncs).
+  bool blocks_known = true;
 };
 
 std::string Bytes(uint64_t b) {
@@ -32,9 +35,11 @@ std::string Bytes(uint64_t b) {
 
 std::vector<Moment> MomentsOf(const DeviceSummary& d, const ModelSummary& s, GateMoment at) {
   std::vector<Moment> out;
+  // Between syncs (the peak, timeline points) blocks that came and went are not known.
+  const bool between_syncs_known = s.block_syncs == 0;
   auto end = [&] {
     out.push_back(Moment{"at end", d.reserved_bytes, d.cached_bytes, d.largest_free_range_bytes,
-                         d.opaque_segments, d.opaque_bytes});
+                         d.opaque_segments, d.opaque_bytes, s.blocks_known_at_end});
   };
   auto peak = [&] {
     // The timeline point at the peak of reserved memory; the summary keeps the exact peak seq,
@@ -49,7 +54,7 @@ std::vector<Moment> MomentsOf(const DeviceSummary& d, const ModelSummary& s, Gat
     }
     out.push_back(Moment{absl::StrFormat("at peak (seq %d)", best->seq), best->reserved_bytes,
                          best->cached_bytes, best->largest_free_range_bytes, d.opaque_segments,
-                         d.opaque_bytes});
+                         d.opaque_bytes, between_syncs_known});
   };
   auto ooms = [&] {
     for (const OomPostMortem& o : s.ooms) {
@@ -57,7 +62,7 @@ std::vector<Moment> MomentsOf(const DeviceSummary& d, const ModelSummary& s, Gat
       out.push_back(Moment{absl::StrFormat("at OOM (seq %d)", o.failure.seq),
                            o.figures.reserved_bytes, o.figures.cached_bytes,
                            o.figures.largest_free_range_bytes, o.figures.opaque_segments,
-                           o.figures.opaque_bytes});
+                           o.figures.opaque_bytes, !o.figures.blocks_synced_at_seq.has_value()});
     }
   };
   switch (at) {
@@ -73,13 +78,25 @@ std::vector<Moment> MomentsOf(const DeviceSummary& d, const ModelSummary& s, Gat
     case GateMoment::kAll:
       for (const TimelinePoint& p : d.timeline) {
         out.push_back(Moment{absl::StrFormat("at seq %d", p.seq), p.reserved_bytes, p.cached_bytes,
-                             p.largest_free_range_bytes, d.opaque_segments, d.opaque_bytes});
+                             p.largest_free_range_bytes, d.opaque_segments, d.opaque_bytes,
+                             between_syncs_known});
       }
       end();
       ooms();
       break;
   }
   return out;
+}
+
+// Why a block figure cannot be judged `when`: the sub-allocator's blocks are read at syncs only.
+std::string CoarseBlocksReason(const std::string& dev, const ModelSummary& s,
+                               const std::string& what, const std::string& when) {
+  return absl::StrFormat(
+      "%s: the sub-allocator's blocks (PyTorch's) were read at %d sync(s) only (snapshot diffs), "
+      "the last at seq %d, so %s %s is not known; gate --at oom or end, follow every block (the "
+      "PyTorch adapter's C++ extension), or pass --allow-coarse-blocks to judge the blocks of "
+      "the last sync",
+      dev, s.block_syncs, s.last_block_sync_seq, what, when);
 }
 
 }  // namespace
@@ -103,6 +120,15 @@ std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimit
                             "visible (PyTorch adapter) or pass --allow-opaque",
                             dev, m.opaque_segments, Bytes(m.opaque_bytes), m.when)});
       }
+      // Reserved memory comes from the driver and is always known; the block figures are not
+      // between syncs.
+      const bool judges_blocks = limits.max_stranded_bytes || limits.max_fragmentation;
+      if (judges_blocks && !m.blocks_known && !limits.allow_coarse_blocks) {
+        checks.push_back(GateCheck{
+            absl::StrFormat("%s block visibility %s", dev, m.when), false,
+            CoarseBlocksReason(dev, summary, "stranded bytes and fragmentation", m.when)});
+      }
+      const bool blocks_judged = m.blocks_known || limits.allow_coarse_blocks;
       if (limits.max_reserved_bytes) {
         GateCheck c{absl::StrFormat("%s reserved %s", dev, m.when), true, ""};
         if (m.reserved > *limits.max_reserved_bytes) {
@@ -112,7 +138,7 @@ std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimit
         }
         checks.push_back(c);
       }
-      if (limits.max_stranded_bytes) {
+      if (limits.max_stranded_bytes && blocks_judged) {
         uint64_t stranded = m.cached - std::min(m.cached, m.largest_free);
         GateCheck c{absl::StrFormat("%s stranded %s", dev, m.when), true, ""};
         if (stranded > *limits.max_stranded_bytes) {
@@ -124,7 +150,8 @@ std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimit
         }
         checks.push_back(c);
       }
-      if (limits.max_fragmentation && m.cached >= limits.min_cached_bytes && m.cached > 0) {
+      if (limits.max_fragmentation && blocks_judged && m.cached >= limits.min_cached_bytes &&
+          m.cached > 0) {
         double frag = 1.0 - static_cast<double>(m.largest_free) / static_cast<double>(m.cached);
         GateCheck c{absl::StrFormat("%s fragmentation %s", dev, m.when), true, ""};
         if (frag > *limits.max_fragmentation) {
@@ -141,6 +168,10 @@ std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimit
       GateCheck c{absl::StrFormat("%s max fragmentation vs baseline", dev), true, ""};
       if (base == limits.baseline_max_fragmentation.end()) {
         c.reason = "";  // a device the baseline did not have: nothing to compare
+      } else if (summary.block_syncs > 0 && !limits.allow_coarse_blocks) {
+        // The maximum over the run: most of it lies between syncs.
+        c.passed = false;
+        c.reason = CoarseBlocksReason(dev, summary, "max fragmentation", "over the run");
       } else if (!d.max_fragmentation.known()) {
         c.passed = false;
         c.reason = absl::StrFormat("%s max fragmentation is unknown (%s); baseline was %.3f", dev,

@@ -24,6 +24,10 @@ struct GateLimits {
   uint64_t min_cached_bytes = uint64_t{64} << 20;
   GateMoment at = GateMoment::kPeak;
   bool allow_opaque = false;
+  // A stream that knows the sub-allocator's blocks at syncs only (ModelSummary::block_syncs):
+  // stranded bytes and fragmentation at a moment between syncs are not known, and fail a
+  // visibility check unless this allows judging the blocks of the last sync instead.
+  bool allow_coarse_blocks = false;
   // Baseline comparison: per device max_fragmentation from an earlier JSON report.
   std::map<int, double> baseline_max_fragmentation;
   std::optional<double> max_increase;  // absolute (0.05 = five percentage points)

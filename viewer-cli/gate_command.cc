@@ -18,10 +18,12 @@ constexpr char kUsage[] =
     "usage: fragscope gate TRACE [--max-fragmentation F] [--max-stranded BYTES]\n"
     "                            [--max-reserved BYTES] [--min-cached BYTES]\n"
     "                            [--at peak|end|oom|all] [--baseline OLD.json --max-increase D]\n"
-    "                            [--allow-opaque] [--junit OUT.xml]\n"
+    "                            [--allow-opaque] [--allow-coarse-blocks] [--junit OUT.xml]\n"
     "  F and D are fractions (0.25 = 25 %); BYTES take K/M/G suffixes (powers of 1024).\n"
     "  --at peak (default): the moment of peak reserved memory on each device; all: every\n"
-    "  sample, the end and every OOM. Opaque segments fail the gate unless --allow-opaque.\n"
+    "  sample, the end and every OOM. Opaque segments fail the gate unless --allow-opaque;\n"
+    "  blocks known at syncs only (PyTorch's snapshot diffs) fail it between syncs unless\n"
+    "  --allow-coarse-blocks.\n"
     "  Baseline: a `fragscope report --format json` file; D bounds the rise of each device's\n"
     "  max fragmentation. Exit: 0 pass, 1 fail, 2 usage, 3 bad input.\n";
 
@@ -44,6 +46,7 @@ int GateCommand(const std::vector<std::string>& args) {
   std::string max_frag, max_stranded, max_reserved, min_cached, at = "peak", baseline, max_increase,
                                                                 junit;
   bool allow_opaque = false;
+  bool allow_coarse_blocks = false;
   ArgReader reader("gate", args);
   reader.Option("max-fragmentation", "", &max_frag);
   reader.Option("max-stranded", "", &max_stranded);
@@ -54,11 +57,13 @@ int GateCommand(const std::vector<std::string>& args) {
   reader.Option("max-increase", "", &max_increase);
   reader.Option("junit", "", &junit);
   reader.Flag("allow-opaque", &allow_opaque);
+  reader.Flag("allow-coarse-blocks", &allow_coarse_blocks);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   if (reader.positionals().size() != 1) return Usage("expected exactly one TRACE");
 
   GateLimits limits;
   limits.allow_opaque = allow_opaque;
+  limits.allow_coarse_blocks = allow_coarse_blocks;
   double f = 0;
   if (!max_frag.empty()) {
     if (!ParseFraction(max_frag, &f))

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -19,9 +18,9 @@
 #include "arg_reader.h"
 #include "commands.h"
 #include "exit_codes.h"
-#include "fragscope/model/format_bytes.h"
 #include "fragscope/server/session_server.h"
 #include "fragscope/server/socket_listener.h"
+#include "top_table.h"
 
 namespace fragscope::cli {
 
@@ -60,50 +59,6 @@ std::string Query(const std::string& socket_path, std::string* error) {
   close(fd);
   if (out.empty()) *error = socket_path + ": the collector sent nothing (refused this user?)";
   return out;
-}
-
-std::string Fmt(const nlohmann::json& v) {
-  return v.is_number_unsigned() ? FormatBytes(v.get<uint64_t>()) : std::string("unknown");
-}
-
-void RenderTable(const nlohmann::json& doc, long pid_filter,
-                 std::map<uint64_t, std::pair<uint64_t, double>>* last_events, double now) {
-  std::printf("%-8s %-18s %3s %11s %11s %11s %7s %9s  %s\n", "PID", "PROCESS", "DEV", "RESERVED",
-              "ALLOCATED", "LARGESTFREE", "FRAG", "EVENTS/s", "TOP SITE");
-  int rows = 0;
-  for (const auto& s : doc.value("streams", nlohmann::json::array())) {
-    uint64_t pid = s.value("pid", 0ull);
-    if (pid_filter > 0 && pid != static_cast<uint64_t>(pid_filter)) continue;
-    const nlohmann::json& r = s["report"];
-    std::string exe = s.value("exe", "");
-    exe = exe.substr(exe.rfind('/') + 1).substr(0, 18);
-    uint64_t events = r.value("events", 0ull);
-    double rate = 0;
-    auto it = last_events->find(pid);
-    if (it != last_events->end() && now > it->second.second) {
-      rate = static_cast<double>(events - std::min(events, it->second.first)) /
-             (now - it->second.second);
-    }
-    (*last_events)[pid] = {events, now};
-    for (const auto& d : r.value("devices", nlohmann::json::array())) {
-      std::string frag = d["fragmentation"].is_number()
-                             ? absl::StrFormat("%.1f%%", 100 * d["fragmentation"].get<double>())
-                             : "n/a";
-      std::string site;
-      if (r.contains("sites") && !r["sites"].empty() && r["sites"][0].contains("stack") &&
-          !r["sites"][0]["stack"].empty()) {
-        const auto& f = r["sites"][0]["stack"][0];
-        site = f.value("function", f.value("module", std::string("?")));
-      }
-      std::printf("%-8llu %-18s %3d %11s %11s %11s %7s %9.0f  %s%s\n",
-                  static_cast<unsigned long long>(pid), exe.c_str(), d.value("device", -1),
-                  Fmt(d["reserved_bytes"]).c_str(), Fmt(d["allocated_bytes"]).c_str(),
-                  Fmt(d["largest_free_range_bytes"]).c_str(), frag.c_str(), rate, site.c_str(),
-                  s.value("connected", false) ? "" : " (ended)");
-      ++rows;
-    }
-  }
-  if (rows == 0) std::printf("(no process with device memory yet)\n");
 }
 
 }  // namespace
@@ -157,7 +112,7 @@ int TopCommand(const std::vector<std::string>& args) {
     }
     socket_path = *dir + "/collector.sock";
   }
-  std::map<uint64_t, std::pair<uint64_t, double>> last_events;
+  TopRates rates;
   auto start = std::chrono::steady_clock::now();
   for (;;) {
     std::string error;
@@ -178,7 +133,7 @@ int TopCommand(const std::vector<std::string>& args) {
     }
     double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!once) std::printf("\033[H\033[2J");  // clear the screen for the next frame
-    RenderTable(doc, pid_filter, &last_events, now);
+    std::fputs(TopTable(doc, pid_filter, &rates, now).c_str(), stdout);
     std::fflush(stdout);
     if (once) return kExitOk;
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));

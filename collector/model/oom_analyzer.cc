@@ -54,8 +54,41 @@ void AdviseOpaque(const OomFigures& f, OomVerdict* v) {
 //                     one piece.
 //   8. unusable_cache otherwise: the missing bytes are pool reservations (or created but
 //                     unmapped VMM handles) this request cannot use.
+//
+// Then, when the sub-allocator's blocks are known at syncs only and the last sync came events
+// before the failure (OomFigures::blocks_synced_at_seq): `unknown`, whatever the rules gave.
+// Every class above reads the blocks (held, cached, the free ranges), and those are the sync's;
+// the explanation says what the sync's blocks would give.
+namespace {
+
+OomVerdict ClassifyFromFigures(const OomFigures& f, const FailedAllocation& failure,
+                               const ModelOptions& options);
+
+}  // namespace
+
 OomVerdict ClassifyOom(const OomFigures& f, const FailedAllocation& failure,
                        const ModelOptions& options) {
+  OomVerdict v = ClassifyFromFigures(f, failure, options);
+  if (!f.blocks_synced_at_seq) return v;
+  OomVerdict stale;
+  stale.oom_class = OomClass::kUnknown;
+  stale.explanation = absl::StrFormat(
+      "The sub-allocator's blocks are read from its own state at syncs only (a snapshot diff), "
+      "the last at seq %d, events before this failure: what it held and where its free ranges "
+      "were at the failure is not known. With the blocks of that sync the class would be %s: %s",
+      *f.blocks_synced_at_seq, OomClassName(v.oom_class), v.explanation);
+  stale.advice.push_back(
+      "Let the failure sync the blocks first: PyTorch's OOM observer does it when the fragscope "
+      "PyTorch adapter is loaded (or found by `fragscope attach`); the adapter's C++ extension "
+      "follows every block.");
+  for (std::string& a : v.advice) stale.advice.push_back(std::move(a));
+  return stale;
+}
+
+namespace {
+
+OomVerdict ClassifyFromFigures(const OomFigures& f, const FailedAllocation& failure,
+                               const ModelOptions& options) {
   OomVerdict v;
   const uint64_t r = f.requested_bytes;
   if (!f.device_total_bytes.known() || !f.device_free_bytes.known()) {
@@ -209,6 +242,8 @@ OomVerdict ClassifyOom(const OomFigures& f, const FailedAllocation& failure,
   (void)failure;
   return v;
 }
+
+}  // namespace
 
 OomAnalyzer::OomAnalyzer(const ModelOptions& options) : options_(&options) {}
 

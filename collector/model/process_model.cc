@@ -211,6 +211,12 @@ class ProcessModel::Impl {
   OomAnalyzer analyzer_;
   SnapshotPolicy snapshot_policy_;
 
+  // Mark.blocks_synced: how many, the last, and whether no event came after it (the blocks
+  // are as the sub-allocator has them now). Meaningful once block_syncs_ > 0.
+  uint64_t block_syncs_ = 0;
+  uint64_t last_block_sync_seq_ = 0;
+  bool blocks_fresh_ = false;
+
   std::map<int, DeviceState> devices_;
   DeviceState* last_device_ = nullptr;  // the one Device() returned last
   std::vector<DeviceState*> touched_;   // by this event, in the order first touched
@@ -626,40 +632,48 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
       stacks_.AddSymbolizedStack(frame.symbolized_stack());
       ClassifyPendingSegments();
       break;
+    // Every event but a sample or a mark means time passed in the program, in which blocks
+    // known only at syncs may have changed unseen (blocks_fresh_).
     case v1::Frame::kAlloc:
       ++events_;
       snapshot_policy_.OnStateEvent();
       OnAlloc(frame.alloc(), /*from_snapshot=*/false);
       FinishEvent(frame.alloc().seq(), frame.alloc().time_ns());
+      blocks_fresh_ = false;
       return;
     case v1::Frame::kFree:
       ++events_;
       snapshot_policy_.OnStateEvent();
       OnFree(frame.free());
       FinishEvent(frame.free().seq(), frame.free().time_ns());
+      blocks_fresh_ = false;
       return;
     case v1::Frame::kMap:
       ++events_;
       snapshot_policy_.OnStateEvent();
       OnMap(frame.map());
       FinishEvent(frame.map().seq(), frame.map().time_ns());
+      blocks_fresh_ = false;
       return;
     case v1::Frame::kHandle:
       ++events_;
       snapshot_policy_.OnStateEvent();
       OnHandle(frame.handle());
       FinishEvent(frame.handle().seq(), frame.handle().time_ns());
+      blocks_fresh_ = false;
       return;
     case v1::Frame::kBlock:
       ++events_;
       snapshot_policy_.OnStateEvent();
       OnBlock(frame.block());
       FinishEvent(frame.block().seq(), frame.block().time_ns());
+      blocks_fresh_ = false;
       return;
     case v1::Frame::kFailed:
       ++events_;
-      OnFailed(frame.failed());
+      OnFailed(frame.failed());  // judged with the blocks as fresh as they are now
       FinishEvent(frame.failed().seq(), frame.failed().time_ns());
+      blocks_fresh_ = false;
       return;
     case v1::Frame::kMemInfo:
       ++events_;
@@ -1120,6 +1134,7 @@ OomFigures ProcessModel::Impl::FiguresAt(int device, uint64_t requested, uint64_
   } else {
     f.untracked_bytes = Measured<uint64_t>::Unknown("no device free/total sample");
   }
+  if (block_syncs_ > 0 && !blocks_fresh_) f.blocks_synced_at_seq = last_block_sync_seq_;
   return f;
 }
 
@@ -1182,6 +1197,11 @@ void ProcessModel::Impl::OnMemInfo(const v1::MemInfo& e) {
 }
 
 void ProcessModel::Impl::OnMark(const v1::Mark& e) {
+  if (e.blocks_synced()) {
+    ++block_syncs_;
+    last_block_sync_seq_ = std::max(last_block_sync_seq_, e.seq());
+    blocks_fresh_ = true;
+  }
   for (auto& [ordinal, d] : devices_) {
     d.RecordEvent(
         {e.seq(), e.time_ns(), EventKind::kMark, v1::API_fragscope_mark, 0, 0, 0, 0, e.label()});
@@ -1310,6 +1330,9 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.unmatched_events = unmatched_;
   out.live_entries_not_held = live_entries_not_held_;
   out.not_held_since_seq = not_held_since_seq_;
+  out.block_syncs = block_syncs_;
+  out.last_block_sync_seq = last_block_sync_seq_;
+  out.blocks_known_at_end = block_syncs_ == 0 || blocks_fresh_;
   std::vector<uint64_t> stack_ids;
   for (const auto& [ordinal, d] : devices_) {
     DeviceSummary ds;

@@ -21,6 +21,15 @@ std::vector<std::string> ReportCaveats(const ModelSummary& s) {
     // first CUDA call, so nothing before the attach is missing.
     out.push_back("the agent started after the program; memory allocated before is untracked.");
   }
+  if (s.block_syncs > 0) {
+    out.push_back(absl::StrFormat(
+        "the sub-allocator's blocks (PyTorch's) were read from its own state at %d sync(s) only "
+        "(snapshot diffs), the last at seq %d: allocated, cached, the largest free range and "
+        "fragmentation are exact at those points; between them blocks that came and went were "
+        "not seen, so peaks and maxima may be higher than shown%s.",
+        s.block_syncs, s.last_block_sync_seq,
+        s.blocks_known_at_end ? "" : ", and the final figures are those of the last sync"));
+  }
   if (!s.release_stacks) {
     out.push_back(
         "frees and unmaps were recorded without stacks (FRAGSCOPE_FREE_STACKS=0); allocation "

@@ -236,6 +236,12 @@ void JsonReport::Oom(const OomPostMortem& o) {
   w_.Field("stranded_bytes", g.cached_bytes - std::min(g.cached_bytes, g.largest_free_range_bytes));
   MaybeUint("untracked_bytes", g.untracked_bytes);
   w_.Field("peak_reserved_bytes", o.peak_reserved_bytes);
+  w_.Key("blocks_synced_at_seq");
+  if (g.blocks_synced_at_seq) {
+    w_.Uint(*g.blocks_synced_at_seq);
+  } else {
+    w_.Null();
+  }
   w_.Field("approximate", o.approximate);
   Stack(o.failure.stack_id);
   w_.Key("advice");
@@ -290,6 +296,9 @@ void JsonReport::Render() {
   w_.Field("unmatched_events", s_.unmatched_events);
   w_.Field("live_entries_not_held", s_.live_entries_not_held);
   w_.Field("not_held_since_seq", s_.not_held_since_seq);
+  w_.Field("block_syncs", s_.block_syncs);
+  w_.Field("last_block_sync_seq", s_.last_block_sync_seq);
+  w_.Field("blocks_known_at_end", s_.blocks_known_at_end);
   w_.Key("approximate_intervals");
   w_.BeginArray();
   for (const ApproximateInterval& a : s_.approximate_intervals) {

@@ -168,11 +168,17 @@ void TextReport::Oom(const OomPostMortem& o) {
   Row("device free", Bytes(g.device_free_bytes),
       g.device_free_bytes.value && !g.mem_info_from_failure ? "(latest sample before it)" : "");
   Row("reserved", FormatBytes(g.reserved_bytes), "peak " + FormatBytes(o.peak_reserved_bytes));
-  Row("allocated", FormatBytes(g.allocated_bytes));
-  Row("cached", FormatBytes(g.cached_bytes));
-  Row("largest free range", FormatBytes(g.largest_free_range_bytes));
+  // Blocks known at syncs only, the last one events before: the block figures are its.
+  const std::string as_of_sync =
+      g.blocks_synced_at_seq
+          ? absl::StrFormat("blocks as of the sync at seq %d", *g.blocks_synced_at_seq)
+          : "";
+  Row("allocated", FormatBytes(g.allocated_bytes), as_of_sync);
+  Row("cached", FormatBytes(g.cached_bytes), as_of_sync);
+  Row("largest free range", FormatBytes(g.largest_free_range_bytes), as_of_sync);
   Row("stranded",
-      FormatBytes(g.cached_bytes - std::min(g.cached_bytes, g.largest_free_range_bytes)));
+      FormatBytes(g.cached_bytes - std::min(g.cached_bytes, g.largest_free_range_bytes)),
+      as_of_sync);
   if (g.opaque_bytes > 0) {
     Row("opaque", FormatBytes(g.opaque_bytes), absl::StrFormat("%d segment(s)", g.opaque_segments));
   }

@@ -103,12 +103,10 @@ extern "C" FRAGSCOPE_VISIBLE void fragscope_alloc_failed(size_t size, int device
 
 extern "C" FRAGSCOPE_VISIBLE void fragscope_mark(const char* label) {
   HookCall hook;
-  if (!hook.record()) return;
-  EventRecord r = NewRecord(RecordType::kMark, Api::k_fragscope_mark);
-  r.stack_id = 0;  // Mark has no stack
-  size_t n = label != nullptr ? strnlen(label, EventRecord::kLabelCapacity) : 0;
-  if (n > 0) memcpy(r.label, label, n);
-  r.label_size = static_cast<uint8_t>(n);
-  r.seq = NextSeq();
-  Submit(r);
+  if (hook.record()) RecordMark(label, /*blocks_synced=*/false);
+}
+
+extern "C" FRAGSCOPE_VISIBLE void fragscope_blocks_synced(const char* label) {
+  HookCall hook;
+  if (hook.record()) RecordMark(label, /*blocks_synced=*/true);
 }

@@ -48,6 +48,7 @@ struct DrainState {
   std::atomic<bool> stop{false};
   std::atomic<uint32_t> wake_word{0};
   std::atomic<bool> wake_pending{false};
+  std::atomic<bool> blocks_synced_at_wake{false};  // BlocksSyncedAtNextWake
   std::atomic<uint64_t> written{0};  // ring positions below this are written (or dropped)
 
   // Under `lock`:
@@ -532,6 +533,14 @@ void EndAttachedStreamLocked(bool write_end) {
   // wake's snapshot, which the min_seq filter then skips.
 }
 
+}  // namespace
+
+void BlocksSyncedAtNextWake() {
+  g_drain.blocks_synced_at_wake.store(true, std::memory_order_release);
+}
+
+namespace {
+
 void Wake(const char* socket_path, char* reply, size_t reply_size) {
   AgentState& a = Agent();
   DrainState& d = g_drain;
@@ -594,6 +603,9 @@ void Wake(const char* socket_path, char* reply, size_t reply_size) {
   // What is outside this process's memory is known from the start, even if the program
   // allocates nothing while attached (its hooks sample free/total only as they record).
   for (int i = 0; i < kMaxDevices; ++i) SampleMemInfoNow(i);
+  if (g_drain.blocks_synced_at_wake.exchange(false, std::memory_order_acq_rel)) {
+    RecordMark("PyTorch blocks imported at the attach", /*blocks_synced=*/true);
+  }
   snprintf(reply, reply_size, "ok streaming seq=%llu live=%zu",
            static_cast<unsigned long long>(seq), live);
 }

@@ -27,6 +27,7 @@ enum RecordFlags : uint8_t {
   kFlagInCapture = 1 << 0,     // AllocEvent.in_capture
   kFlagHasMemInfo = 1 << 1,    // FailedAlloc.has_mem_info (free/total in aux0/aux1)
   kFlagSubAllocator = 1 << 2,  // FailedAlloc.from_sub_allocator
+  kFlagBlocksSynced = 1 << 3,  // Mark.blocks_synced
 };
 
 // 120 bytes, so that with the ring's 8-byte sequence word a slot is two cache lines.

@@ -225,6 +225,7 @@ void EncodeEventBody(Writer& w, const EventRecord& r) {
       w.Uint32(3, r.tid);
       size_t n = r.label_size <= EventRecord::kLabelCapacity ? r.label_size : 0;
       w.Bytes(4, r.label, n);
+      w.Bool(5, (r.flags & kFlagBlocksSynced) != 0);
       return;
     }
     case RecordType::kBlock: {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "agent.h"
+#include "drain.h"
 #include "driver_api.h"
 #include "hook_table.h"
 #include "inject_abi.h"
@@ -206,6 +207,7 @@ fragscope_inject_import_torch(uint32_t wait_ms, const char* adapter_dir) {
     return &answer;
   }
   ImportTorchState(wait_ms, adapter_dir, &answer);
+  if (answer.status == kFragscopeTorchImported) BlocksSyncedAtNextWake();
   return &answer;
 }
 

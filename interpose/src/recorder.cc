@@ -256,6 +256,16 @@ void RecordAlloc(const AllocInfo& info) {
   ShipWokenAlloc(info, e, index, seq);
 }
 
+void RecordMark(const char* label, bool blocks_synced) {
+  EventRecord r = NewRecordWithoutStack(RecordType::kMark, Api::k_fragscope_mark);
+  const size_t n = label != nullptr ? strnlen(label, EventRecord::kLabelCapacity) : 0;
+  if (n > 0) memcpy(r.label, label, n);
+  r.label_size = static_cast<uint8_t>(n);
+  if (blocks_synced) r.flags |= kFlagBlocksSynced;
+  r.seq = NextSeq();
+  Submit(r);
+}
+
 void RecordFailure(const FailureInfo& info) {
   EventRecord r = NewRecord(RecordType::kFailed, info.api);
   r.result = info.result;

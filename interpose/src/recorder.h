@@ -232,6 +232,11 @@ EventRecord NewReleaseRecord(RecordType type, Api api);
 // the event's).
 EventRecord NewRecordWithoutStack(RecordType type, Api api);
 
+// A Mark labelled `label` (cut at EventRecord::kLabelCapacity bytes; null: none), without a
+// stack; `blocks_synced` sets Mark.blocks_synced. A hook checks HookCall::record() first; the
+// drain thread calls it directly at a wake.
+void RecordMark(const char* label, bool blocks_synced);
+
 // Samples `device`'s free/total now, with its primary context made current for the call
 // (primary_context.h): the drain thread at a wake, which has no context of its own, so that an
 // attach during which the program allocates nothing still knows what is outside its memory.

@@ -54,6 +54,9 @@ class AgentApi:
         self.block_free = fn("fragscope_block_free", [p, dev, p])
         self.block_free_pending = fn("fragscope_block_free_pending", [p, dev, p])
         self.alloc_failed = fn("fragscope_alloc_failed", [size, dev, p])
+        # Tells reports that the blocks are known at syncs only (agents before it: None).
+        synced = "fragscope_blocks_synced"
+        self.blocks_synced = fn(synced, [ctypes.c_char_p]) if hasattr(agent, synced) else None
 
 
 class SnapshotForwarder:
@@ -78,7 +81,8 @@ class SnapshotForwarder:
     after the sync is exact either way.
 
     What it cannot see: blocks allocated and freed between two syncs (no event at all), and the
-    order of events between syncs. The state is exact at marks, OOMs and exit only.
+    order of events between syncs. The state is exact at marks, OOMs and exit only. Each sync
+    ends with fragscope_blocks_synced, a mark that tells reports so.
     """
 
     def __init__(self, torch, api):
@@ -118,7 +122,7 @@ class SnapshotForwarder:
         if not self.lock.acquire(blocking=False):
             return  # another sync is running (or this thread is inside one): it covers this
         try:
-            self._sync(self._snapshot())
+            self._sync(self._snapshot(), why)
         except Exception as error:
             if not getattr(self, "_warned", False):
                 self._warned = True
@@ -168,7 +172,7 @@ class SnapshotForwarder:
             segment_blocks[(device, address)] = (live, stream, pool)
         return new, segment_blocks, devices
 
-    def _sync(self, segments):
+    def _sync(self, segments, why=""):
         new, segment_blocks, devices = self._parse(segments)
         devices.update(device for device, _ in self.blocks)
         devices.update(device for device, _ in self.carved)
@@ -219,3 +223,7 @@ class SnapshotForwarder:
         self.carved = carved
         self.syncs += 1
         self.events += events
+        # After the block events: the mark says they brought the blocks up to date.
+        if api.blocks_synced is not None:
+            label = "PyTorch blocks synced (%s)" % why if why else "PyTorch blocks synced"
+            api.blocks_synced(label.encode("utf-8", "replace"))

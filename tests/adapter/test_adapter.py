@@ -245,7 +245,8 @@ class SnapshotDiffTest(unittest.TestCase):
         class Api:
             log = []
             def __getattr__(self, name):
-                return lambda *args: Api.log.append([name] + [a for a in args])
+                return lambda *args: Api.log.append(
+                    [name] + [a.decode() if isinstance(a, bytes) else a for a in args])
         class Cuda:
             segments, frees, allocs = [], 0, 0
             @staticmethod
@@ -314,15 +315,18 @@ class SnapshotDiffTest(unittest.TestCase):
             [[seg(A, [(4096, "active_allocated"), (2 * MiB - 4096, "inactive")])], 2, 3],
         ]
         pool3 = 3 | (1 << 63)
+        # Every sync ends with the mark that says the blocks were just brought up to date, an
+        # empty one too (the state is known there all the same).
+        synced = ("blocks_synced", "PyTorch blocks synced (test)")
         self.assertEqual(self.diff(steps), [
             [("block_alloc", A, 1024, 0, 0, 0),
-             ("block_alloc", B, 0, 0, 7, pool3), ("block_free", B, 0, 7)],
+             ("block_alloc", B, 0, 0, 7, pool3), ("block_free", B, 0, 7), synced],
             [("block_free", A, 0, 0),
              ("block_alloc", A, 4096, 0, 0, 0),
-             ("block_alloc", B, 6 * MiB, 0, 7, pool3), ("block_free_pending", B, 0, 7)],
-            [],
-            [("block_free", B, 0, 7)],
-            [("block_free", A, 0, 0), ("block_alloc", A, 4096, 0, 0, 0)],
+             ("block_alloc", B, 6 * MiB, 0, 7, pool3), ("block_free_pending", B, 0, 7), synced],
+            [synced],
+            [("block_free", B, 0, 7), synced],
+            [("block_free", A, 0, 0), ("block_alloc", A, 4096, 0, 0, 0), synced],
         ])
 
     def test_allocated_then_pending_then_reused(self):
@@ -333,10 +337,11 @@ class SnapshotDiffTest(unittest.TestCase):
             [[seg(A, [(MiB, "active_pending_free"), (MiB, "inactive")])], 0, 1],
             [[seg(A, [(MiB, "active_allocated"), (MiB, "inactive")])], 0, 1],
         ]
+        synced = ("blocks_synced", "PyTorch blocks synced (test)")
         self.assertEqual(self.diff(steps), [
-            [("block_alloc", A, MiB, 0, 0, 0)],
-            [("block_free_pending", A, 0, 0)],
-            [("block_free", A, 0, 0), ("block_alloc", A, MiB, 0, 0, 0)],
+            [("block_alloc", A, MiB, 0, 0, 0), synced],
+            [("block_free_pending", A, 0, 0), synced],
+            [("block_free", A, 0, 0), ("block_alloc", A, MiB, 0, 0, 0), synced],
         ])
 
 

@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   fragscope::SeqOrderer orderer;
   auto sink = [&](const fragscope::v1::Frame& frame) {
     model.Apply(frame);
-    if (!frame.has_mark()) return;
+    // The user's marks; a snapshot diff's own (blocks_synced) comes just before each of them.
+    if (!frame.has_mark() || frame.mark().blocks_synced()) return;
     const fragscope::ModelSummary summary = model.Summarize();
     for (const fragscope::DeviceSummary& d : summary.devices) {
       std::printf(

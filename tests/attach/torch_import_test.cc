@@ -190,6 +190,19 @@ TEST(TorchImportTest, AnOomIsJudgedAgainstTheBlocksOfTheOom) {
   EXPECT_EQ(oom["largest_free_range_bytes"].get<uint64_t>(), 20 * kMiB) << oom.dump();
   EXPECT_EQ(report["devices"][0]["allocated_bytes"].get<uint64_t>(), 4 * kMiB + 512);
   EXPECT_EQ(report["unmatched_events"].get<uint64_t>(), 0u);
+  // The OOM came right after its own sync: judged as usual, not against an older sync.
+  EXPECT_TRUE(oom["blocks_synced_at_seq"].is_null()) << oom.dump();
+  EXPECT_EQ(oom["explanation"].get<std::string>().find("syncs only"), std::string::npos)
+      << oom.dump();
+  // The stream: the import's sync mark after the attach's snapshot, the OOM's diff and its
+  // mark, then the failure.
+  std::vector<std::string> marks;
+  for (const nlohmann::json& e : oom["recent_events"]) {
+    if (e["kind"] == "mark") marks.push_back(e["label"].get<std::string>());
+  }
+  EXPECT_EQ(marks, (std::vector<std::string>{"PyTorch blocks imported at the attach",
+                                             "PyTorch blocks synced (OOM)"}));
+  EXPECT_EQ(report["block_syncs"].get<uint64_t>(), 3u) << "the import, the OOM, the detach";
   // The 4 MiB block was read from a snapshot at the OOM: no allocation site, rather than the
   // observer's own stack (ctypes, libffi) passed off as one.
   for (const nlohmann::json& site : oom["sites_at_failure"]) {
@@ -219,6 +232,10 @@ TEST(TorchImportTest, TheDetachBringsTheBlocksUpToDate) {
   EXPECT_EQ(device["largest_free_range_bytes"].get<uint64_t>(), 20 * kMiB) << device.dump();
   EXPECT_EQ(report["unmatched_events"].get<uint64_t>(), 0u);
   EXPECT_TRUE(report["ooms"].empty());
+  // Known at the import and at the detach's sync only, and the report says so; the final
+  // figures are the detach's.
+  EXPECT_EQ(report["block_syncs"].get<uint64_t>(), 2u) << report.dump();
+  EXPECT_TRUE(report["blocks_known_at_end"].get<bool>());
   // No driver call during the attach, yet the wake's own free/total sample measures what lies
   // outside PyTorch's memory: at least the 3 MiB the program took outside it.
   ASSERT_FALSE(device["untracked_bytes"].is_null()) << device.dump();

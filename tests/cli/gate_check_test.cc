@@ -122,6 +122,75 @@ TEST(GateCheck, BaselineIncrease) {
   EXPECT_EQ(Failures(EvaluateGate(unknown, limits)), 1) << "unknown never passes";
 }
 
+// PyTorch's blocks read at syncs only (snapshot diffs): reserved is always judged, stranded
+// bytes and fragmentation only where the blocks are known (right after a sync), unless allowed.
+TEST(GateCheck, BlocksKnownAtSyncsOnlyAreJudgedOnlyWhereKnown) {
+  ModelSummary s = OneDevice();
+  s.block_syncs = 3;
+  s.last_block_sync_seq = 15;
+  s.blocks_known_at_end = true;
+  GateLimits limits;
+  limits.max_fragmentation = 0.9;  // 0.75 would pass
+  auto checks = EvaluateGate(s, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_EQ(checks[0].name, "device 0 block visibility at peak (seq 20)");
+  EXPECT_NE(checks[0].reason.find("read at 3 sync(s) only"), std::string::npos) << checks[0].reason;
+  EXPECT_NE(checks[0].reason.find("the last at seq 15"), std::string::npos) << checks[0].reason;
+  EXPECT_NE(checks[0].reason.find("--allow-coarse-blocks"), std::string::npos);
+
+  GateLimits reserved_only;
+  reserved_only.max_reserved_bytes = 1024 * kMiB;
+  EXPECT_EQ(Failures(EvaluateGate(s, reserved_only)), 0) << "reserved comes from the driver";
+
+  limits.at = GateMoment::kEnd;
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0) << "the end is the exit sync's";
+  s.blocks_known_at_end = false;
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 1) << "events came after the last sync";
+
+  // Allowed: the figures of the last sync are judged, and 0.75 > 0.7 fails as fragmentation.
+  limits.at = GateMoment::kPeak;
+  limits.allow_coarse_blocks = true;
+  limits.max_fragmentation = 0.7;
+  checks = EvaluateGate(s, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_NE(checks[0].reason.find("fragmentation 0.750 > limit 0.700"), std::string::npos);
+}
+
+TEST(GateCheck, AnOomIsJudgedOnlyWhenItsBlocksAreFresh) {
+  ModelSummary s = OneDevice();
+  s.block_syncs = 2;
+  s.last_block_sync_seq = 98;
+  OomPostMortem oom;
+  oom.failure.device = 0;
+  oom.failure.seq = 99;
+  oom.figures.cached_bytes = 1000 * kMiB;
+  oom.figures.largest_free_range_bytes = 500 * kMiB;  // 0.5
+  s.ooms.push_back(oom);
+  GateLimits limits;
+  limits.max_fragmentation = 0.9;
+  limits.at = GateMoment::kOom;
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0) << "right after its own sync";
+  s.ooms[0].figures.blocks_synced_at_seq = 40;
+  auto checks = EvaluateGate(s, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_EQ(checks[0].name, "device 0 block visibility at OOM (seq 99)");
+}
+
+TEST(GateCheck, MaxIncreaseNeedsBlocksFollowedOverTheRun) {
+  ModelSummary s = OneDevice();
+  s.block_syncs = 1;
+  s.last_block_sync_seq = 5;
+  GateLimits limits;
+  limits.max_increase = 0.05;
+  limits.baseline_max_fragmentation[0] = 0.74;
+  auto checks = EvaluateGate(s, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_NE(checks[0].reason.find("max fragmentation over the run is not known"), std::string::npos)
+      << checks[0].reason;
+  limits.allow_coarse_blocks = true;
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0) << "0.75 - 0.74 = 0.01 <= 0.05";
+}
+
 TEST(GateCheck, EmptyTraceFails) {
   GateLimits limits;
   limits.max_fragmentation = 0.5;

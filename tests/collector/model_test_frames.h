@@ -182,6 +182,17 @@ class FrameFeed {
     model_->Apply(f);
   }
 
+  // A mark; `blocks_synced`: the sub-allocator's blocks were just read from its own state.
+  void Mark(const std::string& label, bool blocks_synced = false) {
+    v1::Frame f;
+    v1::Mark* m = f.mutable_mark();
+    m->set_seq(++seq_);
+    m->set_time_ns(seq_ * 1000);
+    m->set_label(label);
+    m->set_blocks_synced(blocks_synced);
+    model_->Apply(f);
+  }
+
   void Drops(uint64_t dropped) {
     v1::Frame f;
     f.mutable_drops()->set_seq(seq_);

@@ -64,6 +64,21 @@ TEST(ReportCaveatsTest, EachLimitOfTheFiguresIsStatedOnceInOrder) {
   }
 }
 
+TEST(ReportCaveatsTest, BlocksKnownAtSyncsOnlyAreSaidToBeSo) {
+  ModelSummary s;
+  s.block_syncs = 4;
+  s.last_block_sync_seq = 812;
+  ASSERT_EQ(ReportCaveats(s).size(), 1u);
+  const std::string c = ReportCaveats(s)[0];
+  EXPECT_NE(c.find("read from its own state at 4 sync(s) only"), std::string::npos) << c;
+  EXPECT_NE(c.find("the last at seq 812"), std::string::npos) << c;
+  EXPECT_NE(c.find("peaks and maxima may be higher than shown."), std::string::npos) << c;
+  s.blocks_known_at_end = false;
+  EXPECT_NE(ReportCaveats(s)[0].find("the final figures are those of the last sync."),
+            std::string::npos)
+      << ReportCaveats(s)[0];
+}
+
 TEST(ReportCaveatsTest, ALossOfUnknownSizeIsNotReportedAsZero) {
   ModelSummary s;
   s.approximate_intervals.push_back({41, 43, 0});  // a resync with no Drops frame before it

@@ -470,6 +470,33 @@ TEST(ReportJsonTest, LostEventsNobodyCountedAreNullNotZero) {
   EXPECT_EQ(intervals[1]["to_seq"].text, "20");
 }
 
+TEST(ReportJsonTest, BlocksKnownAtSyncsOnlyAreSaidToBeSo) {
+  std::ostringstream followed;
+  RenderJson(testing::FragmentationOomSummary(), followed, {.pretty = false});
+  const JsonValue f = ParseOrFail(followed.str());
+  EXPECT_EQ(f["block_syncs"].text, "0");
+  EXPECT_TRUE(f["blocks_known_at_end"].boolean);
+  EXPECT_TRUE(f["ooms"][0]["blocks_synced_at_seq"].is_null());
+
+  ProcessModel model;
+  testing::FrameFeed feed(&model);
+  feed.Device(0, 16 * kGiB);
+  feed.Malloc(0x7f0000000000, kGiB);
+  feed.BlockAlloc(0x7f0000000000, 512 * kMiB);
+  feed.Mark("PyTorch blocks synced (start)", /*blocks_synced=*/true);  // seq 3
+  feed.Malloc(0x7f0100000000, 2 * kMiB);
+  feed.Failed(768 * kMiB, 0, /*from_sub_allocator=*/false, 256 * kMiB, 16 * kGiB);
+  std::ostringstream out;
+  RenderJson(model.Summarize(), out, {.pretty = false});
+  const JsonValue v = ParseOrFail(out.str());
+  EXPECT_EQ(v["block_syncs"].text, "1");
+  EXPECT_EQ(v["last_block_sync_seq"].text, "3");
+  EXPECT_FALSE(v["blocks_known_at_end"].boolean);
+  ASSERT_EQ(v["ooms"].items.size(), 1u);
+  EXPECT_EQ(v["ooms"][0]["blocks_synced_at_seq"].text, "3");
+  EXPECT_EQ(v["ooms"][0]["class"].text, "unknown");
+}
+
 TEST(ReportJsonTest, HostileStringsStayValidJson) {
   ProcessModel model;
   v1::Frame hello;

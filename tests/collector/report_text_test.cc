@@ -70,6 +70,24 @@ TEST(ReportTextTest, UnknownFiguresPrintTheirReason) {
   ExpectContains(text, "stream cut before its end");
 }
 
+TEST(ReportTextTest, BlocksFromASyncEventsAgoAreMarkedAsSuch) {
+  ProcessModel model;
+  testing::FrameFeed feed(&model);
+  feed.Device(0, 16 * kGiB);
+  feed.Malloc(0x7f0000000000, kGiB);
+  feed.BlockAlloc(0x7f0000000000, 512 * kMiB);
+  feed.Mark("PyTorch blocks synced (start)", /*blocks_synced=*/true);
+  feed.Malloc(0x7f0100000000, 2 * kMiB);  // the program ran on
+  feed.Failed(768 * kMiB, 0, /*from_sub_allocator=*/false, 256 * kMiB, 16 * kGiB);
+  const std::string text = Render(model.Summarize());
+  ExpectContains(text, "class: unknown");
+  ExpectContains(text, "allocated              514.00 MiB     blocks as of the sync at seq 3\n");
+  ExpectContains(text, "largest free range     512.00 MiB     blocks as of the sync at seq 3\n");
+  ExpectContains(text,
+                 "Note: the sub-allocator's blocks (PyTorch's) were read from its own "
+                 "state at 1 sync(s) only");
+}
+
 class FakeSymbolizer : public Symbolizer {
  public:
   std::vector<SymbolizedFrame> Symbolize(uint64_t pc) override {

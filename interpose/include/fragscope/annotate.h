@@ -44,6 +44,12 @@ void fragscope_block_free_pending(void* ptr, int device, void* stream) __attribu
 void fragscope_alloc_failed(size_t size, int device, void* stream) __attribute__((weak));
 /* A label in the timeline, e.g. "step 12"; reports and gates use it to speak of steps. */
 void fragscope_mark(const char* label) __attribute__((weak));
+/* For a sub-allocator that is not followed block by block but read from its own state at times
+ * (a snapshot diff): its blocks were just brought up to date, with the block events above sent
+ * before this call. A mark labelled `label` that tells reports the blocks are known at such
+ * syncs only: figures between two syncs (peaks, fragmentation maxima) may miss blocks that came
+ * and went, and a failure long after the last sync is not judged against its blocks. */
+void fragscope_blocks_synced(const char* label) __attribute__((weak));
 
 static inline void fragscope_annotate_block_alloc(void* ptr, size_t size, int device, void* stream,
                                                   uint64_t pool) {
@@ -64,6 +70,9 @@ static inline void fragscope_annotate_alloc_failed(size_t size, int device, void
 }
 static inline void fragscope_annotate_mark(const char* label) {
   if (fragscope_mark) fragscope_mark(label);
+}
+static inline void fragscope_annotate_blocks_synced(const char* label) {
+  if (fragscope_blocks_synced) fragscope_blocks_synced(label);
 }
 /* Non-zero when the agent is loaded (the annotations go somewhere). */
 static inline int fragscope_annotate_active(void) { return fragscope_mark != 0; }

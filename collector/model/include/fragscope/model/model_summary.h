@@ -199,6 +199,10 @@ struct OomFigures {
   // Backing of the VMM reservations a sub-allocator carves on the device: segments that grow in
   // place (PyTorch's expandable segments), so advice to turn those on does not apply.
   uint64_t carved_reservation_bytes = 0;
+  // Set when the stream knows the sub-allocator's blocks only at syncs (Mark.blocks_synced) and
+  // events came between the last sync and this failure: the block figures above (allocated,
+  // cached, the free ranges) are that sync's, the seq given here, not the failure's.
+  std::optional<uint64_t> blocks_synced_at_seq;
 };
 
 struct OomPostMortem {
@@ -279,6 +283,15 @@ struct ModelSummary {
   // undercount. 0: every snapshot was complete.
   uint64_t live_entries_not_held = 0;
   uint64_t not_held_since_seq = 0;
+  // Syncs of a sub-allocator's blocks (Mark.blocks_synced: a snapshot diff of PyTorch's state,
+  // an injected attach's import). Non-zero: those blocks are known at the syncs only, so the
+  // figures between two syncs (peaks, maxima, the timeline) may miss blocks that came and went.
+  // 0: blocks are followed one by one (or there are none).
+  uint64_t block_syncs = 0;
+  uint64_t last_block_sync_seq = 0;
+  // Whether the final figures hold the blocks as they were at the end: no syncs at all, or no
+  // event after the last one (the adapter's exit sync, an attach's detach sync).
+  bool blocks_known_at_end = true;
 
   std::vector<DeviceSummary> devices;                // by ordinal
   std::vector<FailedAllocation> failed_allocations;  // in seq order

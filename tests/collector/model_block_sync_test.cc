@@ -1,0 +1,116 @@
+// Blocks known at syncs only (collector/REPORT.md, "Blocks known at syncs only"): a
+// sub-allocator read from its own state (PyTorch's snapshot diffs) ends each sync with a
+// Mark.blocks_synced. The model counts the syncs, knows whether the final figures are a sync's
+// fresh state, and does not classify a failure against blocks from a sync events ago.
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "fragscope/model/process_model.h"
+#include "model_test_frames.h"
+
+namespace fragscope {
+namespace {
+
+using testing::FrameFeed;
+using testing::kGiB;
+using testing::kMiB;
+
+constexpr uint64_t kBase = 0x7f0000000000;
+constexpr uint64_t kTotal = 16 * kGiB;
+
+// Two 1 GiB segments, each with a 512 MiB block at its start (read by a sync): 1 GiB cached in
+// two 512 MiB pieces.
+void SyncTwoHalfFullSegments(FrameFeed& feed) {
+  feed.Device(0, kTotal);
+  feed.Malloc(kBase, kGiB);
+  feed.Malloc(kBase + 4 * kGiB, kGiB);
+  feed.BlockAlloc(kBase, 512 * kMiB);
+  feed.BlockAlloc(kBase + 4 * kGiB, 512 * kMiB);
+  feed.Mark("PyTorch blocks synced (start)", /*blocks_synced=*/true);
+}
+
+TEST(ModelBlockSyncTest, AStreamThatFollowsEveryBlockHasNoSyncs) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Malloc(kBase, kGiB);
+  feed.BlockAlloc(kBase, 512 * kMiB);
+  feed.Mark("step 1");  // a user's mark is not a sync
+  feed.Malloc(kBase + 4 * kGiB, kGiB);
+  const ModelSummary s = model.Summarize();
+  EXPECT_EQ(s.block_syncs, 0u);
+  EXPECT_EQ(s.last_block_sync_seq, 0u);
+  EXPECT_TRUE(s.blocks_known_at_end);
+}
+
+TEST(ModelBlockSyncTest, SyncsAreCountedAndTheEndIsKnownOnlyRightAfterOne) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  SyncTwoHalfFullSegments(feed);
+  const uint64_t first_sync = feed.next_seq() - 1;
+  ModelSummary s = model.Summarize();
+  EXPECT_EQ(s.block_syncs, 1u);
+  EXPECT_EQ(s.last_block_sync_seq, first_sync);
+  EXPECT_TRUE(s.blocks_known_at_end) << "nothing happened since the sync";
+
+  // The program runs on: a segment comes, and with it time in which blocks may change unseen.
+  feed.Malloc(kBase + 8 * kGiB, kGiB);
+  feed.MemInfo(0, 8 * kGiB, kTotal);
+  s = model.Summarize();
+  EXPECT_FALSE(s.blocks_known_at_end);
+
+  // The exit sync: the blocks are known again, and a sample or a mark after it changes nothing.
+  feed.BlockAlloc(kBase + 8 * kGiB, 256 * kMiB);
+  feed.Mark("PyTorch blocks synced (exit)", /*blocks_synced=*/true);
+  const uint64_t exit_sync = feed.next_seq() - 1;
+  feed.MemInfo(0, 8 * kGiB, kTotal);
+  feed.Mark("done");
+  feed.End();
+  s = model.Summarize();
+  EXPECT_EQ(s.block_syncs, 2u);
+  EXPECT_EQ(s.last_block_sync_seq, exit_sync);
+  EXPECT_TRUE(s.blocks_known_at_end);
+  ASSERT_EQ(s.devices.size(), 1u);
+  EXPECT_EQ(s.devices[0].allocated_bytes, kGiB + 256 * kMiB);
+}
+
+TEST(ModelBlockSyncTest, AnOomRightAfterItsSyncIsJudgedAsUsual) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  SyncTwoHalfFullSegments(feed);
+  // PyTorch's OOM observer: the sync (above), then the sub-allocator's failure.
+  feed.Failed(768 * kMiB, 0, /*from_sub_allocator=*/true, 256 * kMiB, kTotal);
+  const ModelSummary s = model.Summarize();
+  ASSERT_EQ(s.ooms.size(), 1u);
+  EXPECT_EQ(s.ooms[0].oom_class, OomClass::kFragmentation);
+  EXPECT_FALSE(s.ooms[0].figures.blocks_synced_at_seq.has_value());
+}
+
+TEST(ModelBlockSyncTest, AFailureEventsAfterTheLastSyncIsNotJudgedAgainstItsBlocks) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  SyncTwoHalfFullSegments(feed);
+  const uint64_t sync = feed.next_seq() - 1;
+  // The program ran on (a driver allocation) and then a driver OOM that PyTorch did not report:
+  // the blocks of the sync say fragmentation, but they are not the blocks of the failure.
+  feed.Malloc(kBase + 8 * kGiB, 2 * kMiB);
+  feed.Failed(768 * kMiB, 0, /*from_sub_allocator=*/false, 256 * kMiB, kTotal);
+  feed.End();
+  const ModelSummary s = model.Summarize();
+  ASSERT_EQ(s.ooms.size(), 1u);
+  const OomPostMortem& o = s.ooms[0];
+  EXPECT_EQ(o.oom_class, OomClass::kUnknown);
+  ASSERT_TRUE(o.figures.blocks_synced_at_seq.has_value());
+  EXPECT_EQ(*o.figures.blocks_synced_at_seq, sync);
+  EXPECT_NE(o.explanation.find("the class would be fragmentation"), std::string::npos)
+      << o.explanation;
+  EXPECT_NE(o.explanation.find(absl::StrCat("seq ", sync)), std::string::npos) << o.explanation;
+  // The sync's figures are still given, as such.
+  EXPECT_EQ(o.figures.cached_bytes, kGiB);
+  EXPECT_EQ(o.figures.largest_free_range_bytes, 512 * kMiB);
+  ASSERT_FALSE(o.advice.empty());
+  EXPECT_NE(o.advice[0].find("OOM observer"), std::string::npos) << o.advice[0];
+}
+
+}  // namespace
+}  // namespace fragscope

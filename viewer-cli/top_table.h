@@ -1,0 +1,26 @@
+// The table `fragscope top` prints, from the collector's JSON answer (session_server.h): one row
+// per process and device. Separate from the command so tests can render it without a daemon.
+#ifndef FRAGSCOPE_VIEWER_CLI_TOP_TABLE_H_
+#define FRAGSCOPE_VIEWER_CLI_TOP_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+namespace fragscope::cli {
+
+// Event counts seen at the previous refresh, by pid: (events, seconds since start).
+using TopRates = std::map<uint64_t, std::pair<uint64_t, double>>;
+
+// The table for `doc` at `now` seconds, `pid_filter` > 0 keeping one process. Rates are events
+// per second since the previous call with the same `rates`, which it updates. Figures that are
+// not measured now are never shown as if they were: unknown bytes read "unknown", and a process
+// whose sub-allocator blocks are known at syncs only (PyTorch's snapshot diffs) and not fresh
+// has its block columns starred, with a note under the table.
+std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates, double now);
+
+}  // namespace fragscope::cli
+
+#endif  // FRAGSCOPE_VIEWER_CLI_TOP_TABLE_H_
