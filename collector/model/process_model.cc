@@ -1197,9 +1197,11 @@ void ProcessModel::Impl::OnMemInfo(const v1::MemInfo& e) {
 }
 
 void ProcessModel::Impl::OnMark(const v1::Mark& e) {
-  if (e.blocks_synced()) {
+  // A sync a replacing snapshot already named (its mark applied after it) counts once, and
+  // does not make blocks fresh that the snapshot's later state may have moved past.
+  if (e.blocks_synced() && e.seq() > last_block_sync_seq_) {
     ++block_syncs_;
-    last_block_sync_seq_ = std::max(last_block_sync_seq_, e.seq());
+    last_block_sync_seq_ = e.seq();
     blocks_fresh_ = true;
   }
   for (auto& [ordinal, d] : devices_) {
@@ -1243,6 +1245,15 @@ bool ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
   } else if (snap.reason() == v1::Snapshot::REASON_RESYNC) {
     // A resync without a Drops frame before it still says events were lost.
     approximate_.push_back({last_good_seq_, snap.seq(), 0});
+  }
+  // Its blocks are a sync's (a dormant agent kept a snapshot diff's blocks without shipping its
+  // marks): known at syncs only, and fresh only if nothing happened after that sync.
+  if (snap.last_blocks_synced_seq() > last_block_sync_seq_) {
+    ++block_syncs_;
+    last_block_sync_seq_ = snap.last_blocks_synced_seq();
+    blocks_fresh_ = snap.last_blocks_synced_seq() == snap.seq();
+  } else if (block_syncs_ > 0) {
+    blocks_fresh_ = blocks_fresh_ && snap.seq() <= last_block_sync_seq_;
   }
   // Replace the stream's live state with the snapshot's.
   segments_.clear();

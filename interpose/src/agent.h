@@ -39,7 +39,10 @@ struct AgentState {
   MpscRing<EventRecord> ring;
   StackTable stacks;
   LiveTable live;
-  std::atomic<uint64_t> seq{0};         // last sequence number handed out
+  std::atomic<uint64_t> seq{0};  // last sequence number handed out
+  // The seq of the last blocks_synced Mark (RecordMark), dormant or not: 0 while a
+  // sub-allocator's blocks, if any, are followed one by one (Snapshot.last_blocks_synced_seq).
+  std::atomic<uint64_t> last_blocks_synced_seq{0};
   std::atomic<uint64_t> ring_drops{0};  // events refused by a full ring, this stream
   std::atomic<bool> recording{false};   // hooks keep the live table (configured, initialized)
   // Hooks also stamp stacks and push events (a stream is wanted). False while dormant

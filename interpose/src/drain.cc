@@ -172,6 +172,13 @@ void ReadProcessInfo() {
 }
 
 // Returns the seq the snapshot is exact at (0 if it could not be written).
+// The last blocks_synced mark a snapshot exact at `seq` holds the blocks of (0: none, or only
+// marks after it, which the stream ships itself).
+uint64_t BlocksSyncedAtOrBelow(uint64_t seq) {
+  const uint64_t last = Agent().last_blocks_synced_seq.load(std::memory_order_acquire);
+  return last <= seq ? last : 0;
+}
+
 uint64_t WriteSnapshot(SnapshotReason reason) {
   AgentState& a = Agent();
   DrainState& d = g_drain;
@@ -183,7 +190,7 @@ uint64_t WriteSnapshot(SnapshotReason reason) {
     // An injected agent started with the attach: what was allocated before is unknown.
     SnapshotEncoder snapshot(w, now, reason, /*complete_history=*/!a.injected);
     entries = a.live.ForEachAt(a.seq, &seq, [&](const LiveEntry& e) { snapshot.Add(e); });
-    return snapshot.Finish(seq, a.live.overflows());
+    return snapshot.Finish(seq, a.live.overflows(), BlocksSyncedAtOrBelow(seq));
   };
   // The previous snapshot's size, plus a quarter, says whether the write buffer is likely to
   // hold this one; Put fails cleanly when it does not (one scan wasted), and the scratch
@@ -347,7 +354,7 @@ void BeginSegment(SnapshotReason reason, const DropsData* drops) {
       snapshot.Add(e);
       WriteStackById(e.stack_id);
     });
-    const bool ok = snapshot.Finish(seq, a.live.overflows());
+    const bool ok = snapshot.Finish(seq, a.live.overflows(), BlocksSyncedAtOrBelow(seq));
     FlushWriter();
     if (ok && d.output.is_open()) WriteOut(big.data(), big.size());
     munmap(mem, bound);

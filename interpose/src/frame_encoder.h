@@ -107,10 +107,12 @@ class SnapshotEncoder {
   SnapshotEncoder(WireWriter& w, uint64_t time_ns, SnapshotReason reason, bool complete_history);
   void Add(const LiveEntry& entry);
   // `entries_not_held`: inserts the live table refused so far (LiveTable::overflows()), read
-  // after the scan so that a refusal during it is counted too.
-  bool Finish(uint64_t seq, uint64_t entries_not_held = 0) {
+  // after the scan so that a refusal during it is counted too. `last_blocks_synced_seq`:
+  // AgentState::last_blocks_synced_seq, at or below `seq`.
+  bool Finish(uint64_t seq, uint64_t entries_not_held = 0, uint64_t last_blocks_synced_seq = 0) {
     w_.Uint64(1, seq);
     w_.Uint64(10, entries_not_held);
+    w_.Uint64(11, last_blocks_synced_seq);
     return frame_.Close();
   }
 

@@ -263,6 +263,13 @@ void RecordMark(const char* label, bool blocks_synced) {
   r.label_size = static_cast<uint8_t>(n);
   if (blocks_synced) r.flags |= kFlagBlocksSynced;
   r.seq = NextSeq();
+  if (blocks_synced) {
+    // Before the push: a snapshot whose scan starts after this mark's seq names it.
+    uint64_t last = Agent().last_blocks_synced_seq.load(std::memory_order_relaxed);
+    while (last < r.seq && !Agent().last_blocks_synced_seq.compare_exchange_weak(
+                               last, r.seq, std::memory_order_release)) {
+    }
+  }
   Submit(r);
 }
 

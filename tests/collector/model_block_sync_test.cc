@@ -112,5 +112,69 @@ TEST(ModelBlockSyncTest, AFailureEventsAfterTheLastSyncIsNotJudgedAgainstItsBloc
   EXPECT_NE(o.advice[0].find("OOM observer"), std::string::npos) << o.advice[0];
 }
 
+// A dormant agent keeps the fallback's diffs in its live table without shipping their marks:
+// the woken stream's snapshot names the last sync, and its blocks are that sync's.
+v1::Snapshot WokenSnapshot(uint64_t last_blocks_synced_seq) {
+  v1::Snapshot snap;
+  snap.set_reason(v1::Snapshot::REASON_STREAM_START);
+  snap.set_complete_history(true);
+  snap.set_last_blocks_synced_seq(last_blocks_synced_seq);
+  v1::LiveAllocation* a = snap.add_allocations();
+  a->set_address(kBase);
+  a->set_size(kGiB);
+  a->set_device(0);
+  a->set_api(v1::API_cudaMalloc);
+  a->set_kind(v1::MEMORY_KIND_DEVICE);
+  v1::LiveBlock* b = snap.add_blocks();
+  b->set_address(kBase);
+  b->set_size(512 * kMiB);
+  b->set_device(0);
+  return snap;
+}
+
+TEST(ModelBlockSyncTest, AWokenAgentsSnapshotNamesTheSyncItsBlocksCameFrom) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Hello(/*attached=*/true);
+  feed.Device(0, kTotal);
+  feed.SnapshotAt(WokenSnapshot(40), 50);  // events 41..50 came after the sync
+  ModelSummary s = model.Summarize();
+  EXPECT_EQ(s.block_syncs, 1u);
+  EXPECT_EQ(s.last_block_sync_seq, 40u);
+  EXPECT_FALSE(s.blocks_known_at_end);
+  ASSERT_EQ(s.devices.size(), 1u);
+  EXPECT_EQ(s.devices[0].allocated_bytes, 512 * kMiB);
+
+  ProcessModel right_after;
+  FrameFeed feed2(&right_after);
+  feed2.Device(0, kTotal);
+  feed2.SnapshotAt(WokenSnapshot(50), 50);
+  s = right_after.Summarize();
+  EXPECT_EQ(s.block_syncs, 1u);
+  EXPECT_TRUE(s.blocks_known_at_end);
+
+  // A snapshot of an agent that never synced blocks says nothing of the kind.
+  ProcessModel followed;
+  FrameFeed feed3(&followed);
+  feed3.Device(0, kTotal);
+  feed3.SnapshotAt(WokenSnapshot(0), 50);
+  EXPECT_EQ(followed.Summarize().block_syncs, 0u);
+}
+
+TEST(ModelBlockSyncTest, AMarkTheSnapshotAlreadyNamedCountsOnce) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.SnapshotAt(WokenSnapshot(40), 50);
+  // The sync's own mark, written after the snapshot: the same sync, and older than its state.
+  v1::Frame mark;
+  mark.mutable_mark()->set_seq(40);
+  mark.mutable_mark()->set_blocks_synced(true);
+  model.Apply(mark);
+  const ModelSummary s = model.Summarize();
+  EXPECT_EQ(s.block_syncs, 1u);
+  EXPECT_FALSE(s.blocks_known_at_end);
+}
+
 }  // namespace
 }  // namespace fragscope

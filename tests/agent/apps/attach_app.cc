@@ -6,7 +6,8 @@
 // ATTACH_APP_NOT_DUMPABLE=1 makes it non-dumpable (prctl), so that only CAP_SYS_PTRACE may trace
 // it. ATTACH_APP_SECOND_DEVICE=1 (with FAKECUDA_DEVICES=2) also allocates on device 1 in phases
 // 1 (one of them stream-ordered) and 3, and frees one of those in phase 2 while device 0 is
-// current.
+// current. ATTACH_APP_SYNCED_BLOCKS=1 reports, at the end of phase 1, a 1 MiB block inside the
+// 4 MiB allocation as a snapshot diff does (late, then fragscope_blocks_synced).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -17,6 +18,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+
+#include "fragscope/annotate.h"
 
 namespace {
 
@@ -81,6 +84,10 @@ int main() {
                 static_cast<void*>(pool));
     cudaStreamSynchronize(nullptr);
     cudaSetDevice(0);
+  }
+  if (std::getenv("ATTACH_APP_SYNCED_BLOCKS") != nullptr) {
+    fragscope_annotate_block_alloc_late(a[3], kMiB, 0, nullptr, 0);
+    fragscope_annotate_blocks_synced("test sync");
   }
   if (!WaitForLine(1)) return 0;
   // Phase 2: the attached part.
