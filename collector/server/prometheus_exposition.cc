@@ -73,6 +73,14 @@ constexpr Family kFailed{"fragscope_failed_allocations_total", "counter",
 constexpr Family kOoms{"fragscope_ooms_total", "counter", "OOM post-mortems by class."};
 constexpr Family kConnected{"fragscope_stream_connected", "gauge",
                             "1 while the process's agent is connected."};
+constexpr Family kBlockSyncs{
+    "fragscope_block_syncs_total", "counter",
+    "Reads of a sub-allocator's blocks from its own state (PyTorch snapshot diffs); 0 while its "
+    "blocks are followed one by one."};
+constexpr Family kBlocksFresh{
+    "fragscope_blocks_fresh", "gauge",
+    "1 when allocated, cached, largest free range and fragmentation hold the sub-allocator's "
+    "blocks as they are now; 0 when they are those of its last sync (see block_syncs)."};
 
 }  // namespace
 
@@ -85,6 +93,8 @@ std::string RenderPrometheus(const std::vector<SessionServer::StreamState>& stre
     e.Add(kEvents, proc, static_cast<double>(s.summary.events));
     e.Add(kDrops, proc, static_cast<double>(s.summary.drops));
     e.Add(kFailed, proc, static_cast<double>(s.summary.failed_allocations.size()));
+    e.Add(kBlockSyncs, proc, static_cast<double>(s.summary.block_syncs));
+    e.Add(kBlocksFresh, proc, s.summary.blocks_known_at_end ? 1 : 0);
     std::map<std::string, int> by_class;
     for (const OomPostMortem& o : s.summary.ooms) ++by_class[OomClassName(o.oom_class)];
     for (const auto& [cls, n] : by_class) e.Add(kOoms, proc + ",class=\"" + cls + "\"", n);
