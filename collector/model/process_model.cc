@@ -216,6 +216,8 @@ class ProcessModel::Impl {
   uint64_t block_syncs_ = 0;
   uint64_t last_block_sync_seq_ = 0;
   bool blocks_fresh_ = false;
+  // ModelSummary::history_from_seq.
+  std::optional<uint64_t> history_from_seq_;
 
   std::map<int, DeviceState> devices_;
   DeviceState* last_device_ = nullptr;  // the one Device() returned last
@@ -1239,6 +1241,8 @@ bool ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
     history_complete_ = true;
   }
   if (!snapshot_policy_.Replaces(snap)) return false;
+  // At the head of the stream: what happened before it is not in this stream.
+  if (events_ == 0 && !history_from_seq_) history_from_seq_ = snap.seq();
   if (drop_interval_open_) {
     approximate_.back().to_seq = snap.seq();
     drop_interval_open_ = false;
@@ -1341,6 +1345,7 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.unmatched_events = unmatched_;
   out.live_entries_not_held = live_entries_not_held_;
   out.not_held_since_seq = not_held_since_seq_;
+  out.history_from_seq = history_from_seq_;
   out.block_syncs = block_syncs_;
   out.last_block_sync_seq = last_block_sync_seq_;
   out.blocks_known_at_end = block_syncs_ == 0 || blocks_fresh_;

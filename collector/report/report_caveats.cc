@@ -21,6 +21,13 @@ std::vector<std::string> ReportCaveats(const ModelSummary& s) {
     // first CUDA call, so nothing before the attach is missing.
     out.push_back("the agent started after the program; memory allocated before is untracked.");
   }
+  if (s.history_from_seq && !s.imported) {
+    out.push_back(absl::StrFormat(
+        "the trace begins at seq %d with a snapshot of what was live then (a flight-recorder "
+        "segment, a late connect or an attach): peaks, maxima and failures before it are not in "
+        "this trace.",
+        *s.history_from_seq));
+  }
   if (s.block_syncs > 0) {
     out.push_back(absl::StrFormat(
         "the sub-allocator's blocks (PyTorch's) were read from its own state at %d sync(s) only "

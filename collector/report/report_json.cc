@@ -280,6 +280,12 @@ void JsonReport::Render() {
   w_.Field("attached", s_.attached);
   w_.Field("imported", s_.imported);
   w_.Field("history_complete", s_.history_complete);
+  w_.Key("history_from_seq");
+  if (s_.history_from_seq) {
+    w_.Uint(*s_.history_from_seq);
+  } else {
+    w_.Null();
+  }
   w_.Field("release_stacks", s_.release_stacks);
   w_.Field("stream_ended", s_.stream_ended);
   w_.Key("exit_status");

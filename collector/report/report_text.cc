@@ -90,8 +90,14 @@ void TextReport::Device(const DeviceSummary& d) {
   if (!d.name.empty()) out_ << " (" << d.name << ")";
   if (!d.uuid_hex.empty()) out_ << " uuid " << d.uuid_hex;
   out_ << " — total " << Bytes(d.total_bytes) << "\n";
-  Row("reserved", FormatBytes(d.reserved_bytes), "peak " + FormatBytes(d.peak_reserved_bytes));
-  Row("allocated", FormatBytes(d.allocated_bytes), "peak " + FormatBytes(d.peak_allocated_bytes));
+  // A stream that begins mid-run knows its peaks from there on only.
+  const std::string since = s_.history_from_seq && !s_.imported
+                                ? absl::StrFormat(" since seq %d", *s_.history_from_seq)
+                                : "";
+  Row("reserved", FormatBytes(d.reserved_bytes),
+      "peak " + FormatBytes(d.peak_reserved_bytes) + since);
+  Row("allocated", FormatBytes(d.allocated_bytes),
+      "peak " + FormatBytes(d.peak_allocated_bytes) + since);
   Row("cached", FormatBytes(d.cached_bytes), "free inside annotated segments");
   Row("largest free range", FormatBytes(d.largest_free_range_bytes));
   Row("fragmentation", d.fragmentation.value ? FormatPercent(*d.fragmentation.value) : "n/a",

@@ -236,6 +236,8 @@ TEST(TorchImportTest, TheDetachBringsTheBlocksUpToDate) {
   // figures are the detach's.
   EXPECT_EQ(report["block_syncs"].get<uint64_t>(), 2u) << report.dump();
   EXPECT_TRUE(report["blocks_known_at_end"].get<bool>());
+  // The stream began at the attach's snapshot: peaks before it are not in it.
+  EXPECT_TRUE(report["process"]["history_from_seq"].is_number_unsigned()) << report.dump();
   // No driver call during the attach, yet the wake's own free/total sample measures what lies
   // outside PyTorch's memory: at least the 3 MiB the program took outside it.
   ASSERT_FALSE(device["untracked_bytes"].is_null()) << device.dump();

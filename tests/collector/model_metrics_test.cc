@@ -458,6 +458,8 @@ TEST(ModelMetricsTest, PeriodicSnapshotOfAFollowedStreamIsASeekPoint) {
   EXPECT_EQ(s.unmatched_events, 0u);
   EXPECT_EQ(s.events, 4u);
   EXPECT_TRUE(s.approximate_intervals.empty());
+  // The stream began with its first event: its history is all there.
+  EXPECT_FALSE(s.history_from_seq.has_value());
 }
 
 // A flight-recorder file starts with a PERIODIC snapshot and no event before it: that snapshot
@@ -474,13 +476,16 @@ TEST(ModelMetricsTest, PeriodicSnapshotBeforeAnyEventIsTheStartingState) {
   a->set_device(0);
   a->set_api(v1::API_cudaMalloc);
   a->set_kind(v1::MEMORY_KIND_DEVICE);
-  feed.Snapshot(snap);
+  feed.Snapshot(snap);  // seq 1
   EXPECT_EQ(DeviceOf(model.Summarize(), 0).reserved_bytes, 64 * kMiB);
   // From there on the stream is followed: a later PERIODIC snapshot changes nothing.
   feed.Malloc(kBase + kGiB, 32 * kMiB);
   v1::Snapshot stale = snap;
   feed.Snapshot(stale);
-  EXPECT_EQ(DeviceOf(model.Summarize(), 0).reserved_bytes, 96 * kMiB);
+  const ModelSummary s = model.Summarize();
+  EXPECT_EQ(DeviceOf(s, 0).reserved_bytes, 96 * kMiB);
+  // Peaks and failures before the file's first snapshot are in an older file, not here.
+  EXPECT_EQ(s.history_from_seq, std::optional<uint64_t>(1));
 }
 
 // Lost events make the next PERIODIC snapshot a repair, as a RESYNC is.

@@ -64,6 +64,25 @@ TEST(ReportCaveatsTest, EachLimitOfTheFiguresIsStatedOnceInOrder) {
   }
 }
 
+TEST(ReportCaveatsTest, AStreamThatBeginsMidRunSaysItsPeaksAreFromThereOn) {
+  ModelSummary s;
+  s.history_from_seq = 172070;
+  ASSERT_EQ(ReportCaveats(s).size(), 1u);
+  EXPECT_EQ(ReportCaveats(s)[0],
+            "the trace begins at seq 172070 with a snapshot of what was live then (a "
+            "flight-recorder segment, a late connect or an attach): peaks, maxima and failures "
+            "before it are not in this trace.");
+  DeviceSummary d;
+  d.peak_reserved_bytes = 3 << 20;
+  s.devices.push_back(d);
+  EXPECT_NE(Text(s).find("peak 3.00 MiB since seq 172070\n"), std::string::npos) << Text(s);
+  // An imported snapshot says so in its own words, once.
+  s.imported = true;
+  ASSERT_EQ(ReportCaveats(s).size(), 1u);
+  EXPECT_NE(ReportCaveats(s)[0].find("the state at the moment of the snapshot"), std::string::npos);
+  EXPECT_EQ(Text(s).find("since seq"), std::string::npos) << Text(s);
+}
+
 TEST(ReportCaveatsTest, BlocksKnownAtSyncsOnlyAreSaidToBeSo) {
   ModelSummary s;
   s.block_syncs = 4;

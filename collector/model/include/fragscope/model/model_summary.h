@@ -268,6 +268,10 @@ struct ModelSummary {
   // False when the agent started after the program (Hello.attached, or a Snapshot without
   // complete_history): memory from before is in `untracked`, reported unknown without a sample.
   bool history_complete = true;
+  // Set when the stream begins with a Snapshot (a flight-recorder segment, a late connect, a
+  // wake, an attach) instead of the program's first event: the live state is the snapshot's,
+  // but peaks, maxima and failures before this seq are not in the stream.
+  std::optional<uint64_t> history_from_seq;
 
   uint64_t frames = 0;
   uint64_t events = 0;  // event frames applied (alloc, free, map, handle, block, failed, ...)
