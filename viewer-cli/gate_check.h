@@ -28,6 +28,10 @@ struct GateLimits {
   // stranded bytes and fragmentation at a moment between syncs are not known, and fail a
   // visibility check unless this allows judging the blocks of the last sync instead.
   bool allow_coarse_blocks = false;
+  // A stream that begins mid-run (ModelSummary::history_from_seq: a flight-recorder segment, a
+  // late connect, an attach) knows its peak and maximum from there on only: judging them fails
+  // a history check unless this allows judging the window's.
+  bool allow_partial_history = false;
   // Baseline comparison: per device max_fragmentation from an earlier JSON report.
   std::map<int, double> baseline_max_fragmentation;
   std::optional<double> max_increase;  // absolute (0.05 = five percentage points)

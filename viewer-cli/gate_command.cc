@@ -18,12 +18,14 @@ constexpr char kUsage[] =
     "usage: fragscope gate TRACE [--max-fragmentation F] [--max-stranded BYTES]\n"
     "                            [--max-reserved BYTES] [--min-cached BYTES]\n"
     "                            [--at peak|end|oom|all] [--baseline OLD.json --max-increase D]\n"
-    "                            [--allow-opaque] [--allow-coarse-blocks] [--junit OUT.xml]\n"
+    "                            [--allow-opaque] [--allow-coarse-blocks]\n"
+    "                            [--allow-partial-history] [--junit OUT.xml]\n"
     "  F and D are fractions (0.25 = 25 %); BYTES take K/M/G suffixes (powers of 1024).\n"
     "  --at peak (default): the moment of peak reserved memory on each device; all: every\n"
     "  sample, the end and every OOM. Opaque segments fail the gate unless --allow-opaque;\n"
     "  blocks known at syncs only (PyTorch's snapshot diffs) fail it between syncs unless\n"
-    "  --allow-coarse-blocks.\n"
+    "  --allow-coarse-blocks; a trace that begins mid-run fails peak and baseline checks\n"
+    "  unless --allow-partial-history.\n"
     "  Baseline: a `fragscope report --format json` file; D bounds the rise of each device's\n"
     "  max fragmentation. Exit: 0 pass, 1 fail, 2 usage, 3 bad input.\n";
 
@@ -47,6 +49,7 @@ int GateCommand(const std::vector<std::string>& args) {
                                                                 junit;
   bool allow_opaque = false;
   bool allow_coarse_blocks = false;
+  bool allow_partial_history = false;
   ArgReader reader("gate", args);
   reader.Option("max-fragmentation", "", &max_frag);
   reader.Option("max-stranded", "", &max_stranded);
@@ -58,12 +61,14 @@ int GateCommand(const std::vector<std::string>& args) {
   reader.Option("junit", "", &junit);
   reader.Flag("allow-opaque", &allow_opaque);
   reader.Flag("allow-coarse-blocks", &allow_coarse_blocks);
+  reader.Flag("allow-partial-history", &allow_partial_history);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   if (reader.positionals().size() != 1) return Usage("expected exactly one TRACE");
 
   GateLimits limits;
   limits.allow_opaque = allow_opaque;
   limits.allow_coarse_blocks = allow_coarse_blocks;
+  limits.allow_partial_history = allow_partial_history;
   double f = 0;
   if (!max_frag.empty()) {
     if (!ParseFraction(max_frag, &f))

@@ -191,6 +191,29 @@ TEST(GateCheck, MaxIncreaseNeedsBlocksFollowedOverTheRun) {
   EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0) << "0.75 - 0.74 = 0.01 <= 0.05";
 }
 
+// A flight-recorder segment (or a late connect, an attach) begins with a snapshot: the run's
+// peak may lie before it.
+TEST(GateCheck, ATraceThatBeginsMidRunDoesNotJudgeTheRunsPeak) {
+  ModelSummary s = OneDevice();
+  s.history_from_seq = 5000;
+  GateLimits limits;
+  limits.max_reserved_bytes = 4096 * kMiB;  // the window's peak passes
+  auto checks = EvaluateGate(s, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_EQ(checks[0].name, "history");
+  EXPECT_NE(checks[0].reason.find("begins at seq 5000"), std::string::npos) << checks[0].reason;
+  EXPECT_NE(checks[0].reason.find("--allow-partial-history"), std::string::npos);
+  limits.at = GateMoment::kEnd;  // the end is in the window
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0);
+  limits.at = GateMoment::kPeak;
+  limits.allow_partial_history = true;
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0);
+  // An imported snapshot is one moment, judged as such.
+  s.imported = true;
+  limits.allow_partial_history = false;
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0);
+}
+
 TEST(GateCheck, EmptyTraceFails) {
   GateLimits limits;
   limits.max_fragmentation = 0.5;
