@@ -300,9 +300,13 @@ void HtmlReport::Device(const DeviceSummary& d) {
   Figure("stranded", FormatBytes(d.stranded_bytes));
   if (d.opaque_bytes > 0) Figure("opaque segments", FormatBytes(d.opaque_bytes));
   if (d.pending_free_bytes > 0) Figure("pending free", FormatBytes(d.pending_free_bytes));
-  Figure("peak reserved", FormatBytes(d.peak_reserved_bytes));
-  Figure("peak allocated", FormatBytes(d.peak_allocated_bytes));
-  Figure("max fragmentation", d.max_fragmentation);
+  // A stream that begins mid-run knows its peaks from there on only.
+  const std::string since = s_.history_from_seq && !s_.imported
+                                ? absl::StrFormat(" since seq %d", *s_.history_from_seq)
+                                : "";
+  Figure("peak reserved" + since, FormatBytes(d.peak_reserved_bytes));
+  Figure("peak allocated" + since, FormatBytes(d.peak_allocated_bytes));
+  Figure("max fragmentation" + since, d.max_fragmentation);
   Figure("device total", d.total_bytes);
   Figure("device free", d.device_free_bytes);
   Figure("untracked", d.untracked_bytes);

@@ -123,6 +123,16 @@ TEST(HtmlReportTest, StatesTheSameCaveatsAsTheTextReport) {
   EXPECT_NE(page.find("1 live blocks were annotated outside any known segment (2 seen)"),
             std::string::npos);
   EXPECT_EQ(Count(page, "<p class=\"warn\">"), 6);
+  // A stream that begins mid-run: the note, and peaks said to be since its first snapshot;
+  // blocks read at syncs only: the note.
+  in.summary.history_from_seq = 4000;
+  in.summary.block_syncs = 2;
+  in.summary.last_block_sync_seq = 4100;
+  page = Render(in);
+  EXPECT_NE(page.find("The trace begins at seq 4000"), std::string::npos);
+  EXPECT_NE(page.find("peak reserved since seq 4000"), std::string::npos);
+  EXPECT_NE(page.find("at 2 sync(s) only"), std::string::npos);
+  EXPECT_EQ(Count(page, "<p class=\"warn\">"), 8);
 }
 
 // --- In a real browser -----------------------------------------------------------------------
