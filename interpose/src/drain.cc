@@ -48,7 +48,6 @@ struct DrainState {
   std::atomic<bool> stop{false};
   std::atomic<uint32_t> wake_word{0};
   std::atomic<bool> wake_pending{false};
-  std::atomic<bool> blocks_synced_at_wake{false};  // BlocksSyncedAtNextWake
   std::atomic<uint64_t> written{0};  // ring positions below this are written (or dropped)
 
   // Under `lock`:
@@ -171,7 +170,6 @@ void ReadProcessInfo() {
   }
 }
 
-// Returns the seq the snapshot is exact at (0 if it could not be written).
 // The last blocks_synced mark a snapshot exact at `seq` holds the blocks of (0: none, or only
 // marks after it, which the stream ships itself).
 uint64_t BlocksSyncedAtOrBelow(uint64_t seq) {
@@ -179,6 +177,7 @@ uint64_t BlocksSyncedAtOrBelow(uint64_t seq) {
   return last <= seq ? last : 0;
 }
 
+// Returns the seq the snapshot is exact at (0 if it could not be written).
 uint64_t WriteSnapshot(SnapshotReason reason) {
   AgentState& a = Agent();
   DrainState& d = g_drain;
@@ -540,14 +539,6 @@ void EndAttachedStreamLocked(bool write_end) {
   // wake's snapshot, which the min_seq filter then skips.
 }
 
-}  // namespace
-
-void BlocksSyncedAtNextWake() {
-  g_drain.blocks_synced_at_wake.store(true, std::memory_order_release);
-}
-
-namespace {
-
 void Wake(const char* socket_path, char* reply, size_t reply_size) {
   AgentState& a = Agent();
   DrainState& d = g_drain;
@@ -610,9 +601,6 @@ void Wake(const char* socket_path, char* reply, size_t reply_size) {
   // What is outside this process's memory is known from the start, even if the program
   // allocates nothing while attached (its hooks sample free/total only as they record).
   for (int i = 0; i < kMaxDevices; ++i) SampleMemInfoNow(i);
-  if (g_drain.blocks_synced_at_wake.exchange(false, std::memory_order_acq_rel)) {
-    RecordMark("PyTorch blocks imported at the attach", /*blocks_synced=*/true);
-  }
   snprintf(reply, reply_size, "ok streaming seq=%llu live=%zu",
            static_cast<unsigned long long>(seq), live);
 }

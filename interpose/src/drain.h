@@ -29,10 +29,6 @@ void FlushSoon();
 void DrainAtExit();     // stop the thread, write everything; later events are written inline
 void DrainWriteEnd();   // DrainAtExit, then the End frame
 void DrainAfterFork();  // child: forget the parent's thread, lock and stream
-// The next wake's stream has, right after its first snapshot, a Mark with blocks_synced: the
-// live table's sub-allocator blocks were just read from the allocator's own state (an injected
-// attach's PyTorch import), not followed one by one. Thread-safe.
-void BlocksSyncedAtNextWake();
 
 }  // namespace fragscope::agent
 

@@ -9,7 +9,6 @@
 #include <cstring>
 
 #include "agent.h"
-#include "drain.h"
 #include "driver_api.h"
 #include "hook_table.h"
 #include "inject_abi.h"
@@ -207,7 +206,12 @@ fragscope_inject_import_torch(uint32_t wait_ms, const char* adapter_dir) {
     return &answer;
   }
   ImportTorchState(wait_ms, adapter_dir, &answer);
-  if (answer.status == kFragscopeTorchImported) BlocksSyncedAtNextWake();
+  // PyTorch's blocks are in the live table now, read from its state: a sync. Before the wake
+  // the mark is not shipped; the wake's snapshot names it (Snapshot.last_blocks_synced_seq), so
+  // the collector knows these blocks are the import's, and whether anything happened since.
+  if (answer.status == kFragscopeTorchImported) {
+    RecordMark("PyTorch blocks imported at the attach", /*blocks_synced=*/true);
+  }
   return &answer;
 }
 

@@ -194,14 +194,13 @@ TEST(TorchImportTest, AnOomIsJudgedAgainstTheBlocksOfTheOom) {
   EXPECT_TRUE(oom["blocks_synced_at_seq"].is_null()) << oom.dump();
   EXPECT_EQ(oom["explanation"].get<std::string>().find("syncs only"), std::string::npos)
       << oom.dump();
-  // The stream: the import's sync mark after the attach's snapshot, the OOM's diff and its
-  // mark, then the failure.
+  // The stream: the attach's snapshot (naming the import's sync), the OOM's diff and its mark,
+  // then the failure.
   std::vector<std::string> marks;
   for (const nlohmann::json& e : oom["recent_events"]) {
     if (e["kind"] == "mark") marks.push_back(e["label"].get<std::string>());
   }
-  EXPECT_EQ(marks, (std::vector<std::string>{"PyTorch blocks imported at the attach",
-                                             "PyTorch blocks synced (OOM)"}));
+  EXPECT_EQ(marks, (std::vector<std::string>{"PyTorch blocks synced (OOM)"}));
   EXPECT_EQ(report["block_syncs"].get<uint64_t>(), 3u) << "the import, the OOM, the detach";
   // The 4 MiB block was read from a snapshot at the OOM: no allocation site, rather than the
   // observer's own stack (ctypes, libffi) passed off as one.
