@@ -172,13 +172,15 @@ std::string FindControlSocket(pid_t pid, uid_t uid) {
 }
 
 // Sends one command line to the agent and returns its one-line answer ("" if none came).
-std::string AskAgent(const std::string& socket_path, const std::string& command) {
+std::string AskAgent(const std::string& socket_path, const std::string& command,
+                     long timeout_s = 10) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return "";
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
-  timeval timeout{10, 0};  // the agent answers from its background thread within ~100 ms
+  // The agent answers from its background thread within ~100 ms, a sync within its GIL wait.
+  timeval timeout{timeout_s, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   std::string answer;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
@@ -202,6 +204,26 @@ std::string AskAgent(const std::string& socket_path, const std::string& command)
 // Asks the injected agent to import PyTorch's caching-allocator state before the stream starts,
 // and says in one line what was imported, or why nothing was (then memory from before the
 // attach is all `untracked`). Never fatal: the attach goes on either way.
+// A woken dormant agent in a PyTorch process whose blocks the adapter's fallback reads (no C++
+// extension): brings them up to date in the stream through the control socket, at the start
+// (the wake's snapshot holds the last diff's) and at the detach. Says nothing when the process
+// has no such diff (the extension follows every block, or it is not PyTorch).
+void SyncDormantTorch(const std::string& control, uint32_t wait_ms, const char* why) {
+  const std::string answer =
+      AskAgent(control, absl::StrFormat("sync-torch %d %s", wait_ms, why), wait_ms / 1000 + 10);
+  if (answer.rfind("ok synced events=", 0) == 0) {
+    std::fprintf(stderr,
+                 "fragscope attach: PyTorch's blocks brought up to date at the %s (%s block "
+                 "events, the adapter's snapshot diff)\n",
+                 why, answer.substr(17).c_str());
+  } else if (answer.rfind("ok none", 0) != 0) {
+    std::fprintf(stderr,
+                 "fragscope attach: PyTorch's blocks not brought up to date at the %s (%s); its "
+                 "figures are those of the adapter's last snapshot diff\n",
+                 why, answer.empty() ? "no answer" : answer.c_str());
+  }
+}
+
 // At the detach: brings PyTorch's blocks up to date in the stream, when the import left a
 // snapshot diff for it, and says so in one line. Never fatal.
 void SyncTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
@@ -403,6 +425,8 @@ int AttachCommand(const std::vector<std::string>& args) {
   std::fprintf(
       stderr, "fragscope attach: collecting from pid %d (%s); %s\n", pid, answer.c_str(),
       duration_s > 0 ? absl::StrFormat("for %d s", duration_s).c_str() : "Ctrl-C to detach");
+  const uint32_t torch_wait_ms = static_cast<uint32_t>(torch_wait_s * 1000);
+  if (!injected) SyncDormantTorch(control, torch_wait_ms, "attach");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(duration_s);
   while (!g_interrupted && !stream_ended && ProcessExists(pid) &&
          (duration_s == 0 || std::chrono::steady_clock::now() < deadline)) {
@@ -413,7 +437,9 @@ int AttachCommand(const std::vector<std::string>& args) {
   if (!stream_ended && ProcessExists(pid)) {
     // PyTorch's blocks as they are now, while the stream still runs.
     if (torch_synced && injected) {
-      SyncTorch(pid, *injected, static_cast<uint32_t>(torch_wait_s * 1000));
+      SyncTorch(pid, *injected, torch_wait_ms);
+    } else if (!injected) {
+      SyncDormantTorch(control, torch_wait_ms, "detach");
     }
     // Detach: the agent writes End, closes the stream and goes back to dormant.
     detached = AskAgent(control, "sleep").rfind("ok", 0) == 0;

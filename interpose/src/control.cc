@@ -54,6 +54,31 @@ ControlCommand ParseControlCommand(const char* line, size_t length) {
     memcpy(cmd.argument, line + arg, arg_len);
     cmd.argument[arg_len] = '\0';
     cmd.kind = ControlCommandKind::kWake;
+  } else if (StartsWith(line, length, "sync-torch")) {
+    // `sync-torch <wait ms> <why>`: digits without a leading zero, one space, a short word.
+    size_t at = 11;
+    uint64_t wait = 0;
+    size_t digits = 0;
+    while (at < length && line[at] >= '0' && line[at] <= '9' && digits < 7) {
+      wait = wait * 10 + static_cast<uint64_t>(line[at] - '0');
+      ++at;
+      ++digits;
+    }
+    size_t why = at + 1;
+    size_t why_len = 0;
+    while (why + why_len < length && line[why + why_len] >= 'a' && line[why + why_len] <= 'z') {
+      ++why_len;
+    }
+    const bool ok = digits > 0 && line[11] != '0' && wait <= 600000 && at < length &&
+                    line[at] == ' ' && why_len >= 1 && why_len <= 16 && why + why_len == length;
+    if (!ok) {
+      cmd.kind = ControlCommandKind::kInvalid;
+      return cmd;
+    }
+    memcpy(cmd.argument, line + why, why_len);
+    cmd.argument[why_len] = '\0';
+    cmd.wait_ms = static_cast<uint32_t>(wait);
+    cmd.kind = ControlCommandKind::kSyncTorch;
   } else if (length == 5 && memcmp(line, "sleep", 5) == 0) {
     cmd.kind = ControlCommandKind::kSleep;
   } else if (length == 6 && memcmp(line, "status", 6) == 0) {

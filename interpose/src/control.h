@@ -3,8 +3,9 @@
 // `/tmp/fragscope-$UID` (mode 0700, refused when another user owns it or others may enter).
 //
 // Protocol: a client connects, sends one command line, reads one answer line, and the
-// connection is closed. Commands: `wake <collector socket path>`, `sleep`, `status`. Answers
-// start with `ok` or `error`, followed by details (see interpose/README.md "Attach").
+// connection is closed. Commands: `wake <collector socket path>`, `sleep`, `status`,
+// `sync-torch <wait ms> <why>`. Answers start with `ok` or `error`, followed by details (see
+// interpose/README.md "Attach").
 //
 // Security: only peers of our own uid are served (SO_PEERCRED), whatever the file modes say.
 //
@@ -15,14 +16,17 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace fragscope::agent {
 
-enum class ControlCommandKind { kNone, kWake, kSleep, kStatus, kInvalid };
+enum class ControlCommandKind { kNone, kWake, kSleep, kStatus, kSyncTorch, kInvalid };
 
 struct ControlCommand {
   ControlCommandKind kind = ControlCommandKind::kNone;
-  char argument[4096] = {};  // wake: the collector's socket path
+  // wake: the collector's socket path; sync-torch: why (1 to 16 lowercase letters).
+  char argument[4096] = {};
+  uint32_t wait_ms = 0;  // sync-torch: 1 to 600000
 };
 
 // Writes the control directory for `xdg_runtime_dir` (may be null/empty) and `uid` into `out`.

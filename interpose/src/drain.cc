@@ -18,6 +18,7 @@
 #include "flight_recorder.h"
 #include "frame_encoder.h"
 #include "module_map.h"
+#include "python_state.h"
 #include "recorder.h"
 #include "transport.h"
 
@@ -632,9 +633,30 @@ void ServeControl(int timeout_ms) {
                a.shipping.load() ? "streaming" : "dormant", static_cast<int>(getpid()),
                static_cast<unsigned long long>(a.seq.load()), a.live.CountLive());
       break;
+    case ControlCommandKind::kSyncTorch:
+      // The snapshot diff of a PyTorch process (the adapter's fallback, or an injected
+      // import's), while the stream runs. Bounded by wait_ms for the GIL; the ring holds the
+      // diff's events meanwhile, and hooks never wait on this thread for longer than a
+      // failure's flush.
+      if (!d.attached) {
+        snprintf(reply, sizeof(reply), "error not attached");
+      } else {
+        FragscopeTorchImport answer;
+        SyncTorchState(cmd.wait_ms, cmd.argument, &answer);
+        if (answer.status == kFragscopeTorchImported) {
+          snprintf(reply, sizeof(reply), "ok synced events=%u", answer.synced_events);
+        } else {
+          // No Python, no torch, no diff: nothing to sync. A busy GIL or a failed diff: say why.
+          const bool nothing =
+              answer.status == kFragscopeTorchNoPython || answer.status == kFragscopeTorchNoTorch;
+          snprintf(reply, sizeof(reply), "%s %s", nothing ? "ok none" : "error", answer.message);
+        }
+      }
+      break;
     case ControlCommandKind::kInvalid:
       snprintf(reply, sizeof(reply),
-               "error unknown command (wake /abs/collector.sock | sleep | status)");
+               "error unknown command (wake /abs/collector.sock | sleep | status | sync-torch "
+               "MS WHY)");
       break;
   }
   d.control.Reply(reply);

@@ -221,6 +221,6 @@ extern "C" __attribute__((visibility("default"))) FragscopeTorchImport* fragscop
     uint32_t wait_ms) {
   using namespace fragscope::agent;
   static constinit FragscopeTorchImport answer{};
-  SyncTorchState(wait_ms, &answer);
+  SyncTorchState(wait_ms, "detach", &answer);
   return &answer;
 }

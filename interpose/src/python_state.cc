@@ -161,17 +161,22 @@ except BaseException as error:
     result = ("!%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace")[:900]
 )PY";
 
-// The detach's sync, run like the import: the forwarder the import primed (its OOM observer's)
-// forwards PyTorch's blocks as they are now. Leaves `result`: b"+N" (N block events), b"-why"
-// (nothing to sync) or b"!error".
+// A sync (an attach's start or detach), run like the import: the forwarder the import primed
+// (its OOM observer's), or the adapter fallback's, forwards PyTorch's blocks as they are now.
+// Leaves `result`: b"+N" (N block events), b"-why" (nothing to sync) or b"!error".
 constexpr char kSyncCode[] = R"PY(
 def _fragscope_torch_sync():
     import sys
+    # An injected import's forwarder, else the adapter's fallback in a process started with the
+    # agent (sitecustomize.py); the adapter's C++ extension follows every block and needs none.
     forwarder = getattr(sys.modules.get("_fragscope_injected"), "forwarder", None)
     if forwarder is None:
-        return b"-PyTorch's state was not imported into this process"
+        forwarder = getattr(sys.modules.get("sitecustomize"), "_FORWARDER", None)
+    if forwarder is None or not hasattr(forwarder, "events"):
+        return (b"-no PyTorch snapshot diff in this process (no import, and the adapter's "
+                b"fallback is not running)")
     before = forwarder.events
-    forwarder.sync("detach")
+    forwarder.sync(_fragscope_sync_why)
     return b"+%d" % (forwarder.events - before)
 
 try:
@@ -195,7 +200,8 @@ struct Job {
   PythonApi py;
   FragscopeTorchImport result;
   char adapter_dir[4096];  // copied: the caller's string is gone once it gave up waiting
-  bool sync;               // the detach's sync (kSyncCode), not the import
+  bool sync;               // a sync (kSyncCode), not the import
+  char why[32];            // the sync's label word
 };
 
 // The path the agent was loaded from (for ctypes in the import's Python code).
@@ -475,6 +481,7 @@ PyObj* RunInFreshNamespace(const Job* job, const char* code, const char* what, c
   };
   set_string("_fragscope_agent_path", AgentLibraryPath());
   set_string("_fragscope_adapter_dir", job->adapter_dir);
+  set_string("_fragscope_sync_why", job->why);
   PyObj* ran = py.run_string_flags(code, kPyFileInput, globals, globals, nullptr);
   if (ran == nullptr) {
     py.err_clear();
@@ -574,7 +581,8 @@ void* HelperMain(void* arg) {
 
 // Runs the import (or, with `sync`, the detach's sync) on a helper thread that takes the GIL,
 // waiting at most `wait_ms` for it.
-void RunUnderGil(uint32_t wait_ms, const char* adapter_dir, bool sync, FragscopeTorchImport* out) {
+void RunUnderGil(uint32_t wait_ms, const char* adapter_dir, bool sync, const char* why,
+                 FragscopeTorchImport* out) {
   *out = FragscopeTorchImport{};
   out->magic = kFragscopeTorchMagic;
   out->abi = kFragscopeTorchAbi;
@@ -608,6 +616,7 @@ void RunUnderGil(uint32_t wait_ms, const char* adapter_dir, bool sync, Fragscope
   job->sync = sync;
   snprintf(job->adapter_dir, sizeof(job->adapter_dir), "%s",
            adapter_dir != nullptr ? adapter_dir : "");
+  snprintf(job->why, sizeof(job->why), "%s", why != nullptr ? why : "");
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -648,11 +657,11 @@ void RunUnderGil(uint32_t wait_ms, const char* adapter_dir, bool sync, Fragscope
 }  // namespace
 
 void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchImport* out) {
-  RunUnderGil(wait_ms, adapter_dir, false, out);
+  RunUnderGil(wait_ms, adapter_dir, false, "", out);
 }
 
-void SyncTorchState(uint32_t wait_ms, FragscopeTorchImport* out) {
-  RunUnderGil(wait_ms, "", true, out);
+void SyncTorchState(uint32_t wait_ms, const char* why, FragscopeTorchImport* out) {
+  RunUnderGil(wait_ms, "", true, why, out);
 }
 
 }  // namespace fragscope::agent

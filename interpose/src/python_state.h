@@ -37,12 +37,14 @@ namespace fragscope::agent {
 // then on are seen by the hooks, so the live table stays right around the import.
 void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchImport* out);
 
-// At the detach, while the stream still runs: brings PyTorch's blocks up to date with the
-// forwarder the import primed (the snapshot diff its OOM observer uses), so the attach's last
-// figures are PyTorch's too. The same GIL wait. *out: status (kFragscopeTorchImported when the
-// diff was forwarded, kFragscopeTorchNoTorch when no import installed a forwarder),
-// synced_events, message.
-void SyncTorchState(uint32_t wait_ms, FragscopeTorchImport* out);
+// While a stream runs (an attach's start or detach): brings PyTorch's blocks up to date with
+// the process's snapshot diff, the forwarder an injected import primed (the one its OOM
+// observer uses) or else the PyTorch adapter's fallback (sitecustomize._FORWARDER, in a
+// process started with the agent), so the attach's figures there are PyTorch's. The diff ends
+// with a blocks_synced mark labelled with `why` (a word). The same GIL wait. *out: status
+// (kFragscopeTorchImported when the diff was forwarded, kFragscopeTorchNoTorch when the process
+// has no such forwarder), synced_events, message.
+void SyncTorchState(uint32_t wait_ms, const char* why, FragscopeTorchImport* out);
 
 }  // namespace fragscope::agent
 

@@ -81,15 +81,21 @@ void ExpectUntracked(const nlohmann::json& device, uint64_t at_least) {
 
 // Attaches to `app` (by injection, writing t.fst and a JSON report.json in `dir`), sends it
 // each command and waits for the line that ends its answer, then detaches (SIGINT) and keeps
-// the attach's stderr in *err. Callers: ASSERT_NO_FATAL_FAILURE(AttachDuring(...)).
+// the attach's stderr in *err. With `started`, the commands wait until the attach's stderr
+// holds it too (what the attach does right after the wake). Callers:
+// ASSERT_NO_FATAL_FAILURE(AttachDuring(...)).
 void AttachDuring(const TempDir& dir, LiveProcess& app,
                   const std::vector<std::pair<std::string, std::string>>& commands,
-                  std::string* err) {
+                  std::string* err, const std::string& started = "") {
   LiveProcess attach(kCli,
                      {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
                       "json", "--report", dir.File("report.json")},
                      Cli(dir));
   ASSERT_TRUE(WaitForStreaming(AgentSocket(dir, app.pid()))) << attach.err();
+  for (int i = 0; i < 3000 && attach.err().find(started) == std::string::npos; ++i) {
+    usleep(10000);
+  }
+  ASSERT_NE(attach.err().find(started), std::string::npos) << attach.err();
   for (const auto& [command, answer] : commands) {
     app.Send(command);
     ASSERT_TRUE(app.WaitForLine(answer, 120)) << command << ": " << app.err();
@@ -241,6 +247,45 @@ TEST(TorchImportTest, TheDetachBringsTheBlocksUpToDate) {
   // outside PyTorch's memory: at least the 3 MiB the program took outside it.
   ASSERT_FALSE(device["untracked_bytes"].is_null()) << device.dump();
   EXPECT_GE(device["untracked_bytes"].get<uint64_t>(), 3 * kMiB);
+  app.Finish();
+}
+
+// A process started with the agent dormant and the PyTorch adapter's fallback (no C++
+// extension): its snapshot diffs keep PyTorch's blocks in the live table without shipping
+// anything. The attach wakes the agent (no injection, no ptrace) and has the diff run at its
+// start and at the detach through the control socket, so the blocks are exact there, and the
+// report knows they were read at these syncs only.
+TEST(TorchImportTest, ADormantAgentsFallbackDiffRunsAtTheAttachAndTheDetach) {
+  TempDir dir;
+  RunOptions options{true,
+                     {{"XDG_RUNTIME_DIR", dir.path()},
+                      {"FRAGSCOPE_DORMANT", "1"},
+                      {"FRAGSCOPE_ADAPTER_DIR", FRAGSCOPE_ADAPTER_DIR}}};
+  LiveProcess app(FRAGSCOPE_PYTHON3, {kApp, "fallback"}, options);
+  ASSERT_TRUE(app.WaitForLine("ready")) << app.err();
+  std::string err;
+  // Segment 2's block freed, segment 3 filled: no driver call, so only a diff can tell.
+  ASSERT_NO_FATAL_FAILURE(AttachDuring(dir, app, {{"churn", "churned"}}, &err,
+                                       "PyTorch's blocks brought up to date at the attach"));
+  // Nothing changed since the diff at the start; then segment 2's block freed and segment 3's
+  // block allocated.
+  EXPECT_NE(err.find("PyTorch's blocks brought up to date at the attach (0 block events"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("PyTorch's blocks brought up to date at the detach (2 block events"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("injected"), std::string::npos) << "a preloaded agent is woken: " << err;
+  const nlohmann::json report = Report(dir);
+  ASSERT_FALSE(report.is_discarded());
+  const nlohmann::json& device = report["devices"][0];
+  // PyTorch's 4 MiB + 512, and the 3 MiB outside it: a preloaded agent saw that allocated.
+  EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), 7 * kMiB + 512) << device.dump();
+  EXPECT_EQ(device["largest_free_range_bytes"].get<uint64_t>(), 20 * kMiB) << device.dump();
+  EXPECT_EQ(report["unmatched_events"].get<uint64_t>(), 0u);
+  // The dormant diff (named by the wake's snapshot), the attach's and the detach's.
+  EXPECT_EQ(report["block_syncs"].get<uint64_t>(), 3u) << report.dump();
+  EXPECT_TRUE(report["blocks_known_at_end"].get<bool>());
   app.Finish();
 }
 

@@ -3,7 +3,8 @@
 //
 // The bytes go two ways:
 //   - straight to ParseControlCommand, compared with an independent reading of the protocol
-//     (below): one line, `wake </absolute/path>`, `sleep` or `status`, anything else invalid;
+//     (below): one line, `wake </absolute/path>`, `sleep`, `status` or
+//     `sync-torch <1..600000> <word>`, anything else invalid;
 //   - through a real ControlServer: a client connects to its socket, sends the bytes in uneven
 //     chunks and closes its side; Next() must return the parse of the first line when a newline
 //     arrives within the server's line buffer, and nothing otherwise, without ever blocking
@@ -33,7 +34,34 @@ using fragscope::agent::ControlServer;
 struct Expected {
   ControlCommandKind kind = ControlCommandKind::kInvalid;
   std::string argument;
+  uint32_t wait_ms = 0;
 };
+
+// `sync-torch <ms> <why>`: ms a decimal number 1..600000 written without a leading zero, why
+// 1 to 16 lowercase ASCII letters, single spaces.
+bool ReadSyncTorch(std::string_view line, Expected* e) {
+  constexpr std::string_view kVerb = "sync-torch ";
+  if (line.substr(0, kVerb.size()) != kVerb) return false;
+  line.remove_prefix(kVerb.size());
+  const size_t space = line.find(' ');
+  if (space == std::string_view::npos) return false;
+  const std::string_view ms = line.substr(0, space);
+  const std::string_view why = line.substr(space + 1);
+  if (ms.empty() || ms.size() > 6 || ms.front() == '0') return false;
+  uint64_t value = 0;
+  for (char c : ms) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (value > 600000 || why.empty() || why.size() > 16) return false;
+  for (char c : why) {
+    if (c < 'a' || c > 'z') return false;
+  }
+  e->kind = ControlCommandKind::kSyncTorch;
+  e->argument.assign(why);
+  e->wait_ms = static_cast<uint32_t>(value);
+  return true;
+}
 
 // The protocol as interpose/README.md "Attach" states it, written independently of control.cc.
 Expected ReadProtocol(std::string_view line) {
@@ -43,6 +71,8 @@ Expected ReadProtocol(std::string_view line) {
     e.kind = ControlCommandKind::kSleep;
   } else if (line == "status") {
     e.kind = ControlCommandKind::kStatus;
+  } else if (ReadSyncTorch(line, &e)) {
+    // kind, argument and wait set
   } else if (line.substr(0, 5) == "wake " || line == "wake") {
     std::string_view arg = line.substr(4);
     while (!arg.empty() && arg.front() == ' ') arg.remove_prefix(1);
@@ -57,6 +87,12 @@ Expected ReadProtocol(std::string_view line) {
 void CheckSame(const ControlCommand& got, const Expected& want, const char* route) {
   FUZZ_CHECK(got.kind == want.kind, "%s: kind %d, the protocol says %d", route,
              static_cast<int>(got.kind), static_cast<int>(want.kind));
+  if (want.kind == ControlCommandKind::kSyncTorch) {
+    FUZZ_CHECK(got.wait_ms == want.wait_ms && std::string_view(got.argument) == want.argument,
+               "%s: sync-torch %u '%s', expected %u '%s'", route, got.wait_ms, got.argument,
+               want.wait_ms, want.argument.c_str());
+    return;
+  }
   if (want.kind != ControlCommandKind::kWake) return;
   FUZZ_CHECK(memchr(got.argument, '\0', sizeof(got.argument)) != nullptr,
              "%s: wake argument not terminated", route);

@@ -1,12 +1,16 @@
 """A Python program for `fragscope attach` to inject into (tests/attach/torch_import_test.cc).
 
-usage: torch_state_app.py fake|plain|real
+usage: torch_state_app.py fake|plain|expandable|fallback|real
 
 - fake: allocates device memory through the fake CUDA runtime (ctypes; LD_LIBRARY_PATH holds
   tests/fakecuda's libraries), some of it "PyTorch's": a stand-in `torch` module in
   sys.modules whose cuda.memory_snapshot() describes those segments and blocks inside them, as
   torch 2.x does; the rest is outside any allocator (it must stay `untracked`).
 - plain: the same allocations, no `torch` module.
+- fallback: fake, run with the agent preloaded (dormant): the PyTorch adapter's fallback as
+  sitecustomize.py installs it, its snapshot diff (fragscope_torch_diff.py from
+  $FRAGSCOPE_ADAPTER_DIR) forwarding the stand-in's blocks to the agent at the start and kept
+  as sitecustomize._FORWARDER.
 - expandable: the stand-in `torch` module with expandable segments: 2 MiB pages of four
   handles mapped (cuMemCreate + cuMemMap through the fake driver) into one reservation, with a
   hole, so memory_snapshot() lists two mapped runs of one expandable segment, as torch 2.x
@@ -254,6 +258,23 @@ def real_mode():
     }
 
 
+def install_fallback_diff():
+    """What the adapter's fallback leaves in a process started with the agent: a snapshot diff
+    over the agent's annotate functions, synced once, as sitecustomize._FORWARDER."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.environ["FRAGSCOPE_ADAPTER_DIR"], "fragscope_torch_diff.py")
+    spec = importlib.util.spec_from_file_location("fragscope_torch_diff", path)
+    diff = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(diff)
+    forwarder = diff.SnapshotForwarder(sys.modules["torch"], diff.AgentApi(ctypes.CDLL(None)))
+    forwarder.sync("start")
+    site = types.ModuleType("sitecustomize")
+    site._FORWARDER = forwarder
+    sys.modules["sitecustomize"] = site
+
+
 def main():
     mode = sys.argv[1]
     if mode == "real":
@@ -261,7 +282,9 @@ def main():
     elif mode == "expandable":
         keep, malloc, state = expandable_mode()
     else:
-        keep, malloc, state = fake_mode(mode == "fake")
+        keep, malloc, state = fake_mode(mode in ("fake", "fallback"))
+        if mode == "fallback":
+            install_fallback_diff()
     torch = sys.modules.get("torch") if mode == "real" else None  # imported by real_mode
     print("state " + json.dumps(state), flush=True)
     print("ready", flush=True)
