@@ -42,6 +42,12 @@ class TextReport {
   void Stack(uint64_t stack_id, std::string_view indent);
   void Sites(const std::vector<SiteEntry>& sites, std::string_view indent);
   void Device(const DeviceSummary& d);
+  // " since seq S" for a stream that begins mid-run (its peaks are from there on), else "".
+  std::string SincePeak() const {
+    return s_.history_from_seq && !s_.imported
+               ? absl::StrFormat(" since seq %d", *s_.history_from_seq)
+               : std::string();
+  }
   void Failures();
   void Oom(const OomPostMortem& o);
 
@@ -90,14 +96,10 @@ void TextReport::Device(const DeviceSummary& d) {
   if (!d.name.empty()) out_ << " (" << d.name << ")";
   if (!d.uuid_hex.empty()) out_ << " uuid " << d.uuid_hex;
   out_ << " — total " << Bytes(d.total_bytes) << "\n";
-  // A stream that begins mid-run knows its peaks from there on only.
-  const std::string since = s_.history_from_seq && !s_.imported
-                                ? absl::StrFormat(" since seq %d", *s_.history_from_seq)
-                                : "";
   Row("reserved", FormatBytes(d.reserved_bytes),
-      "peak " + FormatBytes(d.peak_reserved_bytes) + since);
+      "peak " + FormatBytes(d.peak_reserved_bytes) + SincePeak());
   Row("allocated", FormatBytes(d.allocated_bytes),
-      "peak " + FormatBytes(d.peak_allocated_bytes) + since);
+      "peak " + FormatBytes(d.peak_allocated_bytes) + SincePeak());
   Row("cached", FormatBytes(d.cached_bytes), "free inside annotated segments");
   Row("largest free range", FormatBytes(d.largest_free_range_bytes));
   Row("fragmentation", d.fragmentation.value ? FormatPercent(*d.fragmentation.value) : "n/a",
@@ -173,7 +175,8 @@ void TextReport::Oom(const OomPostMortem& o) {
   Row("device total", Bytes(g.device_total_bytes));
   Row("device free", Bytes(g.device_free_bytes),
       g.device_free_bytes.value && !g.mem_info_from_failure ? "(latest sample before it)" : "");
-  Row("reserved", FormatBytes(g.reserved_bytes), "peak " + FormatBytes(o.peak_reserved_bytes));
+  Row("reserved", FormatBytes(g.reserved_bytes),
+      "peak " + FormatBytes(o.peak_reserved_bytes) + SincePeak());
   // Blocks known at syncs only, the last one events before: the block figures are its.
   const std::string as_of_sync =
       g.blocks_synced_at_seq
@@ -197,8 +200,8 @@ void TextReport::Oom(const OomPostMortem& o) {
   for (const std::string& a : o.advice) out_ << "  - " << a << "\n";
   out_ << "\nLive at the failure, by site:\n";
   Sites(o.sites_at_failure, "    ");
-  out_ << absl::StrFormat("\nLive at peak reserved (%s), by site:\n",
-                          FormatBytes(o.peak_reserved_bytes));
+  out_ << absl::StrFormat("\nLive at peak reserved (%s%s), by site:\n",
+                          FormatBytes(o.peak_reserved_bytes), SincePeak());
   Sites(o.sites_at_peak, "    ");
   out_ << "\nLast events before the failure:\n";
   const std::size_t first = o.recent_events.size() > options_.max_recent_events
