@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "fragscope/export/site_names.h"
 #include "fragscope/model/format_bytes.h"
+#include "fragscope/report/report_caveats.h"
 #include "nlohmann/json.hpp"
 
 namespace fragscope::exporter {
@@ -113,9 +114,14 @@ void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostr
                       {"args", std::move(args)}});
   }
 
-  json doc = {{"traceEvents", std::move(events)},
-              {"displayTimeUnit", "ms"},
-              {"otherData", {{"producer", "fragscope"}, {"exe", s.exe}, {"host", s.host}}}};
+  // The limits of the figures, as the reports state them (the viewer shows otherData as the
+  // trace's metadata): counters between two syncs of blocks, or before a mid-run start, are not
+  // measurements of those moments.
+  json doc = {
+      {"traceEvents", std::move(events)},
+      {"displayTimeUnit", "ms"},
+      {"otherData",
+       {{"producer", "fragscope"}, {"exe", s.exe}, {"host", s.host}, {"notes", ReportCaveats(s)}}}};
   // Paths and labels from the trace may hold bytes that are not UTF-8: replace, never throw.
   out << doc.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
 }

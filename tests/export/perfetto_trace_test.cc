@@ -46,6 +46,16 @@ TEST(PerfettoTraceTest, EveryEventHasTheFieldsViewersNeed) {
   }
 }
 
+TEST(PerfettoTraceTest, MetadataStatesTheLimitsOfTheFigures) {
+  ModelSummary s = Capture(ExportTrace().frames()).summary;
+  EXPECT_EQ(Export(s)["otherData"]["notes"], json::array());
+  s.block_syncs = 2;
+  s.last_block_sync_seq = 40;
+  const json notes = Export(s)["otherData"]["notes"];
+  ASSERT_EQ(notes.size(), 1u) << notes;
+  EXPECT_NE(notes[0].get<std::string>().find("at 2 sync(s) only"), std::string::npos) << notes;
+}
+
 TEST(PerfettoTraceTest, NamesTheProcessAndOneThreadPerDevice) {
   const json doc = Export(Capture(ExportTrace().frames()).summary);
   std::map<int, std::string> threads;
