@@ -174,24 +174,31 @@ TEST(AttachTest, SleepEndsTheStreamAndAWakeAfterItStartsExactAgain) {
 // A sub-allocator read by snapshot diffs while the agent is dormant: its blocks are in the live
 // table, its sync marks are not shipped. The woken stream's snapshot names the last sync, so the
 // collector knows these blocks are a sync's, not followed (proto: Snapshot.last_blocks_synced_seq).
-TEST(AttachTest, TheWokenSnapshotNamesTheSyncItsBlocksCameFrom) {
-  TempDir dir;
-  RunOptions options = Dormant(dir);
-  options.env["ATTACH_APP_SYNCED_BLOCKS"] = "1";
+// Runs agent_attach_app dormant with `options`, wakes it after phase 1, lets it finish and
+// returns the stream it sent. Callers: ASSERT_NO_FATAL_FAILURE.
+void WokenAfterPhaseOne(const TempDir& dir, const RunOptions& options, Trace* trace) {
   LiveProcess app(AppPath("agent_attach_app"), {}, options);
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
   const std::string control = AgentSocket(dir, app.pid());
   ASSERT_TRUE(WaitForFile(control)) << app.err();
   Sink sink(dir.File("collector.sock"));
   ASSERT_EQ(Control(control, "wake " + sink.path()).substr(0, 12), "ok streaming") << app.err();
-  app.Send("go");
-  ASSERT_TRUE(app.WaitForLine("ready 2"));
-  app.Send("go");
-  ASSERT_TRUE(app.WaitForLine("ready 3"));
+  for (int phase = 2; phase <= 3; ++phase) {
+    app.Send("go");
+    ASSERT_TRUE(app.WaitForLine("ready " + std::to_string(phase)));
+  }
   ASSERT_EQ(app.Finish(), 0) << app.err();
-  Trace trace = sink.Collect(dir.File("woken.fst"));
-  ASSERT_TRUE(trace.clean) << trace.error;
-  ASSERT_FALSE(trace.Snapshots().empty());
+  *trace = sink.Collect(dir.File("woken.fst"));
+  ASSERT_TRUE(trace->clean) << trace->error;
+  ASSERT_FALSE(trace->Snapshots().empty());
+}
+
+TEST(AttachTest, TheWokenSnapshotNamesTheSyncItsBlocksCameFrom) {
+  TempDir dir;
+  RunOptions options = Dormant(dir);
+  options.env["ATTACH_APP_SYNCED_BLOCKS"] = "1";
+  Trace trace;
+  ASSERT_NO_FATAL_FAILURE(WokenAfterPhaseOne(dir, options, &trace));
   const v1::Snapshot& first = *trace.Snapshots()[0];
   ASSERT_EQ(first.blocks_size(), 1);
   EXPECT_EQ(first.blocks(0).size(), 1u << 20);
@@ -204,20 +211,9 @@ TEST(AttachTest, TheWokenSnapshotNamesTheSyncItsBlocksCameFrom) {
 
   // Without a sync the snapshot says the blocks (none here) are followed.
   TempDir plain_dir;
-  LiveProcess plain(AppPath("agent_attach_app"), {}, Dormant(plain_dir));
-  ASSERT_TRUE(plain.WaitForLine("ready 1")) << plain.err();
-  const std::string plain_control = AgentSocket(plain_dir, plain.pid());
-  ASSERT_TRUE(WaitForFile(plain_control)) << plain.err();
-  Sink plain_sink(plain_dir.File("collector.sock"));
-  ASSERT_EQ(Control(plain_control, "wake " + plain_sink.path()).substr(0, 12), "ok streaming");
-  plain.Send("go");
-  ASSERT_TRUE(plain.WaitForLine("ready 2"));
-  plain.Send("go");
-  ASSERT_TRUE(plain.WaitForLine("ready 3"));
-  ASSERT_EQ(plain.Finish(), 0) << plain.err();
-  Trace plain_trace = plain_sink.Collect(plain_dir.File("woken.fst"));
-  ASSERT_FALSE(plain_trace.Snapshots().empty());
-  EXPECT_EQ(plain_trace.Snapshots()[0]->last_blocks_synced_seq(), 0u);
+  Trace plain;
+  ASSERT_NO_FATAL_FAILURE(WokenAfterPhaseOne(plain_dir, Dormant(plain_dir), &plain));
+  EXPECT_EQ(plain.Snapshots()[0]->last_blocks_synced_seq(), 0u);
 }
 
 // A dormant agent does not ask the driver for the current device at each allocation; a wake
