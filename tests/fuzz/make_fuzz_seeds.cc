@@ -148,10 +148,11 @@ class Trace {
     e->set_pool_reserved_bytes(reserved);
     e->set_pool_used_bytes(used);
   }
-  void Mark(const std::string& label) {
+  void Mark(const std::string& label, bool blocks_synced = false) {
     v1::Mark* m = Add().mutable_mark();
     m->set_seq(++seq_);
     m->set_label(label);
+    m->set_blocks_synced(blocks_synced);
   }
   void Drops(uint64_t n) {
     v1::Drops* d = Add().mutable_drops();
@@ -325,6 +326,33 @@ std::vector<std::pair<std::string, Trace>> Traces() {
     m->set_handle(3);
     t.Failed(20ull << 30, false, 1ull << 30, 16ull << 30);
     out.emplace_back("attached-resync-cut.fsc", t);  // no End: the stream was cut
+  }
+  {
+    Trace t;  // PyTorch's blocks known at syncs only: a woken snapshot naming a dormant sync,
+              // sync marks, a failure long after a sync and one right after its own
+    t.Hello(true);
+    t.Device(0, 16ull << 30);
+    v1::Snapshot* s = t.Snapshot(v1::Snapshot::REASON_STREAM_START);
+    s->set_complete_history(true);
+    s->set_last_blocks_synced_seq(s->seq());  // the import, right before the wake
+    v1::LiveAllocation* a = s->add_allocations();
+    a->set_address(kBase);
+    a->set_size(40 * kMiB);
+    a->set_api(v1::API_cudaMalloc);
+    a->set_kind(v1::MEMORY_KIND_DEVICE);
+    v1::LiveBlock* b = s->add_blocks();
+    b->set_address(kBase);
+    b->set_size(10 * kMiB);
+    t.Alloc(kBase + 40 * kMiB, 20 * kMiB);
+    t.Failed(30 * kMiB, false, 8 * kMiB, 16ull << 30);  // judged against a sync's blocks
+    t.Block(v1::BlockEvent::OP_FREE, kBase, 10 * kMiB);
+    t.Block(v1::BlockEvent::OP_ALLOC, kBase + 40 * kMiB, 4 * kMiB);
+    t.Mark("PyTorch blocks synced (OOM)", /*blocks_synced=*/true);
+    t.Failed(30 * kMiB, true, 8 * kMiB, 16ull << 30);
+    t.MemInfo(8 * kMiB, 16ull << 30);
+    t.Mark("PyTorch blocks synced (detach)", /*blocks_synced=*/true);
+    t.End();
+    out.emplace_back("block-syncs.fsc", t);
   }
   {
     Trace t;  // what `fragscope import` produces: symbolized stacks and an imported snapshot
