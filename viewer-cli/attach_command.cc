@@ -202,51 +202,33 @@ std::string AskAgent(const std::string& socket_path, const std::string& command,
   return answer;
 }
 
-// Asks the injected agent to import PyTorch's caching-allocator state before the stream starts,
-// and says in one line what was imported, or why nothing was (then memory from before the
-// attach is all `untracked`). Never fatal: the attach goes on either way.
-// A woken dormant agent in a PyTorch process whose blocks the adapter's fallback reads (no C++
-// extension): brings them up to date in the stream through the control socket, at the start
-// (the wake's snapshot holds the last diff's) and at the detach. Says nothing when the process
-// has no such diff (the extension follows every block, or it is not PyTorch).
-void SyncDormantTorch(const std::string& control, uint32_t wait_ms, const char* why) {
+// Brings PyTorch's blocks up to date in the stream through the control socket's `sync-torch`
+// (its snapshot diff: an injected import's, or the adapter fallback's in a process started
+// with the agent dormant) and says so in one line, or why not; says nothing when the process
+// has no such diff (the adapter's C++ extension follows every block, or it is not PyTorch).
+// `why` ("attach", "detach") labels the sync; `injected` says whose diff it is, for the line.
+// Never fatal.
+void SyncTorchBlocks(const std::string& control, uint32_t wait_ms, const char* why, bool injected) {
   const std::string answer =
       AskAgent(control, absl::StrFormat("sync-torch %d %s", wait_ms, why), wait_ms / 1000 + 10);
   if (answer.rfind("ok synced events=", 0) == 0) {
-    std::fprintf(stderr,
-                 "fragscope attach: PyTorch's blocks brought up to date at the %s (%s block "
-                 "events, the adapter's snapshot diff)\n",
-                 why, answer.substr(17).c_str());
+    std::fprintf(
+        stderr,
+        "fragscope attach: PyTorch's blocks brought up to date at the %s (%s block events%s)\n",
+        why, answer.substr(17).c_str(), injected ? "" : ", the adapter's snapshot diff");
   } else if (answer.rfind("ok none", 0) != 0) {
     std::fprintf(stderr,
-                 "fragscope attach: PyTorch's blocks not brought up to date at the %s (%s); its "
-                 "figures are those of the adapter's last snapshot diff\n",
-                 why, answer.empty() ? "no answer" : answer.c_str());
+                 "fragscope attach: PyTorch's blocks not brought up to date at the %s (%s); %s\n",
+                 why, answer.empty() ? "no answer" : answer.c_str(),
+                 injected ? "the last block figures are those of the attach or of its last OOM"
+                          : "its figures are those of the adapter's last snapshot diff");
   }
 }
 
-// At the detach: brings PyTorch's blocks up to date in the stream, when the import left a
-// snapshot diff for it, and says so in one line. Never fatal.
-void SyncTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
-  auto answer = std::make_unique<FragscopeTorchImport>();
-  absl::Status s = SyncTorchState(pid, agent.library, wait_ms, answer.get());
-  std::string why =
-      s.ok() ? std::string(answer->message, strnlen(answer->message, sizeof(answer->message)))
-             : std::string(s.message());
-  if (s.ok() && answer->status == kFragscopeTorchImported) {
-    std::fprintf(stderr,
-                 "fragscope attach: PyTorch's blocks brought up to date at the detach (%u block "
-                 "events)\n",
-                 answer->synced_events);
-  } else {
-    std::fprintf(stderr,
-                 "fragscope attach: PyTorch's blocks not brought up to date at the detach (%s); "
-                 "the last block figures are those of the attach or of its last OOM\n",
-                 why.empty() ? "no reason given" : why.c_str());
-  }
-}
-
-// Whether ImportTorch left PyTorch's OOM observer and its snapshot diff in the process.
+// Asks the injected agent to import PyTorch's caching-allocator state before the stream starts,
+// and says in one line what was imported, or why nothing was (then memory from before the
+// attach is all `untracked`). Never fatal: the attach goes on either way. Returns whether it left
+// PyTorch's OOM observer and its snapshot diff in the process.
 bool ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
   auto answer = std::make_unique<FragscopeTorchImport>();
   if (absl::Status s = ImportTorchState(pid, agent.library, wait_ms, AdapterDir(), answer.get());
@@ -427,7 +409,9 @@ int AttachCommand(const std::vector<std::string>& args) {
       stderr, "fragscope attach: collecting from pid %d (%s); %s\n", pid, answer.c_str(),
       duration_s > 0 ? absl::StrFormat("for %d s", duration_s).c_str() : "Ctrl-C to detach");
   const uint32_t torch_wait_ms = static_cast<uint32_t>(torch_wait_s * 1000);
-  if (!injected) SyncDormantTorch(control, torch_wait_ms, "attach");
+  // A dormant agent's table holds the blocks of the adapter's last diff, maybe long ago; an
+  // injected one's are the import's, just taken.
+  if (!injected) SyncTorchBlocks(control, torch_wait_ms, "attach", /*injected=*/false);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(duration_s);
   while (!g_interrupted && !stream_ended && ProcessExists(pid) &&
          (duration_s == 0 || std::chrono::steady_clock::now() < deadline)) {
@@ -437,10 +421,8 @@ int AttachCommand(const std::vector<std::string>& args) {
   std::string unpatched;
   if (!stream_ended && ProcessExists(pid)) {
     // PyTorch's blocks as they are now, while the stream still runs.
-    if (torch_synced && injected) {
-      SyncTorch(pid, *injected, torch_wait_ms);
-    } else if (!injected) {
-      SyncDormantTorch(control, torch_wait_ms, "detach");
+    if (!injected || torch_synced) {
+      SyncTorchBlocks(control, torch_wait_ms, "detach", injected.has_value());
     }
     // Detach: the agent writes End, closes the stream and goes back to dormant.
     detached = AskAgent(control, "sleep").rfind("ok", 0) == 0;

@@ -748,9 +748,4 @@ absl::Status ImportTorchState(pid_t pid, const std::string& agent_path, uint32_t
   return CallTorchEntry(pid, agent_path, kFragscopeTorchImportEntry, wait_ms, {adapter_dir}, out);
 }
 
-absl::Status SyncTorchState(pid_t pid, const std::string& agent_path, uint32_t wait_ms,
-                            FragscopeTorchImport* out) {
-  return CallTorchEntry(pid, agent_path, kFragscopeTorchSyncEntry, wait_ms, {}, out);
-}
-
 }  // namespace fragscope::cli

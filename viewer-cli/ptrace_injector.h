@@ -61,11 +61,6 @@ absl::Status InjectAgent(pid_t pid, const std::string& agent_path, InjectedAgent
 absl::Status ImportTorchState(pid_t pid, const std::string& agent_path, uint32_t wait_ms,
                               const std::string& adapter_dir, FragscopeTorchImport* out);
 
-// At the detach, before `sleep`: makes the agent forward PyTorch's blocks as they are now (the
-// import's snapshot diff, interpose/src/python_state.h SyncTorchState). The same wait.
-absl::Status SyncTorchState(pid_t pid, const std::string& agent_path, uint32_t wait_ms,
-                            FragscopeTorchImport* out);
-
 // Puts the original bytes back (detach).
 absl::Status RemovePatches(pid_t pid, const InjectedAgent& agent);
 

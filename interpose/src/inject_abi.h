@@ -41,9 +41,6 @@ inline constexpr uint64_t kFragscopeTorchMagic = 0x3130484352544653ull;  // "FST
 // 3: expandable segments entered, the OOM observer; the entry takes the adapter folder too.
 inline constexpr uint32_t kFragscopeTorchAbi = 3;
 inline constexpr char kFragscopeTorchImportEntry[] = "fragscope_inject_import_torch";
-// (uint32_t wait_ms), at the detach before `sleep`: the same answer (python_state.h,
-// SyncTorchState).
-inline constexpr char kFragscopeTorchSyncEntry[] = "fragscope_inject_sync_torch";
 inline constexpr int kFragscopeTorchMaxDevices = 16;
 
 enum FragscopeTorchStatus : int32_t {
@@ -76,7 +73,7 @@ struct FragscopeTorchImport {
   uint32_t device_count;   // entries of `devices` used (more devices: `message` says)
   uint32_t table_full;     // entries the live table refused (FRAGSCOPE_LIVE_SLOTS too small)
   uint32_t oom_observer;   // 1: PyTorch's OOM observer brings the blocks up to date at an OOM
-  uint32_t synced_events;  // kFragscopeTorchSyncEntry: block events the diff forwarded
+  uint32_t synced_events;  // a sync (control socket `sync-torch`): block events forwarded
   uint32_t reserved;
   FragscopeTorchDevice devices[kFragscopeTorchMaxDevices];
   char message[1024];  // why not imported, or notes (e.g. skipped segments)

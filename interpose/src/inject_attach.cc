@@ -214,13 +214,3 @@ fragscope_inject_import_torch(uint32_t wait_ms, const char* adapter_dir) {
   }
   return &answer;
 }
-
-// Called by `fragscope attach` (through ptrace) at the detach, before `sleep`: brings PyTorch's
-// blocks up to date (python_state.h, SyncTorchState). Returns the answer; never null.
-extern "C" __attribute__((visibility("default"))) FragscopeTorchImport* fragscope_inject_sync_torch(
-    uint32_t wait_ms) {
-  using namespace fragscope::agent;
-  static constinit FragscopeTorchImport answer{};
-  SyncTorchState(wait_ms, "detach", &answer);
-  return &answer;
-}

@@ -451,10 +451,10 @@ void EnterRecords(const uint64_t* words, size_t count, FragscopeTorchImport* out
   }
 }
 
-// With the GIL held: runs `code` in a fresh namespace that also holds the agent's path and
-// the adapter folder as strings. For a `result` of b"+..." returns the namespace (the caller
-// dec_refs it) with the bytes after the '+' in *data/*size; otherwise returns nullptr with the
-// status and the reason (b"-why", b"!error", or the code's failure) in *out.
+// With the GIL held: runs `code` in a fresh namespace that also holds the agent's path, the
+// adapter folder and a sync's label as strings. For a `result` of b"+..." returns the namespace
+// (the caller dec_refs it) with the bytes after the '+' in *data/*size; otherwise returns nullptr
+// with the status and the reason (b"-why", b"!error", or the code's failure) in *out.
 PyObj* RunInFreshNamespace(const Job* job, const char* code, const char* what, char** data,
                            long* size, FragscopeTorchImport* out) {
   const PythonApi& py = job->py;
