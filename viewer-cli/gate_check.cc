@@ -110,17 +110,16 @@ std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimit
     return checks;
   }
   // The run's peak (and maximum) are not in a stream that begins mid-run.
-  const bool partial =
-      summary.history_from_seq && !summary.imported && !limits.allow_partial_history;
+  const std::optional<uint64_t> from = summary.partial_history_from();
   const bool judges_peak = limits.at == GateMoment::kPeak || limits.at == GateMoment::kAll;
-  if (partial && (judges_peak || limits.max_increase)) {
+  if (from && !limits.allow_partial_history && (judges_peak || limits.max_increase)) {
     checks.push_back(GateCheck{
         "history", false,
         absl::StrFormat("the trace begins at seq %d with a snapshot (a flight-recorder segment, a "
                         "late connect or an attach): the run's peak and maximum before it are "
                         "not known; gate a trace recorded from the start (fragscope run), use "
                         "--at end or oom, or pass --allow-partial-history to judge this window",
-                        *summary.history_from_seq)});
+                        *from)});
   }
   for (const DeviceSummary& d : summary.devices) {
     std::string dev = absl::StrFormat("device %d", d.ordinal);

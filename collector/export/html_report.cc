@@ -301,9 +301,7 @@ void HtmlReport::Device(const DeviceSummary& d) {
   if (d.opaque_bytes > 0) Figure("opaque segments", FormatBytes(d.opaque_bytes));
   if (d.pending_free_bytes > 0) Figure("pending free", FormatBytes(d.pending_free_bytes));
   // A stream that begins mid-run knows its peaks from there on only.
-  const std::string since = s_.history_from_seq && !s_.imported
-                                ? absl::StrFormat(" since seq %d", *s_.history_from_seq)
-                                : "";
+  const std::string since = PeakSince(s_);
   Figure("peak reserved" + since, FormatBytes(d.peak_reserved_bytes));
   Figure("peak allocated" + since, FormatBytes(d.peak_allocated_bytes));
   Figure("max fragmentation" + since, d.max_fragmentation);

@@ -21,12 +21,12 @@ std::vector<std::string> ReportCaveats(const ModelSummary& s) {
     // first CUDA call, so nothing before the attach is missing.
     out.push_back("the agent started after the program; memory allocated before is untracked.");
   }
-  if (s.history_from_seq && !s.imported) {
+  if (const std::optional<uint64_t> from = s.partial_history_from()) {
     out.push_back(absl::StrFormat(
         "the trace begins at seq %d with a snapshot of what was live then (a flight-recorder "
         "segment, a late connect or an attach): peaks, maxima and failures before it are not in "
         "this trace.",
-        *s.history_from_seq));
+        *from));
   }
   if (s.block_syncs > 0) {
     out.push_back(absl::StrFormat(
@@ -78,6 +78,11 @@ std::vector<std::string> ReportCaveats(const ModelSummary& s) {
         s.unmatched_events));
   }
   return out;
+}
+
+std::string PeakSince(const ModelSummary& s) {
+  const std::optional<uint64_t> from = s.partial_history_from();
+  return from ? absl::StrFormat(" since seq %d", *from) : std::string();
 }
 
 }  // namespace fragscope

@@ -42,12 +42,6 @@ class TextReport {
   void Stack(uint64_t stack_id, std::string_view indent);
   void Sites(const std::vector<SiteEntry>& sites, std::string_view indent);
   void Device(const DeviceSummary& d);
-  // " since seq S" for a stream that begins mid-run (its peaks are from there on), else "".
-  std::string SincePeak() const {
-    return s_.history_from_seq && !s_.imported
-               ? absl::StrFormat(" since seq %d", *s_.history_from_seq)
-               : std::string();
-  }
   void Failures();
   void Oom(const OomPostMortem& o);
 
@@ -97,9 +91,9 @@ void TextReport::Device(const DeviceSummary& d) {
   if (!d.uuid_hex.empty()) out_ << " uuid " << d.uuid_hex;
   out_ << " — total " << Bytes(d.total_bytes) << "\n";
   Row("reserved", FormatBytes(d.reserved_bytes),
-      "peak " + FormatBytes(d.peak_reserved_bytes) + SincePeak());
+      "peak " + FormatBytes(d.peak_reserved_bytes) + PeakSince(s_));
   Row("allocated", FormatBytes(d.allocated_bytes),
-      "peak " + FormatBytes(d.peak_allocated_bytes) + SincePeak());
+      "peak " + FormatBytes(d.peak_allocated_bytes) + PeakSince(s_));
   Row("cached", FormatBytes(d.cached_bytes), "free inside annotated segments");
   Row("largest free range", FormatBytes(d.largest_free_range_bytes));
   Row("fragmentation", d.fragmentation.value ? FormatPercent(*d.fragmentation.value) : "n/a",
@@ -176,7 +170,7 @@ void TextReport::Oom(const OomPostMortem& o) {
   Row("device free", Bytes(g.device_free_bytes),
       g.device_free_bytes.value && !g.mem_info_from_failure ? "(latest sample before it)" : "");
   Row("reserved", FormatBytes(g.reserved_bytes),
-      "peak " + FormatBytes(o.peak_reserved_bytes) + SincePeak());
+      "peak " + FormatBytes(o.peak_reserved_bytes) + PeakSince(s_));
   // Blocks known at syncs only, the last one events before: the block figures are its.
   const std::string as_of_sync =
       g.blocks_synced_at_seq
@@ -201,7 +195,7 @@ void TextReport::Oom(const OomPostMortem& o) {
   out_ << "\nLive at the failure, by site:\n";
   Sites(o.sites_at_failure, "    ");
   out_ << absl::StrFormat("\nLive at peak reserved (%s%s), by site:\n",
-                          FormatBytes(o.peak_reserved_bytes), SincePeak());
+                          FormatBytes(o.peak_reserved_bytes), PeakSince(s_));
   Sites(o.sites_at_peak, "    ");
   out_ << "\nLast events before the failure:\n";
   const std::size_t first = o.recent_events.size() > options_.max_recent_events

@@ -272,6 +272,12 @@ struct ModelSummary {
   // wake, an attach) instead of the program's first event: the live state is the snapshot's,
   // but peaks, maxima and failures before this seq are not in the stream.
   std::optional<uint64_t> history_from_seq;
+  // history_from_seq, unless the stream is one imported snapshot (which is all it holds, and
+  // says so itself): the seq before which peaks, maxima and failures are missing. What reports
+  // and gates read.
+  std::optional<uint64_t> partial_history_from() const {
+    return imported ? std::nullopt : history_from_seq;
+  }
 
   uint64_t frames = 0;
   uint64_t events = 0;  // event frames applied (alloc, free, map, handle, block, failed, ...)

@@ -17,6 +17,10 @@ namespace fragscope {
 // first five intervals of lost events are listed one by one, the rest in one more caveat. Pure.
 std::vector<std::string> ReportCaveats(const ModelSummary& summary);
 
+// What a peak or maximum figure must carry beside it: " since seq S" for a stream that begins
+// mid-run (ModelSummary::partial_history_from), else "". Pure.
+std::string PeakSince(const ModelSummary& summary);
+
 }  // namespace fragscope
 
 #endif  // FRAGSCOPE_REPORT_REPORT_CAVEATS_H_
