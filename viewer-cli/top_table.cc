@@ -35,7 +35,8 @@ std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates
     }
     (*rates)[pid] = {events, now};
     // Blocks read at syncs only, with events since the last: the block columns are that sync's.
-    const bool stale = r.value("block_syncs", 0ull) > 0 && !r.value("blocks_known_at_end", true);
+    // (blocks_known_at_end is true for a stream without syncs.)
+    const bool stale = !r.value("blocks_known_at_end", true);
     const std::string star = stale ? "*" : "";
     any_stale = any_stale || stale;
     for (const auto& d : r.value("devices", nlohmann::json::array())) {
