@@ -42,6 +42,7 @@
 #include "exit_codes.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/server/session_server.h"
+#include "fragscope/trace/output_file.h"
 #include "inject_abi.h"
 #include "install_layout.h"
 #include "ptrace_injector.h"
@@ -55,7 +56,8 @@ constexpr char kUsage[] =
     "  --duration S           collect for S seconds (default: until Ctrl-C or the process ends)\n"
     "  -o, --output TRACE     keep the trace\n"
     "  --format text|json     report format (default text)\n"
-    "  --report FILE          write the report to FILE instead of stdout\n"
+    "  --report FILE          write the report to FILE instead of stdout (checked before\n"
+    "                         the attach starts)\n"
     "  --torch-wait S         Python with PyTorch: wait at most S seconds (default 5) for the\n"
     "                         interpreter's lock to import PyTorch's allocator state (injection)\n"
     "                         or to run its snapshot diff (at the start and the detach)\n"
@@ -340,6 +342,17 @@ int AttachCommand(const std::vector<std::string>& args) {
                  pid, proc.st_uid, geteuid(), proc.st_uid, pid);
     return kExitBadInput;
   }
+  if (!report_path.empty() && report_path != "-") {
+    // Before the process is touched: an attach can run for hours, and a report path found
+    // unwritable only at its end would leave nothing but stdout.
+    absl::StatusOr<int> fd = CreateOutputFile(report_path);
+    if (!fd.ok()) {
+      std::fprintf(stderr, "fragscope attach: --report: %s; choose a writable path\n",
+                   std::string(fd.status().message()).c_str());
+      return kExitBadInput;
+    }
+    close(*fd);
+  }
   std::string control = FindControlSocket(pid, geteuid());
   std::optional<InjectedAgent> injected;
   bool torch_synced = false;  // the import left a snapshot diff for the detach
@@ -442,18 +455,17 @@ int AttachCommand(const std::vector<std::string>& args) {
                  s.outcome.error.empty() ? "process ended without closing its stream"
                                          : s.outcome.error.c_str());
   }
-  std::ofstream report_file;
-  std::ostream* out = &std::cout;
-  if (!report_path.empty()) {
-    report_file.open(report_path, std::ios::trunc);
-    if (!report_file) {
-      std::fprintf(stderr, "fragscope attach: cannot write report %s: %s\n", report_path.c_str(),
-                   std::strerror(errno));
-      return kExitBadInput;
-    }
-    out = &report_file;
+  const ModelSummary summary = s.session->Summarize();
+  bool report_failed = false;
+  if (report_path.empty()) {
+    WriteReport(summary, format, std::cout);
+  } else if (absl::Status st = WriteReportFile(summary, format, report_path); !st.ok()) {
+    // The attach's findings are not lost for a file that went bad since the start: stdout.
+    std::fprintf(stderr, "fragscope attach: cannot write report: %s; writing it to stdout\n",
+                 std::string(st.message()).c_str());
+    WriteReport(summary, format, std::cout);
+    report_failed = true;
   }
-  WriteReport(s.session->Summarize(), format, *out);
   if (!s.outcome.trace_error.empty()) {
     std::fprintf(stderr, "fragscope attach: trace copy failed: %s\n",
                  s.outcome.trace_error.c_str());
@@ -463,7 +475,7 @@ int AttachCommand(const std::vector<std::string>& args) {
   if (!unpatched.empty()) std::fprintf(stderr, "fragscope attach: %s\n", unpatched.c_str());
   std::fprintf(stderr, "fragscope attach: %s\n",
                detached ? "detached; the agent is dormant again" : "the process ended");
-  return kExitOk;
+  return report_failed ? kExitBadInput : kExitOk;
 }
 
 }  // namespace fragscope::cli

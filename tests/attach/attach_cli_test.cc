@@ -3,6 +3,7 @@
 // meets (no such process, another user's, not a CUDA process, an agent that is not dormant).
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -110,6 +111,40 @@ TEST(AttachCliTest, ErrorsSayWhatIsWrongAndWhatToDo) {
     EXPECT_EQ(r.exit_code, 3);
     EXPECT_NE(r.err.find("agent loaded but no control socket"), std::string::npos) << r.err;
   }
+}
+
+// --report is written at the end of an attach that may last hours: a path that cannot be
+// written is refused before the process is touched, and the file, like every file fragscope
+// writes, is never group- or world-writable, whatever the umask.
+TEST(AttachCliTest, ReportPathIsCheckedFirstAndTheReportIsNotWorldWritable) {
+  TempDir dir;
+  LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string control = AgentSocket(dir, app.pid());
+  ASSERT_TRUE(WaitForFile(control)) << app.err();
+  const std::string bad = dir.File("no-such-dir/report.json");
+  RunResult r = RunProgram(kCli, {"attach", std::to_string(app.pid()), "--report", bad}, Cli(dir));
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("choose a writable path"), std::string::npos) << r.err;
+  EXPECT_EQ(Status(control).rfind("ok dormant", 0), 0u) << "the refused attach woke the agent";
+
+  const mode_t saved = umask(0);  // inherited by the attach below
+  RunResult ok = RunProgram(kCli,
+                            {"attach", std::to_string(app.pid()), "--duration", "1", "--format",
+                             "json", "--report", dir.File("report.json")},
+                            Cli(dir));
+  umask(saved);
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  struct stat st;
+  ASSERT_EQ(stat(dir.File("report.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  nlohmann::json report = nlohmann::json::parse(ReadFile(dir.File("report.json")), nullptr, false);
+  EXPECT_FALSE(report.is_discarded()) << ReadFile(dir.File("report.json"));
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 2"));
+  app.Send("go");
+  ASSERT_EQ(app.Finish(), 0) << app.err();
 }
 
 TEST(AttachCliTest, AnotherUsersProcessIsRefused) {
