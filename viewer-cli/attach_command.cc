@@ -342,16 +342,10 @@ int AttachCommand(const std::vector<std::string>& args) {
                  pid, proc.st_uid, geteuid(), proc.st_uid, pid);
     return kExitBadInput;
   }
-  if (!report_path.empty() && report_path != "-") {
-    // Before the process is touched: an attach can run for hours, and a report path found
-    // unwritable only at its end would leave nothing but stdout.
-    absl::StatusOr<int> fd = CreateOutputFile(report_path);
-    if (!fd.ok()) {
-      std::fprintf(stderr, "fragscope attach: --report: %s; choose a writable path\n",
-                   std::string(fd.status().message()).c_str());
-      return kExitBadInput;
-    }
-    close(*fd);
+  // Before the process is touched: an attach can run for hours, and a path found unwritable
+  // only at its end would cost the report or the trace.
+  if (!OutputsWritable("attach", {{"--report", &report_path}, {"-o", &trace_path}})) {
+    return kExitBadInput;
   }
   std::string control = FindControlSocket(pid, geteuid());
   std::optional<InjectedAgent> injected;

@@ -1,5 +1,6 @@
 #include "report_output.h"
 
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 
@@ -38,6 +39,19 @@ void WriteReport(const ModelSummary& summary, ReportFormat format, std::ostream&
     RenderText(summary, symbolizer, out);
   }
   out.flush();
+}
+
+bool OutputsWritable(const char* command,
+                     std::initializer_list<std::pair<const char*, const std::string*>> outputs) {
+  for (const auto& [option, path] : outputs) {
+    if (path->empty() || *path == "-") continue;
+    if (absl::Status st = CheckOutputFileWritable(*path); !st.ok()) {
+      std::fprintf(stderr, "fragscope %s: %s %s\n", command, option,
+                   std::string(st.message()).c_str());
+      return false;
+    }
+  }
+  return true;
 }
 
 absl::Status WriteReportFile(const ModelSummary& summary, ReportFormat format,

@@ -3,8 +3,10 @@
 #ifndef FRAGSCOPE_VIEWER_CLI_REPORT_OUTPUT_H_
 #define FRAGSCOPE_VIEWER_CLI_REPORT_OUTPUT_H_
 
+#include <initializer_list>
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "fragscope/export/export_input.h"
@@ -22,6 +24,12 @@ void WriteReport(const ModelSummary& summary, ReportFormat format, std::ostream&
 // `path` "-" means stdout.
 absl::Status WriteReportFile(const ModelSummary& summary, ReportFormat format,
                              const std::string& path);
+// For commands that write their files only at the end of a run that may last hours (`run`,
+// `attach`): checks each (option, path) before the run starts, and on the first that cannot be
+// written prints "fragscope COMMAND: OPTION PATH: reason; choose a writable path" and returns
+// false (the caller exits 3). Empty paths (not given) and "-" (stdout) pass.
+bool OutputsWritable(const char* command,
+                     std::initializer_list<std::pair<const char*, const std::string*>> outputs);
 // The self-contained HTML page (collector/export/html_report.h); `path` "-" means stdout.
 absl::Status WriteHtmlReportFile(const exporter::ExportInput& input, const std::string& path);
 

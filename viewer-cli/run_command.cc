@@ -133,6 +133,12 @@ int RunCommand(const std::vector<std::string>& args) {
     }
   }
 
+  // Before CMD runs: both files are written at its end, maybe hours later, and a bad path
+  // found then would cost the report or the trace of the whole run.
+  if (!OutputsWritable("run", {{"--report", &report_path}, {"-o", &trace_path}})) {
+    return kExitBadInput;
+  }
+
   ModelOptions options;
   if (const char* conf = getenv("PYTORCH_CUDA_ALLOC_CONF")) {
     options.expandable_segments = std::strstr(conf, "expandable_segments:True") != nullptr;

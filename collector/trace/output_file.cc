@@ -26,6 +26,24 @@ absl::StatusOr<int> CreateOutputFile(const std::string& path, mode_t mode) {
   return fd;
 }
 
+absl::Status CheckOutputFileWritable(const std::string& path) {
+  // O_NONBLOCK: a FIFO without a reader yet must not hang the check (ENXIO: it will have one).
+  int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  bool created = false;
+  if (fd < 0 && errno == ENXIO) return absl::OkStatus();
+  if (fd < 0 && errno == ENOENT) {
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, kOutputFileMode);
+    created = fd >= 0;
+  }
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "%s: cannot create: %s; choose a writable path", path, std::strerror(errno)));
+  }
+  ::close(fd);
+  if (created) ::unlink(path.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status WriteOutputFile(const std::string& path, std::string_view bytes, mode_t mode) {
   absl::StatusOr<int> fd = CreateOutputFile(path, mode);
   if (!fd.ok()) return fd.status();

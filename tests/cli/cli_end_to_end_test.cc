@@ -312,6 +312,25 @@ TEST_F(CliEndToEnd, BackendOption) {
   EXPECT_NE(r.output.find("nothing was measured"), std::string::npos) << r.output;
 }
 
+// `run` writes the trace and the report when CMD ends, maybe hours later: a path that cannot
+// be written is refused before CMD starts (exit 3, naming the option and the path), not found
+// out after the run it would have recorded.
+TEST_F(CliEndToEnd, UnwritableOutputPathsAreRefusedBeforeTheProgramRuns) {
+  const std::string marker = dir_ + "/ran";
+  const std::string cmd = " -- /bin/sh -c 'touch " + marker + "'";
+  for (const std::string option : {"--report", "-o"}) {
+    const std::string bad = dir_ + "/no-such-dir/out";
+    Result r = Shell(Fragscope() + " run --quiet " + option + " " + bad + cmd);
+    EXPECT_EQ(r.exit_code, 3) << option << ": " << r.output;
+    EXPECT_NE(r.output.find(option + " " + bad + ": cannot create"), std::string::npos) << r.output;
+    EXPECT_NE(access(marker.c_str(), F_OK), 0) << option << ": the program ran";
+  }
+  // A writable path lets the program run.
+  Result ok = Shell(Fragscope() + " run --report " + dir_ + "/r.txt" + cmd);
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_EQ(access(marker.c_str(), F_OK), 0) << ok.output;
+}
+
 TEST_F(CliEndToEnd, ProgramWithoutCudaStillRunsAndExitStatusPassesThrough) {
   Result r = Shell(Fragscope() + " run --quiet -- /bin/sh -c 'exit 7'");
   EXPECT_EQ(r.exit_code, 7) << r.output;

@@ -30,6 +30,7 @@ class TempDir {
   }
   ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
   std::string File(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
@@ -274,6 +275,30 @@ TEST(OutputFile, ErrorsNameThePath) {
   absl::Status full = WriteOutputFile("/dev/full", std::string(100, 'x'));
   EXPECT_FALSE(full.ok());
   EXPECT_NE(std::string(full.message()).find("/dev/full: write failed"), std::string::npos) << full;
+}
+
+TEST(OutputFile, CheckLeavesTheFileSystemAsItFoundIt) {
+  TempDir dir;
+  // A new file: possible, and not left behind.
+  EXPECT_TRUE(CheckOutputFileWritable(dir.File("new.txt")).ok());
+  EXPECT_NE(access(dir.File("new.txt").c_str(), F_OK), 0);
+  // An existing file: possible, and not truncated.
+  ASSERT_TRUE(WriteOutputFile(dir.File("kept.txt"), "kept").ok());
+  EXPECT_TRUE(CheckOutputFileWritable(dir.File("kept.txt")).ok());
+  std::ifstream in(dir.File("kept.txt"));
+  std::string content;
+  std::getline(in, content);
+  EXPECT_EQ(content, "kept");
+  // A FIFO nobody reads yet does not hang the check.
+  ASSERT_EQ(mkfifo(dir.File("fifo").c_str(), 0600), 0);
+  EXPECT_TRUE(CheckOutputFileWritable(dir.File("fifo")).ok());
+  // A missing directory, a directory: the error names the path.
+  absl::Status missing = CheckOutputFileWritable(dir.File("no-dir/x.txt"));
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(std::string(missing.message()).find(dir.File("no-dir/x.txt") + ": cannot create"),
+            std::string::npos)
+      << missing;
+  EXPECT_FALSE(CheckOutputFileWritable(dir.path()).ok());
 }
 
 }  // namespace

@@ -27,6 +27,12 @@ absl::StatusOr<int> CreateOutputFile(const std::string& path, mode_t mode = kOut
 absl::Status WriteOutputFile(const std::string& path, std::string_view bytes,
                              mode_t mode = kOutputFileMode);
 
+// Whether CreateOutputFile(path) would succeed, for commands that write a file only at the end
+// of a long run (`run -o/--report`, `attach --report`) and so must refuse a bad path before it.
+// Leaves the file system as it found it: an existing file is opened for writing without being
+// truncated, a new one is created and removed again. Errors read as CreateOutputFile's.
+absl::Status CheckOutputFileWritable(const std::string& path);
+
 }  // namespace fragscope
 
 #endif  // FRAGSCOPE_TRACE_OUTPUT_FILE_H_
