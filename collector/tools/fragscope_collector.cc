@@ -113,6 +113,14 @@ int main(int argc, char** argv) {
                  dir.c_str(), std::strerror(errno));
     return 3;
   }
+  // Every trace, post-mortem and report goes there, each written as it happens: a directory
+  // that exists but takes no files (read-only mount, another user's) would lose them all.
+  if (absl::Status st = fragscope::CheckOutputFileWritable(dir + "/.fragscope-write-check");
+      !st.ok()) {
+    std::fprintf(stderr, "fragscope-collector: --dir %s: cannot write there (%s)\n", dir.c_str(),
+                 std::string(st.message()).c_str());
+    return 3;
+  }
 
   // Post-mortems already written, per stream, so each OOM is announced once.
   std::mutex written_mu;

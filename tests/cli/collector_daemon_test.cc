@@ -320,4 +320,17 @@ TEST(CollectorDaemonUsage, BadArgumentsExit2) {
       3);
 }
 
+// The daemon writes every trace and post-mortem into --dir as it happens: a directory that
+// exists but takes no files is refused at start (exit 3), not found out at the first OOM.
+// (/proc/self exists and takes no new files, even for root.)
+TEST(CollectorDaemonUsage, DirectoryThatTakesNoFilesIsRefusedAtStart) {
+  std::string out;
+  EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_COLLECTOR_BIN) +
+                            " --socket /tmp/fragscope-unused.sock --dir /proc/self",
+                        &out),
+            3)
+      << out;
+  EXPECT_NE(out.find("--dir /proc/self: cannot write there"), std::string::npos) << out;
+}
+
 }  // namespace
