@@ -42,6 +42,7 @@
 #include "exit_codes.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/server/session_server.h"
+#include "fragscope/symbolize/dwarf_symbolizer.h"
 #include "fragscope/trace/output_file.h"
 #include "inject_abi.h"
 #include "install_layout.h"
@@ -380,6 +381,7 @@ int AttachCommand(const std::vector<std::string>& args) {
 
   std::atomic<bool> stream_ended{false};
   SessionServerOptions server_options;
+  server_options.make_symbolizer = MakeDwarfSymbolizer;  // `fragscope top --socket` on it
   if (!trace_path.empty()) {
     server_options.trace_path = [&trace_path](const v1::Frame&, pid_t) { return trace_path; };
   }

@@ -25,6 +25,7 @@
 #include "commands.h"
 #include "exit_codes.h"
 #include "fragscope/server/session_server.h"
+#include "fragscope/symbolize/dwarf_symbolizer.h"
 #include "fragscope/trace/output_file.h"
 #include "install_layout.h"
 #include "report_output.h"
@@ -147,6 +148,7 @@ int RunCommand(const std::vector<std::string>& args) {
   // The program is our direct child: its Hello names us as parent (no race with fork returning).
   SessionServerOptions server_options;
   server_options.model = options;
+  server_options.make_symbolizer = MakeDwarfSymbolizer;  // `fragscope top --socket` on it
   if (!trace_path.empty()) {
     server_options.trace_path = [&trace_path, self = getpid()](const v1::Frame& first, pid_t) {
       if (!first.has_hello()) return trace_path + ".unknown";

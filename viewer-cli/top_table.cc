@@ -12,6 +12,26 @@ std::string Fmt(const nlohmann::json& v) {
   return v.is_number_unsigned() ? FormatBytes(v.get<uint64_t>()) : std::string("unknown");
 }
 
+// The frame a site is known by: the first that is not fragscope's own (annotate.h's inline
+// functions are the innermost frames of every annotated block), by function name where the
+// collector symbolized it, else as module+offset ("text").
+std::string SiteName(const nlohmann::json& site) {
+  if (!site.is_object() || !site.contains("stack") || !site["stack"].is_array()) return "";
+  const nlohmann::json* chosen = nullptr;
+  for (const auto& f : site["stack"]) {
+    if (!f.is_object()) continue;
+    const std::string function = f.value("function", std::string());
+    std::string module = f.value("module", std::string());
+    module = module.substr(module.rfind('/') + 1);
+    if (function.rfind("fragscope_", 0) == 0 || module.rfind("libfragscope", 0) == 0) continue;
+    chosen = &f;
+    break;
+  }
+  if (chosen == nullptr) return "";
+  std::string name = chosen->value("function", std::string());
+  return name.empty() ? chosen->value("text", std::string("?")) : name;
+}
+
 }  // namespace
 
 std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates, double now) {
@@ -27,11 +47,13 @@ std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates
     std::string exe = s.value("exe", "");
     exe = exe.substr(exe.rfind('/') + 1).substr(0, 18);
     uint64_t events = r.value("events", 0ull);
-    double rate = 0;
+    // A rate needs two looks: the first frame (and every --once) has none, shown as "-", not 0.
+    std::string rate = "-";
     auto it = rates->find(pid);
     if (it != rates->end() && now > it->second.second) {
-      rate = static_cast<double>(events - std::min(events, it->second.first)) /
-             (now - it->second.second);
+      rate =
+          absl::StrFormat("%.0f", static_cast<double>(events - std::min(events, it->second.first)) /
+                                      (now - it->second.second));
     }
     (*rates)[pid] = {events, now};
     // Blocks read at syncs only, with events since the last: the block columns are that sync's.
@@ -44,12 +66,8 @@ std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates
                              ? absl::StrFormat("%.1f%%", 100 * d["fragmentation"].get<double>())
                              : "n/a";
       std::string site;
-      if (r.contains("sites") && !r["sites"].empty() && r["sites"][0].contains("stack") &&
-          !r["sites"][0]["stack"].empty()) {
-        const auto& f = r["sites"][0]["stack"][0];
-        site = f.value("function", f.value("module", std::string("?")));
-      }
-      out += absl::StrFormat("%-8d %-18s %3d %11s %11s %11s %7s %9.0f  %s%s\n", pid, exe,
+      if (r.contains("sites") && !r["sites"].empty()) site = SiteName(r["sites"][0]);
+      out += absl::StrFormat("%-8d %-18s %3d %11s %11s %11s %7s %9s  %s%s\n", pid, exe,
                              d.value("device", -1), Fmt(d["reserved_bytes"]),
                              Fmt(d["allocated_bytes"]) + star,
                              Fmt(d["largest_free_range_bytes"]) + star, frag + star, rate, site,

@@ -15,7 +15,9 @@ namespace fragscope::cli {
 using TopRates = std::map<uint64_t, std::pair<uint64_t, double>>;
 
 // The table for `doc` at `now` seconds, `pid_filter` > 0 keeping one process. Rates are events
-// per second since the previous call with the same `rates`, which it updates. Figures that are
+// per second since the previous call with the same `rates`, which it updates ("-" before there
+// was one). The site column names a process's top site by its first frame outside fragscope
+// (function where the collector symbolized it, else module+offset). Figures that are
 // not measured now are never shown as if they were: unknown bytes read "unknown", and a process
 // whose sub-allocator blocks are known at syncs only (PyTorch's snapshot diffs) and not fresh
 // has its block columns starred, with a note under the table.

@@ -167,33 +167,59 @@ void SessionServer::AnswerQuery(int fd) {
   WriteAll(fd, DescribeJson());
 }
 
-std::vector<SessionServer::StreamState> SessionServer::Streams() const {
-  std::vector<std::pair<CollectedStream, bool>> streams;
+std::vector<SessionServer::LiveState> SessionServer::LiveStates() const {
+  struct Copied {
+    CollectedStream stream;
+    bool connected;
+    std::shared_ptr<QuerySymbolizer> query_symbolizer;
+  };
+  std::vector<Copied> streams;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& live : streams_) streams.emplace_back(live->stream, !live->done);
+    for (const auto& live : streams_) {
+      streams.push_back({live->stream, !live->done, live->query_symbolizer});
+    }
   }
-  std::vector<StreamState> out;
-  for (const auto& [s, connected] : streams) {
-    std::optional<v1::Hello> hello = s.session->hello();
+  std::vector<LiveState> out;
+  for (const Copied& c : streams) {
+    std::optional<v1::Hello> hello = c.stream.session->hello();
     if (!hello) continue;  // a connection that has not said who it is yet
-    out.push_back(StreamState{s.peer_pid, *hello, connected, s.session->frames_applied(),
-                              s.session->Summarize()});
+    out.push_back({StreamState{c.stream.peer_pid, *hello, c.connected,
+                               c.stream.session->frames_applied(), c.stream.session->Summarize()},
+                   c.query_symbolizer});
   }
   return out;
 }
 
+std::vector<SessionServer::StreamState> SessionServer::Streams() const {
+  std::vector<StreamState> out;
+  for (LiveState& l : LiveStates()) out.push_back(std::move(l.state));
+  return out;
+}
+
 std::string SessionServer::DescribeJson() const {
+  std::lock_guard<std::mutex> query_lock(query_mu_);
   std::string out = "{\"schema_version\":1,\"streams\":[";
   bool first = true;
-  for (const StreamState& s : Streams()) {
+  for (const LiveState& l : LiveStates()) {
+    const StreamState& s = l.state;
     if (!first) out += ",";
     first = false;
     std::ostringstream report;
     JsonReportOptions opts;
     opts.pretty = false;
     opts.include_timeline = false;
-    RenderJson(s.summary, report, opts);
+    QuerySymbolizer& q = *l.query_symbolizer;
+    if (options_.make_symbolizer &&
+        (q.symbolizer == nullptr || q.modules != s.summary.modules.size())) {
+      q.symbolizer = options_.make_symbolizer(s.summary.modules);
+      q.modules = s.summary.modules.size();
+    }
+    if (q.symbolizer != nullptr) {
+      RenderJson(s.summary, *q.symbolizer, report, opts);
+    } else {
+      RenderJson(s.summary, report, opts);
+    }
     out += absl::StrFormat(
         "{\"peer_pid\":%d,\"pid\":%d,\"exe\":%s,\"host\":%s,\"connected\":%s,\"frames\":%d,"
         "\"report\":%s}",

@@ -16,6 +16,10 @@ DwarfSymbolizer::DwarfSymbolizer(const std::vector<ModuleInfo>& modules) {
   symbolizer_.AddModules(map);
 }
 
+std::unique_ptr<Symbolizer> MakeDwarfSymbolizer(const std::vector<ModuleInfo>& modules) {
+  return std::make_unique<DwarfSymbolizer>(modules);
+}
+
 std::vector<SymbolizedFrame> DwarfSymbolizer::Symbolize(uint64_t pc) {
   const SourceLocation& loc = symbolizer_.Symbolize(pc);
   SymbolizedFrame frame;

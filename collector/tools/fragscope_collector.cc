@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
 
   fragscope::SessionServerOptions options;
   options.keep_ended_streams = false;
+  options.make_symbolizer = fragscope::MakeDwarfSymbolizer;  // `fragscope top` names functions
   if (traces) {
     options.trace_path = [dir](const fragscope::v1::Frame& first, pid_t peer) {
       fragscope::v1::Hello h = first.has_hello() ? first.hello() : fragscope::v1::Hello();

@@ -186,6 +186,9 @@ TEST_F(CollectorDaemon, TopShowsALiveProcessAndACrashIsReportedNotFatal) {
             0);
   EXPECT_NE(table.find("96.00 MiB"), std::string::npos) << table;
   EXPECT_NE(table.find("hold_memory_app"), std::string::npos) << table;
+  // The daemon names the site's function (its answer is symbolized; the row's site column was
+  // blank when frames came as bare pcs).
+  EXPECT_NE(table.find("  main\n"), std::string::npos) << table;
   // Kill it: the daemon reports the disconnect and keeps serving.
   kill(app, SIGKILL);
   waitpid(app, nullptr, 0);

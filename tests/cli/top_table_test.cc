@@ -26,6 +26,8 @@ TEST(TopTable, RowsAndRates) {
   nlohmann::json doc = {{"streams", {Stream(41, 100), Stream(42, 7)}}};
   std::string table = TopTable(doc, 0, &rates, 1.0);
   EXPECT_NE(table.find("41       python3"), std::string::npos) << table;
+  // One look gives no rate: unknown, not 0.
+  EXPECT_NE(table.find("25.0%         -"), std::string::npos) << table;
   EXPECT_NE(table.find("96.00 MiB   40.00 MiB   20.00 MiB   25.0%"), std::string::npos) << table;
   EXPECT_EQ(table.find('*'), std::string::npos) << table;
   doc["streams"][0]["report"]["events"] = 400;
@@ -34,6 +36,25 @@ TEST(TopTable, RowsAndRates) {
   EXPECT_EQ(table.find("\n42 "), std::string::npos) << table;
   const std::string empty = TopTable({{"streams", nlohmann::json::array()}}, 0, &rates, 4.0);
   EXPECT_NE(empty.find("(no process with device memory yet)"), std::string::npos) << empty;
+}
+
+// A site is known by its first frame outside fragscope: annotate.h's inline functions are the
+// innermost frames of every annotated block, and name no site of the program's. Unsymbolized
+// frames (no debug information) read as module+offset, never as a blank.
+TEST(TopTable, TopSiteIsTheFirstFrameOutsideFragscope) {
+  TopRates rates;
+  nlohmann::json doc = {{"streams", {Stream(41, 100), Stream(42, 5)}}};
+  doc["streams"][0]["report"]["sites"] = {
+      {{"stack",
+        {{{"function", "fragscope_annotate_block_alloc"}, {"module", "/opt/app/bin/train"}},
+         {{"function", ""}, {"module", "/opt/fs/lib/libfragscope.so"}, {"text", "x"}},
+         {{"function", "Pool::Allocate(unsigned long)"}, {"module", "/opt/app/bin/train"}}}}}};
+  doc["streams"][1]["report"]["sites"] = {
+      {{"stack", {{{"function", ""}, {"module", "/opt/app/bin/hold"}, {"text", "hold+0x11aa"}}}}}};
+  const std::string table = TopTable(doc, 0, &rates, 1.0);
+  EXPECT_NE(table.find("  Pool::Allocate(unsigned long)\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("  hold+0x11aa\n"), std::string::npos) << table;
+  EXPECT_EQ(table.find("fragscope_annotate"), std::string::npos) << table;
 }
 
 TEST(TopTable, BlocksFromAnOlderSyncAreStarredAndSaidSo) {

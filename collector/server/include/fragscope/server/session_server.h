@@ -16,6 +16,8 @@
 
 #include "absl/status/statusor.h"
 #include "fragscope/model/model_options.h"
+#include "fragscope/model/model_summary.h"
+#include "fragscope/report/symbolizer.h"
 #include "fragscope/server/socket_listener.h"
 #include "fragscope/server/stream_session.h"
 
@@ -44,6 +46,11 @@ struct SessionServerOptions {
   // Keep ended streams for Finish()/DescribeJson (run), or let them go (daemon: memory stays
   // bounded by the processes still connected).
   bool keep_ended_streams = true;
+  // Names the frames of DescribeJson's stacks (what `fragscope top` shows) from a stream's
+  // module list; unset: module+offset only. Each stream keeps the one made for it across
+  // queries (symbolizers cache per pc, and opening a module's debug information is the slow
+  // part), and gets a new one when its module list has grown.
+  std::function<std::unique_ptr<Symbolizer>(const std::vector<ModuleInfo>&)> make_symbolizer;
 };
 
 // Thread-safe.
@@ -75,12 +82,23 @@ class SessionServer {
   int refused_peers() const { return listener_.refused_peers(); }
 
  private:
+  // A stream's symbolizer for query answers, and how many modules it was made with.
+  struct QuerySymbolizer {
+    std::size_t modules = 0;
+    std::unique_ptr<Symbolizer> symbolizer;
+  };
   struct Live {
     CollectedStream stream;
     int fd = -1;
     bool done = false;
     std::thread thread;
+    std::shared_ptr<QuerySymbolizer> query_symbolizer = std::make_shared<QuerySymbolizer>();
   };
+  struct LiveState {
+    StreamState state;
+    std::shared_ptr<QuerySymbolizer> query_symbolizer;
+  };
+  std::vector<LiveState> LiveStates() const;
 
   SessionServer(SocketListener listener, SessionServerOptions options)
       : listener_(std::move(listener)), options_(std::move(options)) {}
@@ -94,6 +112,8 @@ class SessionServer {
   std::thread accept_thread_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Live>> streams_;  // guarded by mu_
+  // One DescribeJson at a time: the streams' symbolizers are not thread-safe.
+  mutable std::mutex query_mu_;
   // Threads of streams not kept (queries, ended daemon streams) detach themselves so a
   // long-running daemon does not pile up finished threads; shutdown waits for them here.
   int detached_running_ = 0;  // guarded by mu_

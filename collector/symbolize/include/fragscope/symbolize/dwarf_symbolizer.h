@@ -4,6 +4,7 @@
 #ifndef FRAGSCOPE_SYMBOLIZE_DWARF_SYMBOLIZER_H_
 #define FRAGSCOPE_SYMBOLIZE_DWARF_SYMBOLIZER_H_
 
+#include <memory>
 #include <vector>
 
 #include "fragscope/model/model_summary.h"
@@ -21,6 +22,9 @@ class DwarfSymbolizer : public Symbolizer {
  private:
   ModuleSymbolizer symbolizer_;
 };
+
+// A DwarfSymbolizer, as a factory (SessionServerOptions::make_symbolizer).
+std::unique_ptr<Symbolizer> MakeDwarfSymbolizer(const std::vector<ModuleInfo>& modules);
 
 }  // namespace fragscope
 
