@@ -24,8 +24,8 @@ constexpr char kUsage[] =
     "  --at peak (default): the moment of peak reserved memory on each device; all: every\n"
     "  sample, the end and every OOM. Opaque segments fail the gate unless --allow-opaque;\n"
     "  blocks known at syncs only (PyTorch's snapshot diffs) fail it between syncs unless\n"
-    "  --allow-coarse-blocks; a trace that begins mid-run fails peak and baseline checks\n"
-    "  unless --allow-partial-history.\n"
+    "  --allow-coarse-blocks; a trace that begins mid-run, or an imported PyTorch snapshot\n"
+    "  (one moment), fails peak and baseline checks unless --allow-partial-history.\n"
     "  Baseline: a `fragscope report --format json` file; D bounds the rise of each device's\n"
     "  max fragmentation. Exit: 0 pass, 1 fail, 2 usage, 3 bad input.\n";
 

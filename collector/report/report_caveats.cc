@@ -81,6 +81,8 @@ std::vector<std::string> ReportCaveats(const ModelSummary& s) {
 }
 
 std::string PeakSince(const ModelSummary& s) {
+  // A snapshot is one moment: its "peak" is that moment's (the caveat says the rest).
+  if (s.imported) return " in the snapshot";
   const std::optional<uint64_t> from = s.partial_history_from();
   return from ? absl::StrFormat(" since seq %d", *from) : std::string();
 }

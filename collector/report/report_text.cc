@@ -97,7 +97,8 @@ void TextReport::Device(const DeviceSummary& d) {
   Row("cached", FormatBytes(d.cached_bytes), "free inside annotated segments");
   Row("largest free range", FormatBytes(d.largest_free_range_bytes));
   Row("fragmentation", d.fragmentation.value ? FormatPercent(*d.fragmentation.value) : "n/a",
-      d.fragmentation.value ? "max " + Ratio(d.max_fragmentation) : d.fragmentation.unknown_reason);
+      d.fragmentation.value ? "max " + Ratio(d.max_fragmentation) + PeakSince(s_)
+                            : d.fragmentation.unknown_reason);
   Row("stranded", FormatBytes(d.stranded_bytes), "cached bytes no single request can use");
   if (d.opaque_bytes > 0 || d.opaque_segments > 0) {
     Row("opaque", FormatBytes(d.opaque_bytes),

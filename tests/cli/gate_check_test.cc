@@ -208,9 +208,21 @@ TEST(GateCheck, ATraceThatBeginsMidRunDoesNotJudgeTheRunsPeak) {
   limits.at = GateMoment::kPeak;
   limits.allow_partial_history = true;
   EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0);
-  // An imported snapshot is one moment, judged as such.
+  // An imported snapshot is one moment: its "peak" is that moment, not the run's, so the peak
+  // is not judged as if known; --at end judges the snapshot.
   s.imported = true;
   limits.allow_partial_history = false;
+  checks = EvaluateGate(s, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_EQ(checks[0].name, "history");
+  EXPECT_NE(checks[0].reason.find("imported allocator snapshot holds one moment"),
+            std::string::npos)
+      << checks[0].reason;
+  EXPECT_NE(checks[0].reason.find("--at end"), std::string::npos) << checks[0].reason;
+  limits.at = GateMoment::kEnd;
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0);
+  limits.at = GateMoment::kPeak;
+  limits.allow_partial_history = true;
   EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0);
 }
 

@@ -76,11 +76,17 @@ TEST(ReportCaveatsTest, AStreamThatBeginsMidRunSaysItsPeaksAreFromThereOn) {
   d.peak_reserved_bytes = 3 << 20;
   s.devices.push_back(d);
   EXPECT_NE(Text(s).find("peak 3.00 MiB since seq 172070\n"), std::string::npos) << Text(s);
+  // The maximum of fragmentation is the window's too.
+  s.devices[0].fragmentation = Measured<double>::Known(0.5);
+  s.devices[0].max_fragmentation = Measured<double>::Known(0.75);
+  EXPECT_NE(Text(s).find("max 75.0 % since seq 172070\n"), std::string::npos) << Text(s);
   // An imported snapshot says so in its own words, once.
   s.imported = true;
   ASSERT_EQ(ReportCaveats(s).size(), 1u);
   EXPECT_NE(ReportCaveats(s)[0].find("the state at the moment of the snapshot"), std::string::npos);
   EXPECT_EQ(Text(s).find("since seq"), std::string::npos) << Text(s);
+  // Its peaks are the snapshot's own, and say so: not the run's.
+  EXPECT_NE(Text(s).find("peak 3.00 MiB in the snapshot\n"), std::string::npos) << Text(s);
 }
 
 TEST(ReportCaveatsTest, BlocksKnownAtSyncsOnlyAreSaidToBeSo) {
