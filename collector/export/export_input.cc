@@ -29,6 +29,14 @@ ExportInput CaptureExportInput(const ProcessModel& model, const CaptureOptions& 
     if (d.segments > kept) in.segments_left_out[d.ordinal] = d.segments - kept;
     in.segments[d.ordinal] = std::move(layouts);
   }
+  // The post-mortems' maps name sites too (blocks long freed by the end).
+  for (const OomPostMortem& o : in.summary.ooms) {
+    if (o.segments_at_failure == nullptr) continue;
+    for (const SegmentLayout& s : *o.segments_at_failure) {
+      AddStack(model, s.stack_id, &in.summary);
+      for (const BlockLayout& b : s.blocks) AddStack(model, b.stack_id, &in.summary);
+    }
+  }
   return in;
 }
 

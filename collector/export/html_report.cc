@@ -211,6 +211,9 @@ class HtmlReport {
   }
   void Device(const DeviceSummary& d);
   void SegmentMap(const DeviceSummary& d);
+  // The legend, a line saying what is drawn, and the bars of `segs` (address order).
+  void MapSvg(const std::vector<SegmentLayout>& segs, uint64_t left_out, int device,
+              const std::string& label);
   void Segment(const SegmentLayout& seg, double y, double bar_length);
   void Rect(const char* cls, double x, double y, double w, const std::string& tip);
   void SiteTable(const std::vector<SiteEntry>& sites);
@@ -223,6 +226,7 @@ class HtmlReport {
   SiteNames sites_;
   std::ostream& out_;
   const HtmlReportOptions& options_;
+  bool hatch_defined_ = false;
 };
 
 void HtmlReport::Render() {
@@ -338,6 +342,13 @@ void HtmlReport::SegmentMap(const DeviceSummary& d) {
     out_ << "<p class=\"muted\">No segments held at the end of the trace.</p>\n";
     return;
   }
+  auto left = in_.segments_left_out.find(d.ordinal);
+  MapSvg(segs, left == in_.segments_left_out.end() ? 0 : left->second, d.ordinal,
+         absl::StrFormat("segment map of device %d", d.ordinal));
+}
+
+void HtmlReport::MapSvg(const std::vector<SegmentLayout>& segs, uint64_t left_out, int device,
+                        const std::string& label) {
   out_ << "<div class=\"legend\"><span><i style=\"background:var(--alloc)\"></i>allocated "
           "block</span><span><i style=\"background:var(--pending)\"></i>pending free</span>"
           "<span><i style=\"background:var(--free)\"></i>free range</span><span><i "
@@ -345,21 +356,24 @@ void HtmlReport::SegmentMap(const DeviceSummary& d) {
           "<span><i style=\"background:var(--opaque)\"></i>opaque (inside unknown)</span>"
           "<span><i style=\"border:1px solid #c9ced6\"></i>reserved, not mapped</span></div>\n";
   out_ << "<p class=\"muted\">" << segs.size() << " segment" << (segs.size() == 1 ? "" : "s");
-  if (auto left = in_.segments_left_out.find(d.ordinal); left != in_.segments_left_out.end()) {
-    out_ << " (the largest; " << left->second << " smaller ones not drawn)";
-  }
+  if (left_out > 0) out_ << " (the largest; " << left_out << " smaller ones not drawn)";
   out_ << ". Bar length follows segment size (at least " << kMinBarFraction * 100
        << " % of the width); inside a bar, blocks are to scale. Hover for size and site.</p>\n";
   uint64_t largest = 1;
   for (const SegmentLayout& s : segs) largest = std::max(largest, s.size);
   const double height = kRowHeight * static_cast<double>(segs.size()) + 4;
   out_ << absl::StrFormat(
-      "<svg class=\"segment-map\" viewBox=\"0 0 %.0f %.0f\" role=\"img\" "
-      "aria-label=\"segment map of device %d\">\n<defs><pattern id=\"fs-hatch\" width=\"6\" "
-      "height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\"><rect "
-      "width=\"6\" height=\"6\" fill=\"#c3c7ce\"/><rect width=\"3\" height=\"6\" "
-      "fill=\"#8a8f98\"/></pattern></defs>\n",
-      kMapWidth, height, d.ordinal);
+      "<svg class=\"segment-map\" data-device=\"%d\" viewBox=\"0 0 %.0f %.0f\" role=\"img\" "
+      "aria-label=\"%s\">\n",
+      device, kMapWidth, height, Esc(label));
+  // The opaque hatch, defined once per page (an id is the page's, not the map's).
+  if (!hatch_defined_) {
+    out_ << "<defs><pattern id=\"fs-hatch\" width=\"6\" height=\"6\" "
+            "patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\"><rect width=\"6\" "
+            "height=\"6\" fill=\"#c3c7ce\"/><rect width=\"3\" height=\"6\" "
+            "fill=\"#8a8f98\"/></pattern></defs>\n";
+    hatch_defined_ = true;
+  }
   double y = 2;
   for (const SegmentLayout& s : segs) {
     const double fraction = static_cast<double>(s.size) / static_cast<double>(largest);
@@ -497,6 +511,21 @@ void HtmlReport::Oom(const OomPostMortem& o, std::size_t index) {
   out_ << "<p>Failing call site: <span class=\"site\">" << Esc(sites_.Name(o.failure.stack_id))
        << "</span></p>\n<h4>Live at the failure, by site</h4>\n";
   SiteTable(o.sites_at_failure);
+  // The cache as it was when the request failed: where the free bytes were, and why no range
+  // was large enough (the map of the device above is the end's).
+  out_ << "<h4>Segment map at the failure</h4>\n";
+  if (o.segments_at_failure != nullptr && !o.segments_at_failure->empty()) {
+    MapSvg(*o.segments_at_failure, o.segments_left_out, o.failure.device,
+           absl::StrFormat("segment map of device %d at the failure, seq %d", o.failure.device,
+                           o.failure.seq));
+  } else if (o.segments_at_failure != nullptr) {
+    out_ << "<p class=\"muted\">The device held no segments at the failure.</p>\n";
+  } else if (o.map_dropped) {
+    out_ << "<p class=\"muted\">Not kept: only the latest OOMs keep their map (each costs "
+            "memory in proportion to the live blocks).</p>\n";
+  } else {
+    out_ << "<p class=\"muted\">Not captured for this trace.</p>\n";
+  }
   out_ << "</section>\n";
 }
 

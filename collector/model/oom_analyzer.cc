@@ -280,6 +280,17 @@ void OomAnalyzer::OnFailure(const FailedAllocation& failure, OomPostMortem postm
       absl::StrFormat("OOM on device %d: requested %s \xe2\x80\x94 class: %s", failure.device,
                       FormatBytes(failure.requested_bytes), OomClassName(verdict.oom_class));
   postmortems_.emplace_back(index, std::move(postmortem));
+  // Maps cost O(blocks) each: the latest max_postmortem_maps keep theirs (the last OOM is the
+  // one a run died of).
+  std::size_t maps = 0;
+  for (auto it = postmortems_.rbegin(); it != postmortems_.rend(); ++it) {
+    OomPostMortem& pm = it->second;
+    if (pm.segments_at_failure == nullptr) continue;
+    if (++maps > options_->max_postmortem_maps) {
+      pm.segments_at_failure.reset();
+      pm.map_dropped = true;
+    }
+  }
 }
 
 void OomAnalyzer::OnSuccess(int device, uint64_t bytes, uint64_t seq) {

@@ -89,7 +89,9 @@ class ProcessModel::Impl {
   const ModelOptions& options() const { return options_; }
   void Apply(const v1::Frame& frame);
   ModelSummary Summarize() const;
-  std::vector<SegmentLayout> SegmentLayouts(int device, std::size_t max_segments) const;
+  // `held` (optional): how many segments the device holds, max_segments or not.
+  std::vector<SegmentLayout> SegmentLayouts(int device, std::size_t max_segments,
+                                            std::size_t* held = nullptr) const;
   std::optional<StackInfo> FindStack(uint64_t id) const {
     const StackInfo* s = id == 0 ? nullptr : stacks_.Find(id);
     if (s == nullptr) return std::nullopt;
@@ -1172,6 +1174,13 @@ void ProcessModel::Impl::OnFailed(const v1::FailedAlloc& e) {
     pm.peak_reserved_bytes = d.peak_reserved();
     pm.recent_events = d.RecentEvents();
     pm.approximate = drop_interval_open_;
+    if (options_.max_postmortem_maps > 0) {
+      std::size_t held = 0;
+      auto map = std::make_shared<const std::vector<SegmentLayout>>(
+          SegmentLayouts(e.device(), options_.postmortem_map_segments, &held));
+      pm.segments_left_out = held - map->size();
+      pm.segments_at_failure = std::move(map);
+    }
   }
   analyzer_.OnFailure(f, std::move(pm));
 }
@@ -1383,12 +1392,13 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   return out;
 }
 
-std::vector<SegmentLayout> ProcessModel::Impl::SegmentLayouts(int device,
-                                                              std::size_t max_segments) const {
+std::vector<SegmentLayout> ProcessModel::Impl::SegmentLayouts(int device, std::size_t max_segments,
+                                                              std::size_t* held_count) const {
   std::vector<const Segment*> held;
   for (const auto& [begin, s] : segments_) {
     if (s->device() == device && s->Contribution().counted) held.push_back(s.segment.get());
   }
+  if (held_count != nullptr) *held_count = held.size();
   if (held.size() > max_segments) {
     // Keep the largest, then restore address order.
     std::stable_sort(held.begin(), held.end(), [](const Segment* a, const Segment* b) {

@@ -318,6 +318,72 @@ TEST(ModelOomTest, PostMortemsAreBounded) {
   EXPECT_EQ(s.ooms_without_postmortem, 3u);
 }
 
+// The post-mortem keeps the device's segments as they were at the failure: the map that
+// shows why no free range was large enough, gone by the end (the program frees its cache).
+TEST(ModelOomTest, PostMortemKeepsTheSegmentMapOfTheFailure) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  BuildTwoHalfFullSegments(feed);
+  feed.Failed(768 * kMiB, 0, true, 256 * kMiB, kTotal);
+  feed.BlockFree(kBase, 512 * kMiB);
+  feed.BlockFree(kBase + 4 * kGiB, 512 * kMiB);
+  feed.Free(kBase);
+  feed.Free(kBase + 4 * kGiB);
+  const ModelSummary s = model.Summarize();
+  EXPECT_EQ(testing::DeviceOf(s, 0).segments, 0u) << "the end holds nothing";
+  const OomPostMortem o = OnlyOom(s);
+  ASSERT_NE(o.segments_at_failure, nullptr);
+  EXPECT_FALSE(o.map_dropped);
+  EXPECT_EQ(o.segments_left_out, 0u);
+  const std::vector<SegmentLayout>& map = *o.segments_at_failure;
+  ASSERT_EQ(map.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const uint64_t base = kBase + static_cast<uint64_t>(i) * 4 * kGiB;
+    EXPECT_EQ(map[i].base, base);
+    EXPECT_EQ(map[i].coverage, Coverage::kAnnotated);
+    ASSERT_EQ(map[i].blocks.size(), 1u);
+    EXPECT_EQ(map[i].blocks[0].address, base);
+    EXPECT_EQ(map[i].blocks[0].size, 512 * kMiB);
+    EXPECT_EQ(map[i].blocks[0].stack_id, 21u + i);
+    ASSERT_EQ(map[i].free_ranges.size(), 1u);
+    EXPECT_EQ(map[i].free_ranges[0].address, base + 512 * kMiB);
+    EXPECT_EQ(map[i].free_ranges[0].size, 512 * kMiB);
+  }
+}
+
+// Each map costs memory in proportion to the live blocks: the latest max_postmortem_maps
+// post-mortems keep theirs (the last OOM is the one a run died of), the others say it was let
+// go; a map keeps the largest postmortem_map_segments segments and counts the rest.
+TEST(ModelOomTest, PostMortemMapsAreBounded) {
+  ModelOptions options;
+  options.max_postmortem_maps = 2;
+  options.postmortem_map_segments = 1;
+  ProcessModel model(options);
+  FrameFeed feed(&model);
+  BuildTwoHalfFullSegments(feed);
+  for (int i = 0; i < 4; ++i) feed.Failed(768 * kMiB, 0, true, 256 * kMiB, kTotal);
+  const ModelSummary s = model.Summarize();
+  ASSERT_EQ(s.ooms.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    const OomPostMortem& o = s.ooms[i];
+    const bool kept = i >= 2;
+    EXPECT_EQ(o.segments_at_failure != nullptr, kept) << i;
+    EXPECT_EQ(o.map_dropped, !kept) << i;
+    if (kept) {
+      EXPECT_EQ(o.segments_at_failure->size(), 1u);
+      EXPECT_EQ(o.segments_left_out, 1u);
+    }
+  }
+  options.max_postmortem_maps = 0;  // none at all
+  ProcessModel without(options);
+  FrameFeed feed2(&without);
+  BuildTwoHalfFullSegments(feed2);
+  feed2.Failed(768 * kMiB, 0, true, 256 * kMiB, kTotal);
+  const OomPostMortem o = OnlyOom(without.Summarize());
+  EXPECT_EQ(o.segments_at_failure, nullptr);
+  EXPECT_FALSE(o.map_dropped);
+}
+
 // The classifier alone, on figures written out by hand.
 TEST(ClassifyOomTest, ContextOverheadTurnsExternalIntoCapacity) {
   OomFigures f;

@@ -18,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_format.h"
+
 #include "export_test_trace.h"
 
 namespace fragscope::testing {
@@ -61,14 +63,32 @@ TEST(HtmlReportTest, PageHoldsEveryPartAndNothingFromTheNetwork) {
   exporter::ExportInput in = Capture(ExportTrace().frames());
   const std::string page = Render(in);
   EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
-  EXPECT_EQ(Count(page, "<section class=\"device\""), 2);
-  EXPECT_EQ(Count(page, "<g class=\"segment "), 4);  // A, B, C on device 0; D on device 1
-  EXPECT_EQ(Count(page, "<g class=\"segment coverage-annotated\""), 2);
+  // The devices' maps (the end of the trace) come before the post-mortems.
+  const std::size_t ooms_at = page.find("<h2 id=\"ooms\">");
+  ASSERT_NE(ooms_at, std::string::npos);
+  const std::string_view devices = std::string_view(page).substr(0, ooms_at);
+  const std::string_view oom = std::string_view(page).substr(ooms_at);
+  EXPECT_EQ(Count(devices, "<section class=\"device\""), 2);
+  EXPECT_EQ(Count(devices, "<g class=\"segment "), 4);  // A, B, C on device 0; D on device 1
+  EXPECT_EQ(Count(devices, "<g class=\"segment coverage-annotated\""), 2);
   // 2 + 1 + 2 blocks, plus 4 free ranges, plus B's and D's whole-allocation bars.
-  EXPECT_EQ(Count(page, "<rect class=\"block "), 5);
-  EXPECT_EQ(Count(page, "<rect class=\"free\""), 4);
-  EXPECT_EQ(Count(page, "<rect class=\"exact\""), 2);
+  EXPECT_EQ(Count(devices, "<rect class=\"block "), 5);
+  EXPECT_EQ(Count(devices, "<rect class=\"free\""), 4);
+  EXPECT_EQ(Count(devices, "<rect class=\"exact\""), 2);
+  // The post-mortem draws device 0 as it was at the failure: A, B and C.
   ASSERT_EQ(in.summary.ooms.size(), 1u);
+  EXPECT_NE(
+      oom.find(absl::StrFormat("aria-label=\"segment map of device 0 at the failure, seq %d\"",
+                               in.summary.ooms[0].failure.seq)),
+      std::string_view::npos);
+  EXPECT_EQ(Count(oom, "<g class=\"segment "), 3);
+  EXPECT_EQ(Count(oom, "<rect class=\"block "), 5);
+  EXPECT_EQ(Count(oom, "<rect class=\"free\""), 4);
+  EXPECT_EQ(Count(oom, "<rect class=\"exact\""), 1);
+  // Its blocks' sites are named, as on the device's map.
+  EXPECT_NE(oom.find("site: attention (model.py:77)"), std::string_view::npos);
+  // One hatch pattern for the page: ids are the page's.
+  EXPECT_EQ(Count(page, "id=\"fs-hatch\""), 1);
   EXPECT_NE(page.find(HtmlEscaped(in.summary.ooms[0].headline)), std::string::npos);
   // Hover text names the block's size and allocation site.
   EXPECT_NE(page.find("block 0x10800000, 32.00 MiB, stream 0x7\nsite: attention (model.py:77)"),
@@ -87,8 +107,17 @@ TEST(HtmlReportTest, SaysWhenSegmentLayoutsWereNotCaptured) {
   exporter::ExportInput in;
   in.summary = Capture(ExportTrace().frames()).summary;
   const std::string page = Render(in);
-  EXPECT_EQ(Count(page, "<g class=\"segment "), 0);
-  EXPECT_NE(page.find("Segment layouts were not captured"), std::string::npos);
+  const std::string devices = page.substr(0, page.find("<h2 id=\"ooms\">"));
+  EXPECT_EQ(Count(devices, "<g class=\"segment "), 0);
+  EXPECT_NE(devices.find("Segment layouts were not captured"), std::string::npos);
+  // A post-mortem's map is the model's, in the summary: drawn all the same.
+  EXPECT_NE(page.find("segment map of device 0 at the failure"), std::string::npos);
+  // Without one, the post-mortem says why there is none.
+  in.summary.ooms[0].segments_at_failure.reset();
+  in.summary.ooms[0].map_dropped = true;
+  EXPECT_NE(Render(in).find("Not kept: only the latest OOMs keep their map"), std::string::npos);
+  in.summary.ooms[0].map_dropped = false;
+  EXPECT_NE(Render(in).find("Not captured for this trace."), std::string::npos);
 }
 
 TEST(HtmlReportTest, StatesTheSameCaveatsAsTheTextReport) {
@@ -202,7 +231,9 @@ TEST(HtmlReportBrowserTest, ChromiumRendersSegmentMapTimelineAndOom) {
   EXPECT_NE(html.find("id=\"fragscope-status\">rendered<"), std::string::npos)
       << html.substr(0, 2000);
   EXPECT_EQ(Count(html, "<section class=\"device\""), 2);
-  EXPECT_EQ(Count(html, "<g class=\"segment "), 4);
+  // 4 on the devices' maps at the end, 3 on the post-mortem's map of device 0 at the failure.
+  EXPECT_EQ(Count(html, "<g class=\"segment "), 7);
+  EXPECT_EQ(Count(html, "at the failure, seq"), 1);
   EXPECT_NE(html.find(HtmlEscaped(in.summary.ooms[0].headline)), std::string::npos);
   // The script drew a chart per device: reserved, allocated and cached lines each.
   EXPECT_EQ(Count(html, "series-reserved"), 2);

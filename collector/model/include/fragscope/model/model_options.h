@@ -33,6 +33,10 @@ struct ModelOptions {
 
   // Unrecovered failures whose post-mortem is kept; later ones are listed without one.
   std::size_t max_postmortems = 64;
+  // Post-mortems that keep the segment map of their device at the failure (the latest ones;
+  // each costs O(blocks) of memory), and the segments each map keeps at most (the largest).
+  std::size_t max_postmortem_maps = 8;
+  std::size_t postmortem_map_segments = 1024;
 
   // Memory every CUDA process holds outside its segments (context, module images). Subtracted
   // from the device total before deciding that a request "would fit in the device" (class

@@ -11,10 +11,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "fragscope/model/segment_layout.h"
 
 namespace fragscope {
 
@@ -217,6 +220,14 @@ struct OomPostMortem {
   uint64_t peak_reserved_bytes = 0;
   std::vector<RecentEvent> recent_events;  // oldest first, the failure itself last
   bool approximate = false;  // the failure lies in an interval the model could not follow
+  // The failed device's segments at the failure, in address order: the map the HTML page draws
+  // (by the end of a trace the cache has usually been given back). The largest
+  // ModelOptions::postmortem_map_segments of them; `segments_left_out` more were not copied.
+  // Shared and immutable, since summaries copy post-mortems. Null when not captured, or let go
+  // (`map_dropped`): only the latest ModelOptions::max_postmortem_maps post-mortems keep one.
+  std::shared_ptr<const std::vector<SegmentLayout>> segments_at_failure;
+  uint64_t segments_left_out = 0;
+  bool map_dropped = false;
 };
 
 // A sub-allocator block that lies in no known segment. Kept and reported, not dropped.
