@@ -2,6 +2,8 @@
 #include "fragscope/report/report_text.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
 
 #include "absl/strings/str_format.h"
 #include "fragscope.pb.h"
@@ -44,6 +46,7 @@ class TextReport {
   void Device(const DeviceSummary& d);
   void Failures();
   void Oom(const OomPostMortem& o);
+  void FreeRangesAtFailure(const OomPostMortem& o);
 
   const ModelSummary& s_;
   Symbolizer& symbolizer_;
@@ -152,6 +155,45 @@ void TextReport::Failures() {
   out_ << "\n";
 }
 
+// Where the cached bytes lay when the request failed, from the post-mortem's segment map: how
+// many free ranges, in how many segments, by size (largest first). What "not in one piece"
+// meant for this failure, in a form a terminal shows.
+void TextReport::FreeRangesAtFailure(const OomPostMortem& o) {
+  if (o.segments_at_failure == nullptr) return;
+  constexpr int kSizesShown = 5;
+  std::map<uint64_t, uint64_t, std::greater<>> count_by_size;
+  uint64_t ranges = 0;
+  uint64_t segments_with_free = 0;
+  for (const SegmentLayout& seg : *o.segments_at_failure) {
+    if (!seg.free_ranges.empty()) ++segments_with_free;
+    for (const AddressRange& r : seg.free_ranges) {
+      ++count_by_size[r.size];
+      ++ranges;
+    }
+  }
+  if (ranges == 0) return;
+  out_ << absl::StrFormat(
+      "\nFree ranges at the failure: %d, in %d of %d segments%s; by size:\n", ranges,
+      segments_with_free, o.segments_at_failure->size(),
+      o.segments_left_out > 0
+          ? absl::StrFormat(" (the largest; %d more not looked at)", o.segments_left_out)
+          : "");
+  int shown = 0;
+  uint64_t rest = 0;
+  uint64_t rest_bytes = 0;
+  for (const auto& [size, count] : count_by_size) {
+    if (shown++ < kSizesShown) {
+      out_ << absl::StrFormat("  %14s x %d\n", FormatBytes(size), count);
+    } else {
+      rest += count;
+      rest_bytes += size * count;
+    }
+  }
+  if (rest > 0) {
+    out_ << absl::StrFormat("  ... %d smaller, %s in all\n", rest, FormatBytes(rest_bytes));
+  }
+}
+
 void TextReport::Oom(const OomPostMortem& o) {
   const OomFigures& g = o.figures;
   const std::string rule(std::max<std::size_t>(o.headline.size(), 60), '=');
@@ -189,6 +231,7 @@ void TextReport::Oom(const OomPostMortem& o) {
   if (g.pending_free_bytes > 0) Row("pending free", FormatBytes(g.pending_free_bytes));
   if (g.pool_free_bytes > 0) Row("pool free", FormatBytes(g.pool_free_bytes));
   Row("untracked", Bytes(g.untracked_bytes));
+  FreeRangesAtFailure(o);
   out_ << "\nFailed call:\n";
   Stack(o.failure.stack_id, "    ");
   out_ << "\nAdvice:\n";

@@ -47,6 +47,10 @@ TEST(ReportTextTest, FragmentationPostMortem) {
   ExpectContains(text, "Device 0 (Test GPU)");
   ExpectContains(text, "fragmentation          50.0 %");
   ExpectContains(text, "stranded               512.00 MiB");
+  // Where the cache lay at the failure: two 512 MiB pieces, one per segment.
+  ExpectContains(text,
+                 "Free ranges at the failure: 2, in 2 of 2 segments; by size:\n"
+                 "      512.00 MiB x 2\n");
   ExpectContains(text, "untracked              13.75 GiB");
   // The failed call, listed and not recovered, with its stack through the fallback symbolizer.
   ExpectContains(text, "fragscope_alloc_failed");
