@@ -160,7 +160,7 @@ void TextReport::Failures() {
 // meant for this failure, in a form a terminal shows.
 void TextReport::FreeRangesAtFailure(const OomPostMortem& o) {
   if (o.segments_at_failure == nullptr) return;
-  constexpr int kSizesShown = 5;
+  constexpr std::size_t kSizesShown = 5;
   std::map<uint64_t, uint64_t, std::greater<>> count_by_size;
   uint64_t ranges = 0;
   uint64_t segments_with_free = 0;
@@ -178,16 +178,24 @@ void TextReport::FreeRangesAtFailure(const OomPostMortem& o) {
       o.segments_left_out > 0
           ? absl::StrFormat(" (the largest; %d more not looked at)", o.segments_left_out)
           : "");
-  int shown = 0;
+  // Sizes that print alike (2 MiB and 2 MiB less 512 bytes) are one line: sorted, they are
+  // neighbours.
+  std::vector<std::pair<std::string, uint64_t>> lines;
   uint64_t rest = 0;
   uint64_t rest_bytes = 0;
   for (const auto& [size, count] : count_by_size) {
-    if (shown++ < kSizesShown) {
-      out_ << absl::StrFormat("  %14s x %d\n", FormatBytes(size), count);
+    std::string shown = FormatBytes(size);
+    if (!lines.empty() && lines.back().first == shown) {
+      lines.back().second += count;
+    } else if (lines.size() < kSizesShown) {
+      lines.emplace_back(std::move(shown), count);
     } else {
       rest += count;
       rest_bytes += size * count;
     }
+  }
+  for (const auto& [shown, count] : lines) {
+    out_ << absl::StrFormat("  %14s x %d\n", shown, count);
   }
   if (rest > 0) {
     out_ << absl::StrFormat("  ... %d smaller, %s in all\n", rest, FormatBytes(rest_bytes));

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <sstream>
+#include <vector>
 
 #include "fragscope/model/format_bytes.h"
 #include "report_test_scenario.h"
@@ -113,6 +115,39 @@ TEST(ReportTextTest, UsesTheCallersSymbolizer) {
   // Stack 30 is one pc (module base + 0x40 = line 64), giving an inlined frame and its caller.
   ExpectContains(out.str(), "at at::empty\n");
   ExpectContains(out.str(), "at train_step (train.py:64)");
+}
+
+// The free ranges at the failure, by size largest first: sizes that print alike share a line,
+// and past five sizes the rest is summed.
+TEST(ReportTextTest, FreeRangesAtTheFailureBySize) {
+  ModelSummary s;
+  OomPostMortem o;
+  o.headline = "OOM";
+  std::vector<SegmentLayout> map(3);
+  uint64_t at = 0x7f0000000000;
+  auto add = [&](int segment, uint64_t size) {
+    map[segment].free_ranges.push_back({at, size});
+    at += size + kMiB;
+  };
+  for (int i = 0; i < 3; ++i) add(0, 12 * kMiB);
+  add(1, 2 * kMiB);
+  add(1, 2 * kMiB);
+  add(1, 2 * kMiB - 512);  // prints as 2.00 MiB too
+  for (uint64_t kib : {900, 800, 700, 600, 500}) add(1, kib * 1024);
+  o.segments_at_failure = std::make_shared<const std::vector<SegmentLayout>>(std::move(map));
+  o.segments_left_out = 4;
+  s.ooms.push_back(o);
+  std::ostringstream out;
+  RenderText(s, out);
+  ExpectContains(out.str(),
+                 "Free ranges at the failure: 11, in 2 of 3 segments (the largest; 4 more not "
+                 "looked at); by size:\n"
+                 "       12.00 MiB x 3\n"
+                 "        2.00 MiB x 3\n"
+                 "      900.00 KiB x 1\n"
+                 "      800.00 KiB x 1\n"
+                 "      700.00 KiB x 1\n"
+                 "  ... 2 smaller, 1.07 MiB in all\n");
 }
 
 TEST(SymbolizerTest, ModuleOffsetFallback) {
