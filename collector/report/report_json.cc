@@ -243,6 +243,32 @@ void JsonReport::Oom(const OomPostMortem& o) {
     w_.Null();
   }
   w_.Field("approximate", o.approximate);
+  // Where the cache lay at the failure (the post-mortem's segment map); null when no map was
+  // kept (map_dropped: only the latest OOMs keep one).
+  w_.Key("free_ranges_at_failure");
+  if (o.segments_at_failure != nullptr) {
+    constexpr std::size_t kSizesListed = 16;
+    const FreeRangeCensus census = CensusOfFreeRanges(*o.segments_at_failure);
+    w_.BeginObject();
+    w_.Field("ranges", census.ranges);
+    w_.Field("bytes", census.bytes);
+    w_.Field("segments", census.segments);
+    w_.Field("segments_with_free", census.segments_with_free);
+    w_.Field("segments_left_out", o.segments_left_out);
+    w_.Key("by_size");  // largest first, at most kSizesListed sizes
+    w_.BeginArray();
+    for (std::size_t i = 0; i < census.by_size.size() && i < kSizesListed; ++i) {
+      w_.BeginObject();
+      w_.Field("bytes", census.by_size[i].first);
+      w_.Field("count", census.by_size[i].second);
+      w_.EndObject();
+    }
+    w_.EndArray();
+    w_.EndObject();
+  } else {
+    w_.Null();
+  }
+  w_.Field("map_dropped", o.map_dropped);
   Stack(o.failure.stack_id);
   w_.Key("advice");
   w_.BeginArray();

@@ -2,8 +2,6 @@
 #include "fragscope/report/report_text.h"
 
 #include <algorithm>
-#include <functional>
-#include <map>
 
 #include "absl/strings/str_format.h"
 #include "fragscope.pb.h"
@@ -161,20 +159,11 @@ void TextReport::Failures() {
 void TextReport::FreeRangesAtFailure(const OomPostMortem& o) {
   if (o.segments_at_failure == nullptr) return;
   constexpr std::size_t kSizesShown = 5;
-  std::map<uint64_t, uint64_t, std::greater<>> count_by_size;
-  uint64_t ranges = 0;
-  uint64_t segments_with_free = 0;
-  for (const SegmentLayout& seg : *o.segments_at_failure) {
-    if (!seg.free_ranges.empty()) ++segments_with_free;
-    for (const AddressRange& r : seg.free_ranges) {
-      ++count_by_size[r.size];
-      ++ranges;
-    }
-  }
-  if (ranges == 0) return;
+  const FreeRangeCensus census = CensusOfFreeRanges(*o.segments_at_failure);
+  if (census.ranges == 0) return;
   out_ << absl::StrFormat(
-      "\nFree ranges at the failure: %d, in %d of %d segments%s; by size:\n", ranges,
-      segments_with_free, o.segments_at_failure->size(),
+      "\nFree ranges at the failure: %d, in %d of %d segments%s; by size:\n", census.ranges,
+      census.segments_with_free, census.segments,
       o.segments_left_out > 0
           ? absl::StrFormat(" (the largest; %d more not looked at)", o.segments_left_out)
           : "");
@@ -183,7 +172,7 @@ void TextReport::FreeRangesAtFailure(const OomPostMortem& o) {
   std::vector<std::pair<std::string, uint64_t>> lines;
   uint64_t rest = 0;
   uint64_t rest_bytes = 0;
-  for (const auto& [size, count] : count_by_size) {
+  for (const auto& [size, count] : census.by_size) {
     std::string shown = FormatBytes(size);
     if (!lines.empty() && lines.back().first == shown) {
       lines.back().second += count;

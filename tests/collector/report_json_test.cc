@@ -420,6 +420,17 @@ TEST(ReportJsonTest, FragmentationOomScenario) {
   EXPECT_FALSE(o["advice"].items.empty());
   EXPECT_EQ(o["sites_at_failure"].items.size(), 2u);
   EXPECT_EQ(o["recent_events"].items.back()["kind"].text, "failed_alloc");
+  // Where the cache lay at the failure: two 512 MiB ranges, one in each segment.
+  const JsonValue& census = o["free_ranges_at_failure"];
+  EXPECT_EQ(census["ranges"].text, "2");
+  EXPECT_EQ(census["bytes"].text, std::to_string(kGiB));
+  EXPECT_EQ(census["segments"].text, "2");
+  EXPECT_EQ(census["segments_with_free"].text, "2");
+  EXPECT_EQ(census["segments_left_out"].text, "0");
+  ASSERT_EQ(census["by_size"].items.size(), 1u);
+  EXPECT_EQ(census["by_size"][0]["bytes"].text, std::to_string(512 * kMiB));
+  EXPECT_EQ(census["by_size"][0]["count"].text, "2");
+  EXPECT_FALSE(o["map_dropped"].boolean);
 
   // Top-level sites: both blocks, 512 MiB each, with their stacks.
   ASSERT_EQ(v["sites"].items.size(), 2u);

@@ -7,6 +7,7 @@
 #define FRAGSCOPE_MODEL_SEGMENT_LAYOUT_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "fragscope/model/segment.h"
@@ -46,6 +47,18 @@ struct SegmentLayout {
   // Annotated segments: the free ranges (backed bytes no block covers), in address order.
   std::vector<AddressRange> free_ranges;
 };
+
+// How the free bytes of some segments are cut up: what "not in one piece" means for a failure.
+struct FreeRangeCensus {
+  uint64_t ranges = 0;
+  uint64_t bytes = 0;
+  uint64_t segments = 0;            // segments looked at
+  uint64_t segments_with_free = 0;  // of them, those with a free range
+  // (size in bytes, how many ranges of exactly that size), largest first.
+  std::vector<std::pair<uint64_t, uint64_t>> by_size;
+};
+// O(free ranges x log distinct sizes).
+FreeRangeCensus CensusOfFreeRanges(const std::vector<SegmentLayout>& segments);
 
 }  // namespace fragscope
 
