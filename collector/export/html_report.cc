@@ -520,9 +520,8 @@ void HtmlReport::Oom(const OomPostMortem& o, std::size_t index) {
                            o.failure.seq));
   } else if (o.segments_at_failure != nullptr) {
     out_ << "<p class=\"muted\">The device held no segments at the failure.</p>\n";
-  } else if (o.map_dropped) {
-    out_ << "<p class=\"muted\">Not kept: only the latest OOMs keep their map (each costs "
-            "memory in proportion to the live blocks).</p>\n";
+  } else if (!o.map_missing.empty()) {
+    out_ << "<p class=\"muted\">No map: " << Esc(o.map_missing) << ".</p>\n";
   } else {
     out_ << "<p class=\"muted\">Not captured for this trace.</p>\n";
   }

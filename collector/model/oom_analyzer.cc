@@ -288,7 +288,10 @@ void OomAnalyzer::OnFailure(const FailedAllocation& failure, OomPostMortem postm
     if (pm.segments_at_failure == nullptr) continue;
     if (++maps > options_->max_postmortem_maps) {
       pm.segments_at_failure.reset();
-      pm.map_dropped = true;
+      pm.map_missing = absl::StrFormat(
+          "let go: only the latest %d OOMs keep their segment map (each costs memory in "
+          "proportion to the live blocks)",
+          options_->max_postmortem_maps);
     }
   }
 }

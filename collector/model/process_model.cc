@@ -194,6 +194,9 @@ class ProcessModel::Impl {
   // nullptr for an orphan.
   Segment* PlaceBlock(uint64_t address, const SubBlock& block, int device, uint64_t seq);
   void OnFailed(const v1::FailedAlloc& e);
+  // The failed device's segment map into the post-mortem, within ModelOptions' limits; else
+  // the reason there is none.
+  void CaptureMap(const DeviceState& d, int device, OomPostMortem* pm);
   OomFigures FiguresAt(int device, uint64_t requested, uint64_t stream, uint64_t pool,
                        bool from_failure);
   void OnMemInfo(const v1::MemInfo& e);
@@ -284,6 +287,8 @@ class ProcessModel::Impl {
   uint64_t not_held_since_seq_ = 0;     // seq of the first snapshot that lacked entries
   uint64_t frames_ = 0;
   uint64_t events_ = 0;
+  // Segments and blocks copied into post-mortem maps so far (CaptureMap's budget).
+  uint64_t map_entries_copied_ = 0;
   uint64_t drops_ = 0;
   uint64_t last_seq_ = 0;
   uint64_t last_time_ns_ = 0;
@@ -1174,15 +1179,34 @@ void ProcessModel::Impl::OnFailed(const v1::FailedAlloc& e) {
     pm.peak_reserved_bytes = d.peak_reserved();
     pm.recent_events = d.RecentEvents();
     pm.approximate = drop_interval_open_;
-    if (options_.max_postmortem_maps > 0) {
-      std::size_t held = 0;
-      auto map = std::make_shared<const std::vector<SegmentLayout>>(
-          SegmentLayouts(e.device(), options_.postmortem_map_segments, &held));
-      pm.segments_left_out = held - map->size();
-      pm.segments_at_failure = std::move(map);
-    }
+    CaptureMap(d, e.device(), &pm);
   }
   analyzer_.OnFailure(f, std::move(pm));
+}
+
+void ProcessModel::Impl::CaptureMap(const DeviceState& d, int device, OomPostMortem* pm) {
+  // Per event applied, on average, what copies of maps may cost (entries: segments + blocks).
+  constexpr uint64_t kMapEntriesPerEvent = 64;
+  const uint64_t entries = d.segment_count() + d.block_count();
+  if (options_.max_postmortem_maps == 0) {
+    pm->map_missing = "segment maps of failures are turned off (max_postmortem_maps = 0)";
+  } else if (entries > options_.postmortem_map_max_entries) {
+    pm->map_missing = absl::StrFormat(
+        "the device held %d segments and blocks at the failure, more than a map copies (%d)",
+        entries, options_.postmortem_map_max_entries);
+  } else if (map_entries_copied_ + entries >
+             kMapEntriesPerEvent * events_ + options_.postmortem_map_max_entries) {
+    pm->map_missing =
+        "failures came too often to copy a map at each (at most 64 segments and blocks per "
+        "event on average)";
+  } else {
+    std::size_t held = 0;
+    auto map = std::make_shared<const std::vector<SegmentLayout>>(
+        SegmentLayouts(device, options_.postmortem_map_segments, &held));
+    map_entries_copied_ += entries;
+    pm->segments_left_out = held - map->size();
+    pm->segments_at_failure = std::move(map);
+  }
 }
 
 void ProcessModel::Impl::OnMemInfo(const v1::MemInfo& e) {

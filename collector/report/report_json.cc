@@ -243,8 +243,8 @@ void JsonReport::Oom(const OomPostMortem& o) {
     w_.Null();
   }
   w_.Field("approximate", o.approximate);
-  // Where the cache lay at the failure (the post-mortem's segment map); null when no map was
-  // kept (map_dropped: only the latest OOMs keep one).
+  // Where the cache lay at the failure (the post-mortem's segment map); null when there is no
+  // map, and map_missing says why.
   w_.Key("free_ranges_at_failure");
   if (o.segments_at_failure != nullptr) {
     constexpr std::size_t kSizesListed = 16;
@@ -268,7 +268,12 @@ void JsonReport::Oom(const OomPostMortem& o) {
   } else {
     w_.Null();
   }
-  w_.Field("map_dropped", o.map_dropped);
+  w_.Key("map_missing");
+  if (o.map_missing.empty()) {
+    w_.Null();
+  } else {
+    w_.String(o.map_missing);
+  }
   Stack(o.failure.stack_id);
   w_.Key("advice");
   w_.BeginArray();

@@ -333,7 +333,7 @@ TEST(ModelOomTest, PostMortemKeepsTheSegmentMapOfTheFailure) {
   EXPECT_EQ(testing::DeviceOf(s, 0).segments, 0u) << "the end holds nothing";
   const OomPostMortem o = OnlyOom(s);
   ASSERT_NE(o.segments_at_failure, nullptr);
-  EXPECT_FALSE(o.map_dropped);
+  EXPECT_EQ(o.map_missing, "");
   EXPECT_EQ(o.segments_left_out, 0u);
   const std::vector<SegmentLayout>& map = *o.segments_at_failure;
   ASSERT_EQ(map.size(), 2u);
@@ -368,7 +368,7 @@ TEST(ModelOomTest, PostMortemMapsAreBounded) {
     const OomPostMortem& o = s.ooms[i];
     const bool kept = i >= 2;
     EXPECT_EQ(o.segments_at_failure != nullptr, kept) << i;
-    EXPECT_EQ(o.map_dropped, !kept) << i;
+    EXPECT_EQ(o.map_missing.find("let go: only the latest 2 OOMs") == 0, !kept) << o.map_missing;
     if (kept) {
       EXPECT_EQ(o.segments_at_failure->size(), 1u);
       EXPECT_EQ(o.segments_left_out, 1u);
@@ -381,7 +381,52 @@ TEST(ModelOomTest, PostMortemMapsAreBounded) {
   feed2.Failed(768 * kMiB, 0, true, 256 * kMiB, kTotal);
   const OomPostMortem o = OnlyOom(without.Summarize());
   EXPECT_EQ(o.segments_at_failure, nullptr);
-  EXPECT_FALSE(o.map_dropped);
+  EXPECT_NE(o.map_missing.find("turned off"), std::string::npos) << o.map_missing;
+}
+
+// A map copies every block of the device: a device with more than postmortem_map_max_entries
+// segments and blocks gets none, and a run that fails over and over stops copying them once
+// they would cost more than 64 entries per event applied (plus one map of the largest size):
+// replay stays O(events), whatever the failures.
+TEST(ModelOomTest, PostMortemMapsCostBoundedWork) {
+  ModelOptions options;
+  options.postmortem_map_max_entries = 3;  // 2 segments + 2 blocks are 4
+  ProcessModel too_big(options);
+  FrameFeed feed(&too_big);
+  BuildTwoHalfFullSegments(feed);
+  feed.Failed(768 * kMiB, 0, true, 256 * kMiB, kTotal);
+  OomPostMortem o = OnlyOom(too_big.Summarize());
+  EXPECT_EQ(o.segments_at_failure, nullptr);
+  EXPECT_NE(o.map_missing.find("held 4 segments and blocks"), std::string::npos) << o.map_missing;
+
+  // 200 blocks in one segment (201 entries, 202 events with the device), then 200 failures:
+  // copying a map at each would be 201 entries per event, against a budget of 64 per event.
+  options.postmortem_map_max_entries = 1000;
+  options.max_postmortem_maps = 1000;
+  options.max_postmortems = 1000;
+  ProcessModel often(options);
+  FrameFeed feed2(&often);
+  feed2.Device(0, kTotal);
+  feed2.Malloc(kBase, kGiB);
+  for (uint64_t i = 0; i < 200; ++i) feed2.BlockAlloc(kBase + i * 4 * kMiB, 2 * kMiB, 21);
+  constexpr uint64_t kFailures = 200;
+  for (uint64_t i = 0; i < kFailures; ++i) {
+    feed2.Failed(768 * kMiB, 0, true, 256 * kMiB, kTotal);
+  }
+  const ModelSummary s = often.Summarize();
+  ASSERT_EQ(s.ooms.size(), kFailures);
+  uint64_t with_map = 0;
+  for (const OomPostMortem& pm : s.ooms) {
+    if (pm.segments_at_failure != nullptr) {
+      ++with_map;
+    } else {
+      EXPECT_NE(pm.map_missing.find("too often"), std::string::npos) << pm.map_missing;
+    }
+  }
+  EXPECT_GT(with_map, 0u);
+  EXPECT_LT(with_map, kFailures);
+  // What was copied stays within the budget: 64 entries per event, plus one large map.
+  EXPECT_LE(with_map * 201, 64 * s.events + 1000) << with_map;
 }
 
 // The classifier alone, on figures written out by hand.

@@ -114,9 +114,10 @@ TEST(HtmlReportTest, SaysWhenSegmentLayoutsWereNotCaptured) {
   EXPECT_NE(page.find("segment map of device 0 at the failure"), std::string::npos);
   // Without one, the post-mortem says why there is none.
   in.summary.ooms[0].segments_at_failure.reset();
-  in.summary.ooms[0].map_dropped = true;
-  EXPECT_NE(Render(in).find("Not kept: only the latest OOMs keep their map"), std::string::npos);
-  in.summary.ooms[0].map_dropped = false;
+  in.summary.ooms[0].map_missing = "let go: only the latest 8 OOMs keep their segment map";
+  EXPECT_NE(Render(in).find("No map: let go: only the latest 8 OOMs keep their segment map."),
+            std::string::npos);
+  in.summary.ooms[0].map_missing.clear();
   EXPECT_NE(Render(in).find("Not captured for this trace."), std::string::npos);
 }
 

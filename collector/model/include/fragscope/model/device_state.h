@@ -115,6 +115,9 @@ class DeviceState {
   // values are the same.
   DeviceMetrics Metrics(bool with_reasons = true) const;
   uint64_t opaque_segments() const { return opaque_segments_; }
+  // Segments and blocks held now (an exact segment counts as its one block).
+  uint64_t segment_count() const { return segments_; }
+  uint64_t block_count() const { return seg_blocks_; }
 
   // After each event that touched the device: peaks, max fragmentation, timeline.
   void AfterEvent(uint64_t seq, uint64_t time_ns);

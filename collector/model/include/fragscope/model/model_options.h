@@ -34,9 +34,13 @@ struct ModelOptions {
   // Unrecovered failures whose post-mortem is kept; later ones are listed without one.
   std::size_t max_postmortems = 64;
   // Post-mortems that keep the segment map of their device at the failure (the latest ones;
-  // each costs O(blocks) of memory), and the segments each map keeps at most (the largest).
+  // each costs O(blocks) of memory), the segments each map keeps at most (the largest), and the
+  // most segments + blocks a device may hold for its map to be copied. Copies are also held to
+  // 64 entries per event applied on average (plus one map of the largest size), so a run that
+  // fails over and over is not replayed in O(failures x blocks).
   std::size_t max_postmortem_maps = 8;
   std::size_t postmortem_map_segments = 1024;
+  std::size_t postmortem_map_max_entries = 262144;
 
   // Memory every CUDA process holds outside its segments (context, module images). Subtracted
   // from the device total before deciding that a request "would fit in the device" (class

@@ -223,11 +223,12 @@ struct OomPostMortem {
   // The failed device's segments at the failure, in address order: the map the HTML page draws
   // (by the end of a trace the cache has usually been given back). The largest
   // ModelOptions::postmortem_map_segments of them; `segments_left_out` more were not copied.
-  // Shared and immutable, since summaries copy post-mortems. Null when not captured, or let go
-  // (`map_dropped`): only the latest ModelOptions::max_postmortem_maps post-mortems keep one.
+  // Shared and immutable, since summaries copy post-mortems. Null when there is none, and then
+  // `map_missing` says why (maps turned off, too large, too many failures, or let go for a
+  // later OOM's).
   std::shared_ptr<const std::vector<SegmentLayout>> segments_at_failure;
   uint64_t segments_left_out = 0;
-  bool map_dropped = false;
+  std::string map_missing;
 };
 
 // A sub-allocator block that lies in no known segment. Kept and reported, not dropped.
