@@ -268,12 +268,7 @@ void JsonReport::Oom(const OomPostMortem& o) {
   } else {
     w_.Null();
   }
-  w_.Key("map_missing");
-  if (o.map_missing.empty()) {
-    w_.Null();
-  } else {
-    w_.String(o.map_missing);
-  }
+  NullReason("map_missing", o.map_missing, o.map_missing.empty());
   Stack(o.failure.stack_id);
   w_.Key("advice");
   w_.BeginArray();
