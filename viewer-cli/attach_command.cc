@@ -453,9 +453,8 @@ int AttachCommand(const std::vector<std::string>& args) {
   }
   const ModelSummary summary = s.session->Summarize();
   bool report_failed = false;
-  if (report_path.empty()) {
-    WriteReport(summary, format, std::cout);
-  } else if (absl::Status st = WriteReportFile(summary, format, report_path); !st.ok()) {
+  if (absl::Status st = WriteReportFile(summary, format, report_path.empty() ? "-" : report_path);
+      !st.ok()) {
     // The attach's findings are not lost for a file that went bad since the start: stdout.
     std::fprintf(stderr, "fragscope attach: cannot write report: %s; writing it to stdout\n",
                  std::string(st.message()).c_str());
