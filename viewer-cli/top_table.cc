@@ -32,12 +32,25 @@ std::string SiteName(const nlohmann::json& site) {
   return name.empty() ? chosen->value("text", std::string("?")) : name;
 }
 
+// The OOMs a report counts on `device`: what a sub-allocator raised (even when the program
+// caught it), and driver failures neither retried with success nor explained by a later
+// sub-allocator OOM (collector/REPORT.md).
+int OomsOn(const nlohmann::json& report, int device) {
+  int n = 0;
+  for (const auto& f : report.value("failed_allocations", nlohmann::json::array())) {
+    if (!f.is_object() || f.value("device", -2) != device || !f.value("is_oom", false)) continue;
+    if (f.contains("superseded_by_seq") && !f["superseded_by_seq"].is_null()) continue;
+    if (f.value("from_sub_allocator", false) || !f.value("recovered", false)) ++n;
+  }
+  return n;
+}
+
 }  // namespace
 
 std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates, double now) {
-  std::string out =
-      absl::StrFormat("%-8s %-18s %3s %11s %11s %11s %7s %9s  %s\n", "PID", "PROCESS", "DEV",
-                      "RESERVED", "ALLOCATED", "LARGESTFREE", "FRAG", "EVENTS/s", "TOP SITE");
+  std::string out = absl::StrFormat("%-8s %-18s %3s %11s %11s %11s %7s %4s %9s  %s\n", "PID",
+                                    "PROCESS", "DEV", "RESERVED", "ALLOCATED", "LARGESTFREE",
+                                    "FRAG", "OOMS", "EVENTS/s", "TOP SITE");
   int rows = 0;
   bool any_stale = false;
   for (const auto& s : doc.value("streams", nlohmann::json::array())) {
@@ -65,13 +78,17 @@ std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates
       std::string frag = d["fragmentation"].is_number()
                              ? absl::StrFormat("%.1f%%", 100 * d["fragmentation"].get<double>())
                              : "n/a";
+      // The device's own top site (a process's devices hold different things).
       std::string site;
-      if (r.contains("sites") && !r["sites"].empty()) site = SiteName(r["sites"][0]);
-      out += absl::StrFormat("%-8d %-18s %3d %11s %11s %11s %7s %9s  %s%s\n", pid, exe,
-                             d.value("device", -1), Fmt(d["reserved_bytes"]),
-                             Fmt(d["allocated_bytes"]) + star,
-                             Fmt(d["largest_free_range_bytes"]) + star, frag + star, rate, site,
-                             s.value("connected", false) ? "" : " (ended)");
+      if (d.contains("sites") && d["sites"].is_array() && !d["sites"].empty()) {
+        site = SiteName(d["sites"][0]);
+      }
+      const int device = d.value("device", -1);
+      out +=
+          absl::StrFormat("%-8d %-18s %3d %11s %11s %11s %7s %4d %9s  %s%s\n", pid, exe, device,
+                          Fmt(d["reserved_bytes"]), Fmt(d["allocated_bytes"]) + star,
+                          Fmt(d["largest_free_range_bytes"]) + star, frag + star, OomsOn(r, device),
+                          rate, site, s.value("connected", false) ? "" : " (ended)");
       ++rows;
     }
   }

@@ -27,7 +27,7 @@ TEST(TopTable, RowsAndRates) {
   std::string table = TopTable(doc, 0, &rates, 1.0);
   EXPECT_NE(table.find("41       python3"), std::string::npos) << table;
   // One look gives no rate: unknown, not 0.
-  EXPECT_NE(table.find("25.0%         -"), std::string::npos) << table;
+  EXPECT_NE(table.find("25.0%    0         -"), std::string::npos) << table;
   EXPECT_NE(table.find("96.00 MiB   40.00 MiB   20.00 MiB   25.0%"), std::string::npos) << table;
   EXPECT_EQ(table.find('*'), std::string::npos) << table;
   doc["streams"][0]["report"]["events"] = 400;
@@ -44,17 +44,48 @@ TEST(TopTable, RowsAndRates) {
 TEST(TopTable, TopSiteIsTheFirstFrameOutsideFragscope) {
   TopRates rates;
   nlohmann::json doc = {{"streams", {Stream(41, 100), Stream(42, 5)}}};
-  doc["streams"][0]["report"]["sites"] = {
+  doc["streams"][0]["report"]["devices"][0]["sites"] = {
       {{"stack",
         {{{"function", "fragscope_annotate_block_alloc"}, {"module", "/opt/app/bin/train"}},
          {{"function", ""}, {"module", "/opt/fs/lib/libfragscope.so"}, {"text", "x"}},
          {{"function", "Pool::Allocate(unsigned long)"}, {"module", "/opt/app/bin/train"}}}}}};
-  doc["streams"][1]["report"]["sites"] = {
+  doc["streams"][1]["report"]["devices"][0]["sites"] = {
       {{"stack", {{{"function", ""}, {"module", "/opt/app/bin/hold"}, {"text", "hold+0x11aa"}}}}}};
   const std::string table = TopTable(doc, 0, &rates, 1.0);
   EXPECT_NE(table.find("  Pool::Allocate(unsigned long)\n"), std::string::npos) << table;
   EXPECT_NE(table.find("  hold+0x11aa\n"), std::string::npos) << table;
   EXPECT_EQ(table.find("fragscope_annotate"), std::string::npos) << table;
+}
+
+// Which process hit OOMs, and on which device: what a sub-allocator raised (caught or not) and
+// driver failures that no retry recovered and no later sub-allocator OOM explains.
+TEST(TopTable, OomsAreCountedPerDevice) {
+  TopRates rates;
+  nlohmann::json doc = {{"streams", {Stream(41, 100)}}};
+  nlohmann::json& r = doc["streams"][0]["report"];
+  nlohmann::json device1 = r["devices"][0];
+  device1["device"] = 1;
+  r["devices"].push_back(device1);
+  auto failure = [](int device, bool sub, bool recovered, bool superseded, bool oom = true) {
+    return nlohmann::json{
+        {"device", device},
+        {"is_oom", oom},
+        {"from_sub_allocator", sub},
+        {"recovered", recovered},
+        {"superseded_by_seq", superseded ? nlohmann::json(99) : nlohmann::json(nullptr)}};
+  };
+  r["failed_allocations"] = {
+      failure(0, false, false, true),          // explained by the sub-allocator OOM after it
+      failure(0, true, false, false),          // the sub-allocator's OOM: counts
+      failure(1, true, true, false),           // raised and caught by the program: counts
+      failure(1, false, true, false),          // a retry that worked: not an OOM
+      failure(1, false, false, false),         // unrecovered driver failure: counts
+      failure(1, false, false, false, false),  // not an OOM at all
+  };
+  const std::string table = TopTable(doc, 0, &rates, 1.0);
+  EXPECT_NE(table.find("41       python3              0 "), std::string::npos) << table;
+  EXPECT_NE(table.find("25.0%    1         -"), std::string::npos) << table;  // device 0
+  EXPECT_NE(table.find("25.0%    2         -"), std::string::npos) << table;  // device 1
 }
 
 TEST(TopTable, BlocksFromAnOlderSyncAreStarredAndSaidSo) {
