@@ -59,8 +59,15 @@ constexpr Family kFragmentation{
     "1 - largest_free_range/cached; absent when unknown (below the floor or opaque)."};
 constexpr Family kUntracked{"fragscope_untracked_bytes", "gauge",
                             "Device memory outside this process's segments; absent if unknown."};
-constexpr Family kPeakReserved{"fragscope_peak_reserved_bytes", "gauge",
-                               "Peak of reserved bytes since the stream started."};
+constexpr Family kPeakReserved{
+    "fragscope_peak_reserved_bytes", "gauge",
+    "Peak of reserved bytes since the stream started (the run's peak only where "
+    "fragscope_history_complete is 1)."};
+constexpr Family kHistoryComplete{
+    "fragscope_history_complete", "gauge",
+    "1 when the stream holds the run from its first event; 0 when it began with a snapshot "
+    "(an attach, a wake, a late connect, a flight-recorder segment, a collector restart), so "
+    "peaks and maxima are since then."};
 constexpr Family kDeviceTotal{"fragscope_device_total_bytes", "gauge",
                               "Device memory capacity (bytes)."};
 constexpr Family kDeviceFree{"fragscope_device_free_bytes", "gauge",
@@ -95,6 +102,7 @@ std::string RenderPrometheus(const std::vector<SessionServer::StreamState>& stre
     e.Add(kFailed, proc, static_cast<double>(s.summary.failed_allocations.size()));
     e.Add(kBlockSyncs, proc, static_cast<double>(s.summary.block_syncs));
     e.Add(kBlocksFresh, proc, s.summary.blocks_known_at_end ? 1 : 0);
+    e.Add(kHistoryComplete, proc, s.summary.history_from_seq ? 0 : 1);
     std::map<std::string, int> by_class;
     for (const OomPostMortem& o : s.summary.ooms) ++by_class[OomClassName(o.oom_class)];
     for (const auto& [cls, n] : by_class) e.Add(kOoms, proc + ",class=\"" + cls + "\"", n);

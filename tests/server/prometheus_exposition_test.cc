@@ -57,5 +57,21 @@ TEST(PrometheusExposition, BlocksOfAnOlderSyncAreSaidToBeSo) {
       << text;
 }
 
+// A stream that began with a snapshot (an attach, a wake, a restart) has peaks since then only:
+// the gauge lets an alert or a dashboard tell the run's peak from the window's.
+TEST(PrometheusExposition, AStreamThatBeganMidRunSaysItsPeaksAreSinceThen) {
+  std::string text = RenderPrometheus({Stream()});
+  EXPECT_NE(text.find(std::string("fragscope_history_complete{") + kProc + "} 1\n"),
+            std::string::npos)
+      << text;
+  SessionServer::StreamState woken = Stream();
+  woken.summary.history_from_seq = 5000;
+  text = RenderPrometheus({woken});
+  EXPECT_NE(text.find(std::string("fragscope_history_complete{") + kProc + "} 0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# HELP fragscope_peak_reserved_bytes"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace fragscope
