@@ -323,7 +323,7 @@ void HtmlReport::Device(const DeviceSummary& d) {
   SiteTable(d.sites);
   if (!d.sites_at_peak.empty()) {
     out_ << "<h3>Top allocation sites at peak reserved (" << Esc(FormatBytes(d.peak_reserved_bytes))
-         << ")</h3>\n";
+         << Esc(since) << ")</h3>\n";
     SiteTable(d.sites_at_peak);
   }
   out_ << "</section>\n";

@@ -161,6 +161,8 @@ TEST(HtmlReportTest, StatesTheSameCaveatsAsTheTextReport) {
   page = Render(in);
   EXPECT_NE(page.find("The trace begins at seq 4000"), std::string::npos);
   EXPECT_NE(page.find("peak reserved since seq 4000"), std::string::npos);
+  ASSERT_FALSE(in.summary.devices[0].sites_at_peak.empty());
+  EXPECT_NE(page.find(" since seq 4000)</h3>"), std::string::npos) << "the sites' heading too";
   EXPECT_NE(page.find("at 2 sync(s) only"), std::string::npos);
   EXPECT_EQ(Count(page, "<p class=\"warn\">"), 8);
 }
