@@ -200,11 +200,25 @@ int main(int argc, char** argv) {
         ++events;
         break;
       case v1::Frame::kMark:
-        std::cout << absl::StrFormat("fragscope_mark label=\"%s\" seq=%d tid=%d\n",
+        std::cout << absl::StrFormat("fragscope_mark label=\"%s\" seq=%d tid=%d%s\n",
                                      absl::CEscape(frame.mark().label()), frame.mark().seq(),
-                                     frame.mark().tid());
+                                     frame.mark().tid(),
+                                     frame.mark().blocks_synced() ? " blocks_synced=1" : "");
         ++events;
         break;
+      case v1::Frame::kSymbolizedStack: {
+        // Stacks of converted streams (PyTorch snapshots): frames by name, not by pc.
+        const auto& st = frame.symbolized_stack();
+        std::string first;
+        if (st.frames_size() > 0) {
+          const auto& f = st.frames(0);
+          first = absl::StrFormat(" first=\"%s (%s:%d)\"", absl::CEscape(f.function()),
+                                  absl::CEscape(f.file()), f.line());
+        }
+        std::cout << absl::StrFormat("# symbolized stack id=%d frames=%d%s\n", st.id(),
+                                     st.frames_size(), first);
+        break;
+      }
       case v1::Frame::kMemInfo:
         std::cout << absl::StrFormat("# meminfo dev=%d free=%d total=%d pool=0x%x seq=%d\n",
                                      frame.mem_info().device(), frame.mem_info().free_bytes(),

@@ -60,6 +60,19 @@ TEST(DumpTool, PrintsOneLinePerEventAndTotals) {
     m->set_handle(0x10);
     ASSERT_TRUE(w->Write(f).ok());
     f.Clear();
+    auto* stack = f.mutable_symbolized_stack();  // a converted stream's stack, by name
+    stack->set_id(5);
+    auto* frame = stack->add_frames();
+    frame->set_function("forward");
+    frame->set_file("model.py");
+    frame->set_line(42);
+    ASSERT_TRUE(w->Write(f).ok());
+    f.Clear();
+    f.mutable_mark()->set_label("PyTorch blocks synced (OOM)");
+    f.mutable_mark()->set_seq(2);
+    f.mutable_mark()->set_blocks_synced(true);
+    ASSERT_TRUE(w->Write(f).ok());
+    f.Clear();
     f.mutable_drops()->set_total_dropped(3);
     ASSERT_TRUE(w->Write(f).ok());
     ASSERT_TRUE(w->Close().ok());
@@ -71,7 +84,12 @@ TEST(DumpTool, PrintsOneLinePerEventAndTotals) {
       << run.out;
   EXPECT_NE(run.out.find("cuMemMap op=map "), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("handle=0x10"), std::string::npos) << run.out;
-  EXPECT_NE(run.out.find("\nevents=2 drops=3\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("# symbolized stack id=5 frames=1 first=\"forward (model.py:42)\"\n"),
+            std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("seq=2 tid=0 blocks_synced=1\n"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("unknown frame"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\nevents=3 drops=3\n"), std::string::npos) << run.out;
   std::remove(path.c_str());
 }
 
