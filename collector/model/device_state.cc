@@ -138,8 +138,13 @@ DeviceMetrics DeviceState::Metrics(bool with_reasons) const {
   if (!last_sample) {
     m.untracked = Measured<uint64_t>::Unknown(
         with_reasons ? "no device free/total sample (MemInfo) in the stream" : "");
+  } else if (last_sample->total == 0 && !total()) {
+    // A free figure alone (an OOM entry of a PyTorch snapshot) says nothing of what is used.
+    m.untracked = Measured<uint64_t>::Unknown(
+        with_reasons ? "the device's total is not in the stream (no DeviceInfo or MemInfo total)"
+                     : "");
   } else {
-    const uint64_t sample_total = last_sample->total > 0 ? last_sample->total : total().value_or(0);
+    const uint64_t sample_total = last_sample->total > 0 ? last_sample->total : *total();
     const uint64_t used = sample_total - std::min(sample_total, last_sample->free);
     // Samples and events are not taken at the same instant: clamp rather than go negative.
     m.untracked = Measured<uint64_t>::Known(used - std::min(used, last_sample->reserved_at_sample));

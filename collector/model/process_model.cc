@@ -1390,7 +1390,7 @@ ModelSummary ProcessModel::Impl::Summarize() const {
     ds.sites_at_peak = TopSites(stacks_.MergeSites(d.sites().AllAtMark()), options_.top_sites);
     if (!ds.untracked_bytes.known() && imported_) {
       ds.untracked_bytes.unknown_reason +=
-          "; an imported allocator snapshot has no device free/total figures";
+          "; an imported allocator snapshot has no device total, and free bytes only at its OOMs";
     } else if (!ds.untracked_bytes.known() && !history_complete_) {
       ds.untracked_bytes.unknown_reason +=
           "; the agent started after the program, so memory from before is not known";

@@ -39,6 +39,30 @@ TEST(ModelMetricsTest, EmptyDeviceIsZeroWithUnknownsExplained) {
   EXPECT_NE(d.untracked_bytes.unknown_reason.find("MemInfo"), std::string::npos);
 }
 
+// A free figure without any total (the OOM entries of a PyTorch snapshot carry free bytes
+// only) says nothing of the memory used: untracked is unknown, not 0 B.
+TEST(ModelMetricsTest, FreeBytesWithoutATotalLeaveUntrackedUnknown) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, 0);
+  feed.Malloc(kBase, 100 * kMiB, 0, 0);
+  feed.MemInfo(0, 2 * kGiB, /*total=*/0);
+  DeviceSummary d = DeviceOf(model.Summarize(), 0);
+  EXPECT_FALSE(d.total_bytes.known());
+  EXPECT_FALSE(d.untracked_bytes.known());
+  EXPECT_NE(d.untracked_bytes.unknown_reason.find("total is not in the stream"), std::string::npos)
+      << d.untracked_bytes.unknown_reason;
+  // A total from the device's description completes the sample.
+  ProcessModel described;
+  FrameFeed feed2(&described);
+  feed2.Device(0, 16 * kGiB);
+  feed2.Malloc(kBase, 100 * kMiB, 0, 0);
+  feed2.MemInfo(0, 2 * kGiB, /*total=*/0);
+  d = DeviceOf(described.Summarize(), 0);
+  ASSERT_TRUE(d.untracked_bytes.known());
+  EXPECT_EQ(*d.untracked_bytes.value, 14 * kGiB - 100 * kMiB);
+}
+
 TEST(ModelMetricsTest, PlainCudaMallocIsExact) {
   ProcessModel model;
   FrameFeed feed(&model);
