@@ -177,7 +177,8 @@ int GateCommand(const std::vector<std::string>& args) {
                  FormatBytes(limits.min_cached_bytes).c_str());
     return kExitOk;
   }
-  std::fprintf(stderr, "fragscope gate: passed (%zu checks)\n", checks.size());
+  std::fprintf(stderr, "fragscope gate: passed (%zu check%s)\n", checks.size(),
+               checks.size() == 1 ? "" : "s");
   return kExitOk;
 }
 
