@@ -154,6 +154,17 @@ void SessionServer::Serve(Live* live) {
   if (!is_query && options_.on_stream_end) {
     options_.on_stream_end(dropped ? dropped->stream : live->stream);
   }
+  if (dropped && !is_query && options_.ended_streams_shown > 0) {
+    if (std::optional<v1::Hello> hello = dropped->stream.session->hello()) {
+      LiveState ended{StreamState{dropped->stream.peer_pid, *hello, false,
+                                  dropped->stream.session->frames_applied(),
+                                  dropped->stream.session->Summarize()},
+                      dropped->query_symbolizer};
+      std::lock_guard<std::mutex> lock(mu_);
+      ended_.push_back(std::move(ended));
+      while (ended_.size() > options_.ended_streams_shown) ended_.pop_front();
+    }
+  }
   if (dropped) {
     std::lock_guard<std::mutex> lock(mu_);
     --detached_running_;
@@ -201,7 +212,12 @@ std::string SessionServer::DescribeJson() const {
   std::lock_guard<std::mutex> query_lock(query_mu_);
   std::string out = "{\"schema_version\":1,\"streams\":[";
   bool first = true;
-  for (const LiveState& l : LiveStates()) {
+  std::vector<LiveState> states = LiveStates();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    states.insert(states.end(), ended_.begin(), ended_.end());
+  }
+  for (const LiveState& l : states) {
     const StreamState& s = l.state;
     if (!first) out += ",";
     first = false;

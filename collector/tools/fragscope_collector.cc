@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
 
   fragscope::SessionServerOptions options;
   options.keep_ended_streams = false;
+  options.ended_streams_shown = 16;  // `fragscope top` still shows the ranks that ended
   options.make_symbolizer = fragscope::MakeDwarfSymbolizer;  // `fragscope top` names functions
   if (traces) {
     options.trace_path = [dir](const fragscope::v1::Frame& first, pid_t peer) {

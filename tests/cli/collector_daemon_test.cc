@@ -200,6 +200,24 @@ TEST_F(CollectorDaemon, TopShowsALiveProcessAndACrashIsReportedNotFatal) {
                   &again),
       0)
       << again;
+  // The crashed process stays in view, marked ended, with its last figures: a rank that died at
+  // night is still there in the morning (the daemon keeps the latest 16 ended streams).
+  nlohmann::json after = nlohmann::json::parse(again, nullptr, false);
+  ASSERT_FALSE(after.is_discarded()) << again;
+  bool shown = false;
+  for (const auto& st : after["streams"]) {
+    if (st["pid"] != app) continue;
+    shown = true;
+    EXPECT_FALSE(st["connected"].get<bool>());
+    ASSERT_FALSE(st["report"]["devices"].empty());
+    EXPECT_EQ(st["report"]["devices"][0]["reserved_bytes"], 100663296u);
+  }
+  EXPECT_TRUE(shown) << again;
+  std::string ended_table;
+  ASSERT_EQ(
+      ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " top --once --socket " + socket_, &ended_table),
+      0);
+  EXPECT_NE(ended_table.find("main (ended)"), std::string::npos) << ended_table;
 }
 
 TEST_F(CollectorDaemon, OtherUsersCannotConnect) {

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,10 @@ struct SessionServerOptions {
   // Keep ended streams for Finish()/DescribeJson (run), or let them go (daemon: memory stays
   // bounded by the processes still connected).
   bool keep_ended_streams = true;
+  // With keep_ended_streams false: how many streams that ended stay in DescribeJson's answer
+  // (`connected` false, their final summary), the latest ones, so `fragscope top` still shows
+  // the rank that crashed at night. Not in Streams() (metrics describe running processes).
+  std::size_t ended_streams_shown = 0;
   // Names the frames of DescribeJson's stacks (what `fragscope top` shows) from a stream's
   // module list; unset: module+offset only. Each stream keeps the one made for it across
   // queries (symbolizers cache per pc, and opening a module's debug information is the slow
@@ -114,6 +119,8 @@ class SessionServer {
   std::vector<std::unique_ptr<Live>> streams_;  // guarded by mu_
   // One DescribeJson at a time: the streams' symbolizers are not thread-safe.
   mutable std::mutex query_mu_;
+  // Streams let go that DescribeJson still shows, oldest first (ended_streams_shown at most).
+  std::deque<LiveState> ended_;  // guarded by mu_
   // Threads of streams not kept (queries, ended daemon streams) detach themselves so a
   // long-running daemon does not pile up finished threads; shutdown waits for them here.
   int detached_running_ = 0;  // guarded by mu_
