@@ -61,14 +61,17 @@ std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates
     exe = exe.substr(exe.rfind('/') + 1).substr(0, 18);
     uint64_t events = r.value("events", 0ull);
     // A rate needs two looks: the first frame (and every --once) has none, shown as "-", not 0.
+    // An ended stream has none either, and leaves the pid's count to its live successor (a
+    // stream resumed after a collector restart has the same pid).
+    const bool connected = s.value("connected", false);
     std::string rate = "-";
     auto it = rates->find(pid);
-    if (it != rates->end() && now > it->second.second) {
+    if (connected && it != rates->end() && now > it->second.second) {
       rate =
           absl::StrFormat("%.0f", static_cast<double>(events - std::min(events, it->second.first)) /
                                       (now - it->second.second));
     }
-    (*rates)[pid] = {events, now};
+    if (connected) (*rates)[pid] = {events, now};
     // Blocks read at syncs only, with events since the last: the block columns are that sync's.
     // (blocks_known_at_end is true for a stream without syncs.)
     const bool stale = !r.value("blocks_known_at_end", true);

@@ -34,7 +34,16 @@ TEST(TopTable, RowsAndRates) {
   table = TopTable(doc, 41, &rates, 3.0);  // 300 events in 2 s, pid 42 filtered out
   EXPECT_NE(table.find("  150  "), std::string::npos) << table;
   EXPECT_EQ(table.find("\n42 "), std::string::npos) << table;
-  const std::string empty = TopTable({{"streams", nlohmann::json::array()}}, 0, &rates, 4.0);
+  // An ended stream of the same pid (a stream resumed after a collector restart) has no rate
+  // and does not disturb the live one's.
+  nlohmann::json ended = Stream(41, 50);
+  ended["connected"] = false;
+  doc["streams"].push_back(ended);
+  doc["streams"][0]["report"]["events"] = 600;
+  table = TopTable(doc, 41, &rates, 4.0);  // 200 events in 1 s
+  EXPECT_NE(table.find("  200  "), std::string::npos) << table;
+  EXPECT_NE(table.find("        -   (ended)\n"), std::string::npos) << table;
+  const std::string empty = TopTable({{"streams", nlohmann::json::array()}}, 0, &rates, 5.0);
   EXPECT_NE(empty.find("(no process with device memory yet)"), std::string::npos) << empty;
 }
 
