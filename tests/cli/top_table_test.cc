@@ -43,7 +43,10 @@ TEST(TopTable, RowsAndRates) {
   table = TopTable(doc, 41, &rates, 4.0);  // 200 events in 1 s
   EXPECT_NE(table.find("  200  "), std::string::npos) << table;
   EXPECT_NE(table.find("        -   (ended)\n"), std::string::npos) << table;
-  const std::string empty = TopTable({{"streams", nlohmann::json::array()}}, 0, &rates, 5.0);
+  doc["streams"][0]["report"]["events"] = 800;
+  table = TopTable(doc, 41, &rates, 5.0);  // 200 more in 1 s, not 800 - 50
+  EXPECT_NE(table.find("  200  "), std::string::npos) << table;
+  const std::string empty = TopTable({{"streams", nlohmann::json::array()}}, 0, &rates, 6.0);
   EXPECT_NE(empty.find("(no process with device memory yet)"), std::string::npos) << empty;
 }
 
