@@ -112,12 +112,13 @@ std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimit
   // The run's peak (and maximum) are not in a stream that begins mid-run.
   const std::optional<uint64_t> from = summary.partial_history_from();
   const bool judges_peak = limits.at == GateMoment::kPeak || limits.at == GateMoment::kAll;
-  if (summary.imported && !limits.allow_partial_history && (judges_peak || limits.max_increase)) {
+  const bool judges_history = !limits.allow_partial_history && (judges_peak || limits.max_increase);
+  if (judges_history && summary.imported) {
     checks.push_back(GateCheck{
         "history", false,
         "an imported allocator snapshot holds one moment: the run's peak and maximum are not in "
         "it; use --at end to judge the snapshot, or pass --allow-partial-history"});
-  } else if (from && !limits.allow_partial_history && (judges_peak || limits.max_increase)) {
+  } else if (judges_history && from) {
     checks.push_back(GateCheck{
         "history", false,
         absl::StrFormat("the trace begins at seq %d with a snapshot (a flight-recorder segment, a "

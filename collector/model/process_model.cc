@@ -1196,9 +1196,10 @@ void ProcessModel::Impl::CaptureMap(const DeviceState& d, int device, OomPostMor
         entries, options_.postmortem_map_max_entries);
   } else if (map_entries_copied_ + entries >
              kMapEntriesPerEvent * events_ + options_.postmortem_map_max_entries) {
-    pm->map_missing =
-        "failures came too often to copy a map at each (at most 64 segments and blocks per "
-        "event on average)";
+    pm->map_missing = absl::StrFormat(
+        "failures came too often to copy a map at each (at most %d segments and blocks per "
+        "event on average)",
+        kMapEntriesPerEvent);
   } else {
     std::size_t held = 0;
     auto map = std::make_shared<const std::vector<SegmentLayout>>(
