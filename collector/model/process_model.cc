@@ -1088,6 +1088,20 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
       }
       break;
     }
+    case v1::BlockEvent::OP_SITE: {
+      // Only the site moves; no figure changes, so no recent event either. A block that is no
+      // longer here (freed before the adapter's update reached us) changes nothing.
+      Segment* s = SegmentContaining(e.address());
+      BlockSite before;
+      if (s != nullptr && s->SetBlockSite(e.address(), e.stack_id(), &before)) {
+        DeviceState& d = Device(s->device());
+        d.RemoveSite(before.stack_id, before.size);
+        d.AddSite(e.stack_id(), before.size);
+      } else if (auto o = orphans_.find(e.address()); o != orphans_.end()) {
+        o->second.stack_id = e.stack_id();
+      }
+      return;
+    }
     default:
       ++unmatched_;
       break;

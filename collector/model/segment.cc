@@ -338,6 +338,21 @@ bool Segment::FreeBlock(uint64_t address, BlockSite* freed) {
   return true;
 }
 
+bool Segment::SetBlockSite(uint64_t address, uint64_t stack_id, BlockSite* before) {
+  SubBlock* b = nullptr;
+  if (auto it = extents_.find(address); it != extents_.end() && !it->second.is_hole()) {
+    b = &block_data_[it->second.block];
+    it->second.stack_id = stack_id;
+  } else if (auto zero = zero_blocks_.find(address); zero != zero_blocks_.end()) {
+    b = &zero->second;
+  } else {
+    return false;
+  }
+  *before = BlockSite{b->size, b->stack_id};
+  b->stack_id = stack_id;
+  return true;
+}
+
 bool Segment::MarkPendingFree(uint64_t address) {
   SubBlock* b = nullptr;
   if (auto it = extents_.find(address); it != extents_.end() && !it->second.is_hole()) {

@@ -49,6 +49,8 @@ std::string FormatFrame(const SymbolizedFrame& frame) {
   if (!frame.module.empty()) {
     return absl::StrFormat("%s+0x%x", BaseName(frame.module), frame.module_offset);
   }
+  // A text frame that names nothing (an adapter's frame without function or file).
+  if (frame.pc == 0) return "(unknown frame)";
   return absl::StrFormat("0x%x", frame.pc);
 }
 

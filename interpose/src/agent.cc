@@ -67,6 +67,7 @@ void ChildAfterFork() {
   // Only this thread exists now. Nothing the parent had in flight is ours.
   CurrentThread().tid = 0;
   DrainAfterFork();
+  a.source_stacks.ResetAfterFork();  // its lock may have been held by a parent thread
   // A dormant agent's child is dormant too, with an empty table and a control socket of its
   // own (created with its first event).
   const bool dormant = a.config.dormant && a.recording.load();

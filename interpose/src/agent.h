@@ -16,6 +16,7 @@
 #include "event_record.h"
 #include "live_table.h"
 #include "ring_buffer.h"
+#include "source_stack_table.h"
 #include "stack_table.h"
 
 namespace fragscope::agent {
@@ -38,6 +39,7 @@ struct AgentState {
   Config config;
   MpscRing<EventRecord> ring;
   StackTable stacks;
+  SourceStackTable source_stacks;  // adapters' text stacks (annotate.h source sites)
   LiveTable live;
   std::atomic<uint64_t> seq{0};  // last sequence number handed out
   // The seq of the last blocks_synced Mark (RecordMark), dormant or not: 0 while a

@@ -2,6 +2,7 @@
 // BlockEvent, FailedAlloc (from_sub_allocator) and Mark frames.
 #include "fragscope/annotate.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "hook_exports.h"
@@ -109,4 +110,32 @@ extern "C" FRAGSCOPE_VISIBLE void fragscope_mark(const char* label) {
 extern "C" FRAGSCOPE_VISIBLE void fragscope_blocks_synced(const char* label) {
   HookCall hook;
   if (hook.record()) RecordMark(label, /*blocks_synced=*/true);
+}
+
+static_assert(sizeof(fragscope_source_frame) == sizeof(SourceFrameText) &&
+                  offsetof(fragscope_source_frame, line) == offsetof(SourceFrameText, line),
+              "annotate.h's frame and the table's must be the same layout");
+
+extern "C" FRAGSCOPE_VISIBLE uint64_t fragscope_source_stack(const fragscope_source_frame* frames,
+                                                             size_t count) {
+  HookCall hook;
+  if (!hook.record()) return 0;
+  return Agent().source_stacks.Intern(reinterpret_cast<const SourceFrameText*>(frames), count);
+}
+
+extern "C" FRAGSCOPE_VISIBLE void fragscope_block_site(void* ptr, int device, uint64_t site) {
+  HookCall hook;
+  if (!hook.record() || !SourceStackTable::IsSourceId(site)) return;
+  // The live entry too: a snapshot taken later (a wake, a flight segment) names the new site.
+  Agent().live.Update(LiveClass::kBlock, Address(ptr), [&](LiveEntry& e) {
+    e.stack_id = site;
+    return true;
+  });
+  EventRecord r = NewRecordWithoutStack(RecordType::kBlock, Api::k_fragscope_block_alloc);
+  r.op = static_cast<uint8_t>(BlockOp::kSite);
+  r.stack_id = site;
+  r.address = Address(ptr);
+  r.device = device;
+  r.seq = NextSeq();
+  Submit(r);
 }

@@ -95,7 +95,14 @@ enum class HandleOp : uint8_t {
   kImport = 5,
 };
 // BlockEvent.Op.
-enum class BlockOp : uint8_t { kUnspecified = 0, kAlloc = 1, kFree = 2, kFreePending = 3 };
+// kSite: BlockEvent.OP_SITE, the block's allocation site learned after the fact (stack_id).
+enum class BlockOp : uint8_t {
+  kUnspecified = 0,
+  kAlloc = 1,
+  kFree = 2,
+  kFreePending = 3,
+  kSite = 4
+};
 // Drops.Reason.
 enum class DropReason : uint8_t {
   kUnspecified = 0,

@@ -294,7 +294,18 @@ void WriteDeviceInfo(int32_t device) {
   if (Put([&](WireWriter& w) { return EncodeDeviceInfo(w, info); })) slot.sent = 1;
 }
 
+// A source-level stack (annotate.h's fragscope_source_stack), once per stream.
+void WriteSourceStack(uint64_t id) {
+  Agent().source_stacks.SendIfUnsent(id, [](uint64_t stack_id, const uint8_t* frames, size_t size) {
+    return Put([&](WireWriter& w) { return EncodeSymbolizedStack(w, stack_id, frames, size); });
+  });
+}
+
 void WriteStack(uint64_t id, uint32_t slot) {
+  if (SourceStackTable::IsSourceId(id)) {
+    WriteSourceStack(id);
+    return;
+  }
   StackTable& stacks = Agent().stacks;
   if (id == 0 || stacks.IsSent(slot)) return;
   SendModules();  // the stack may point into a module loaded since the last map
@@ -306,14 +317,28 @@ void WriteStack(uint64_t id, uint32_t slot) {
 
 // The stack `id` when only its id is known (a live entry): the id names its slot.
 void WriteStackById(uint64_t id) {
+  if (SourceStackTable::IsSourceId(id)) {
+    WriteSourceStack(id);
+    return;
+  }
   StackTable& stacks = Agent().stacks;
   if (id == 0 || id > stacks.slots()) return;
   WriteStack(id, StackTable::SlotOfId(id));
 }
 
-bool LiveStateRecord(RecordType type) {
-  return type == RecordType::kAlloc || type == RecordType::kFree || type == RecordType::kMap ||
-         type == RecordType::kHandle || type == RecordType::kBlock;
+// A block's site learned after the fact (fragscope_block_site). Its live-table update is not
+// ordered by seq against a snapshot's scan, so it is never taken as inside a snapshot: written
+// after one, it sets what the snapshot may already say, or names a block the model no longer
+// holds, which changes nothing.
+bool SiteRecord(const EventRecord& r) {
+  return r.type == RecordType::kBlock && r.op == static_cast<uint8_t>(BlockOp::kSite);
+}
+
+bool LiveStateRecord(const EventRecord& r) {
+  const RecordType type = r.type;
+  return (type == RecordType::kAlloc || type == RecordType::kFree || type == RecordType::kMap ||
+          type == RecordType::kHandle || type == RecordType::kBlock) &&
+         !SiteRecord(r);
 }
 
 bool SegmentFull() {
@@ -339,6 +364,7 @@ void BeginSegment(SnapshotReason reason, const DropsData* drops) {
   for (int i = 0; i < kMaxDevices; ++i) WriteDeviceInfo(i);
   if (drops != nullptr) Put([&](WireWriter& w) { return EncodeDrops(w, *drops); });
   if (a.stacks.slots() > 0) a.stacks.ResetSent();
+  a.source_stacks.ResetSent();
   // The snapshot is encoded aside while the stacks it names go to the write buffer, so the
   // StackTable frames precede it.
   FlushWriter();
@@ -449,14 +475,16 @@ size_t DrainLocked() {
     ++popped;
     // Already in the wake's snapshot; a free/total sample is not state and is kept (the wake's
     // own carries the snapshot's seq).
-    if (r.seq <= d.min_seq && d.min_seq != 0 && r.type != RecordType::kMemInfo) continue;
-    if (r.seq <= d.segment_min_seq && LiveStateRecord(r.type)) continue;  // in the snapshot
+    if (r.seq <= d.min_seq && d.min_seq != 0 && r.type != RecordType::kMemInfo && !SiteRecord(r)) {
+      continue;
+    }
+    if (r.seq <= d.segment_min_seq && LiveStateRecord(r)) continue;  // in the snapshot
     // Rotate before a record, never after the last one: a segment cut right after the final
     // records (a failed allocation, then exit) would leave the newest file with a snapshot and
     // End only, and the failure in `.prev`.
     if (SegmentFull()) {
       RotateSegment();
-      if (r.seq <= d.segment_min_seq && LiveStateRecord(r.type)) continue;
+      if (r.seq <= d.segment_min_seq && LiveStateRecord(r)) continue;
     }
     if (!d.output.is_open()) {
       if (r.type != RecordType::kMemInfo) ++d.undeliverable;

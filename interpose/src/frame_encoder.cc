@@ -22,6 +22,7 @@ enum FrameField : uint32_t {
   kSnapshot = 13,
   kBlock = 14,
   kEnd = 15,
+  kSymbolizedStack = 16,
 };
 
 // Fields 1..6, common to all event messages.
@@ -116,6 +117,13 @@ bool EncodeStack(WireWriter& w, uint64_t id, const uint64_t* pcs, int count) {
   w.Uint64(1, id);
   w.PackedUint64(2, pcs, count > 0 ? static_cast<size_t>(count) : 0);
   w.EndMessage(stack);
+  return frame.Close();
+}
+
+bool EncodeSymbolizedStack(WireWriter& w, uint64_t id, const uint8_t* frames, size_t size) {
+  FrameScope frame(w, kSymbolizedStack);
+  w.Uint64(1, id);
+  w.RawBytes(frames, size);  // already SymbolizedStack.frames entries (field 2)
   return frame.Close();
 }
 

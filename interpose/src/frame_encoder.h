@@ -19,7 +19,7 @@ namespace fragscope::agent {
 
 inline constexpr char kStreamMagic[8] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', '\x01'};
 inline constexpr uint32_t kFormatMajor = 1;
-inline constexpr uint32_t kFormatMinor = 3;
+inline constexpr uint32_t kFormatMinor = 4;
 inline constexpr size_t kStreamHeaderSize = 16;
 
 // Writes the 16-byte stream header into `out`.
@@ -81,6 +81,9 @@ bool EncodeDeviceInfo(WireWriter& w, const DeviceInfoData& device);
 bool EncodeModuleMap(WireWriter& w, const ModuleData* modules, size_t count);
 // One StackTable frame holding one stack.
 bool EncodeStack(WireWriter& w, uint64_t id, const uint64_t* pcs, int count);
+// One SymbolizedStack frame: `frames` holds its `frames` entries already encoded (field 2,
+// SourceStackTable's payload).
+bool EncodeSymbolizedStack(WireWriter& w, uint64_t id, const uint8_t* frames, size_t size);
 // AllocEvent / FreeEvent / MapEvent / HandleEvent / FailedAlloc / MemInfo / Mark / BlockEvent.
 bool EncodeRecord(WireWriter& w, const EventRecord& record);
 bool EncodeDrops(WireWriter& w, const DropsData& drops);

@@ -248,6 +248,55 @@ TEST_F(RuntimeRoutesTest, AnnotationsBecomeBlockFailedAndMarkFrames) {
   EXPECT_NE(run_.out.find("active 1"), std::string::npos);
 }
 
+// An adapter's source-level sites (annotate.h fragscope_source_stack, fragscope_block_site):
+// equal stacks get one id, each is shipped once as a SymbolizedStack ahead of the first event
+// that names it, and the site events carry the block's address and the id.
+TEST_F(RuntimeRoutesTest, SourceSitesAreShippedOnceBeforeTheEventsNamingThem) {
+  Trace trace = RunApp("agent_runtime_app", {"source_sites"});
+  std::vector<uint64_t> ids;
+  for (const auto& line : Lines(run_.out)) {
+    if (line.size() == 4 && line[0] == "sites") {
+      for (int i = 1; i < 4; ++i) ids.push_back(std::stoull(line[i]));
+    }
+  }
+  ASSERT_EQ(ids.size(), 3u) << run_.out;
+  EXPECT_NE(ids[0], 0u);
+  EXPECT_EQ(ids[1], ids[0]);  // the same frames again
+  EXPECT_NE(ids[2], 0u);
+  EXPECT_NE(ids[2], ids[0]);
+  std::map<uint64_t, const v1::SymbolizedStack*> defined;
+  int definitions = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> sites;  // address, stack
+  for (const v1::Frame& f : trace.frames) {
+    if (f.has_symbolized_stack()) {
+      ++definitions;
+      defined[f.symbolized_stack().id()] = &f.symbolized_stack();
+    }
+    if (f.has_block() && f.block().op() == v1::BlockEvent::OP_SITE) {
+      EXPECT_EQ(defined.count(f.block().stack_id()), 1u) << "a site event before its stack";
+      sites.emplace_back(f.block().address(), f.block().stack_id());
+    }
+  }
+  EXPECT_EQ(definitions, 2);
+  const uint64_t segment = Value("segment");
+  EXPECT_EQ(sites, (std::vector<std::pair<uint64_t, uint64_t>>{
+                       {segment, ids[0]}, {segment + 8192, ids[2]}, {segment + 4096, ids[0]}}));
+  ASSERT_EQ(defined.count(ids[0]), 1u);
+  const v1::SymbolizedStack& a = *defined[ids[0]];
+  ASSERT_EQ(a.frames_size(), 2);
+  EXPECT_EQ(a.frames(0).function(), "forward");
+  EXPECT_EQ(a.frames(0).file(), "model.py");
+  EXPECT_EQ(a.frames(0).line(), 42u);
+  EXPECT_EQ(a.frames(1).function(), "<module>");
+  EXPECT_EQ(a.frames(1).file(), "train.py");
+  EXPECT_EQ(a.frames(1).line(), 7u);
+  ASSERT_EQ(defined.count(ids[2]), 1u);
+  const v1::SymbolizedStack& b = *defined[ids[2]];
+  ASSERT_EQ(b.frames_size(), 2);
+  EXPECT_EQ(b.frames(1).function(), "");  // null text and line 0 ship as empty, not dropped
+  EXPECT_EQ(b.frames(1).line(), 0u);
+}
+
 TEST_F(RuntimeRoutesTest, AnnotationsAreHarmlessWithoutTheAgent) {
   RunResult plain = RunProgram(AppPath("agent_runtime_app"), {"annotate"}, RunOptions{false, {}});
   EXPECT_EQ(plain.exit_code, 0) << plain.err;

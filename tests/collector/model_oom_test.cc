@@ -460,5 +460,35 @@ TEST(ClassifyOomTest, EnoughFreeMemoryIsUnknownNotFragmentation) {
   EXPECT_NE(v.explanation.find("4.00 GiB free"), std::string::npos);
 }
 
+// A sub-allocator's adapter that learns blocks' sites after the fact (BlockEvent.OP_SITE, the
+// PyTorch adapter's Python frames): the bytes move to the new site, live and at the failure,
+// and a site for a block that is gone changes nothing.
+TEST(ModelOomTest, BlockSitesLearnedLaterMoveTheBlocksBytes) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Malloc(kBase, 8 * kGiB, 0, 1);
+  feed.BlockAlloc(kBase, 3 * kGiB, /*stack=*/5);
+  feed.BlockAlloc(kBase + 4 * kGiB, 1 * kGiB, /*stack=*/5);
+  feed.BlockAlloc(kBase + 6 * kGiB, 1 * kGiB, /*stack=*/5);
+  const uint64_t python_site = (uint64_t{1} << 40) + 3;
+  feed.Block(v1::BlockEvent::OP_SITE, kBase, 0, 0, python_site);
+  feed.Block(v1::BlockEvent::OP_SITE, kBase + 4 * kGiB, 0, 0, python_site);
+  feed.Block(v1::BlockEvent::OP_SITE, kBase + 5 * kGiB, 0, 0, python_site);  // no block there
+  feed.Failed(2 * kGiB, 0, /*from_sub_allocator=*/true);
+  feed.End();
+  const ModelSummary s = model.Summarize();
+  EXPECT_EQ(s.unmatched_events, 0u);
+  const OomPostMortem o = OnlyOom(s);
+  ASSERT_EQ(o.sites_at_failure.size(), 2u);
+  EXPECT_EQ(o.sites_at_failure[0].stack_id, python_site);
+  EXPECT_EQ(o.sites_at_failure[0].live_bytes, 4 * kGiB);
+  EXPECT_EQ(o.sites_at_failure[0].count, 2u);
+  EXPECT_EQ(o.sites_at_failure[1].stack_id, 5u);
+  EXPECT_EQ(o.sites_at_failure[1].live_bytes, 1 * kGiB);
+  // Figures are the blocks', whoever they are attributed to.
+  EXPECT_EQ(o.figures.allocated_bytes, 5 * kGiB);
+}
+
 }  // namespace
 }  // namespace fragscope

@@ -15,7 +15,8 @@
  * CUstream the block belongs to (NULL for the default stream); `pool` is any id the caller uses
  * to tell its pools apart (0 = default).
  * Thread safety: every function may be called from any thread at any time, including before
- * main and after exit; none blocks or allocates. Pointers are only recorded, never dereferenced
+ * main and after exit; none blocks or allocates (but for the two source-site functions, which
+ * may wait on a lock). Pointers are only recorded, never dereferenced
  * (the label of fragscope_mark is copied, up to 72 bytes).
  */
 #ifndef FRAGSCOPE_ANNOTATE_H_
@@ -51,6 +52,27 @@ void fragscope_mark(const char* label) __attribute__((weak));
  * and went, and a failure long after the last sync is not judged against its blocks. */
 void fragscope_blocks_synced(const char* label) __attribute__((weak));
 
+/* Source-level sites: for an adapter that learns where a block was allocated in its own
+ * language (PyTorch: the Python frames of the line that made the tensor), which the agent's
+ * walk of return addresses cannot name. Unlike the functions above, these two may take a lock
+ * and are meant for an adapter's periodic update, not for its per-block path.
+ *
+ * fragscope_source_stack interns a stack of `count` frames, innermost first (at most 128 are
+ * kept; text is copied, cut at 512 bytes) and returns its id, the same for equal stacks; 0 when
+ * the agent's table of such stacks (65 536 stacks, 32 MiB of text) is full.
+ * fragscope_block_site says the live block at `ptr` was allocated at `site` (an id from
+ * fragscope_source_stack): reports then list it under that site instead of the stack recorded
+ * when the block was reported. Call it while the block is still live, ordered before its free
+ * (the adapter's own lock around both does that). */
+typedef struct fragscope_source_frame {
+  const char* function; /* may be NULL */
+  const char* file;     /* may be NULL */
+  uint32_t line;        /* 0: unknown */
+} fragscope_source_frame;
+uint64_t fragscope_source_stack(const fragscope_source_frame* frames, size_t count)
+    __attribute__((weak));
+void fragscope_block_site(void* ptr, int device, uint64_t site) __attribute__((weak));
+
 static inline void fragscope_annotate_block_alloc(void* ptr, size_t size, int device, void* stream,
                                                   uint64_t pool) {
   if (fragscope_block_alloc) fragscope_block_alloc(ptr, size, device, stream, pool);
@@ -73,6 +95,13 @@ static inline void fragscope_annotate_mark(const char* label) {
 }
 static inline void fragscope_annotate_blocks_synced(const char* label) {
   if (fragscope_blocks_synced) fragscope_blocks_synced(label);
+}
+static inline uint64_t fragscope_annotate_source_stack(const fragscope_source_frame* frames,
+                                                       size_t count) {
+  return fragscope_source_stack ? fragscope_source_stack(frames, count) : 0;
+}
+static inline void fragscope_annotate_block_site(void* ptr, int device, uint64_t site) {
+  if (fragscope_block_site && site != 0) fragscope_block_site(ptr, device, site);
 }
 /* Non-zero when the agent is loaded (the annotations go somewhere). */
 static inline int fragscope_annotate_active(void) { return fragscope_mark != 0; }

@@ -226,6 +226,32 @@ int Annotate() {
   return 0;
 }
 
+// An adapter that learns its blocks' sites after the fact (PyTorch's Python frames):
+// fragscope_source_stack + fragscope_block_site.
+int SourceSites() {
+  void* segment = nullptr;
+  if (cudaMalloc(&segment, 1 << 20) != cudaSuccess) return 3;
+  char* base = static_cast<char*>(segment);
+  fragscope_annotate_block_alloc(base, 4096, 0, nullptr, 0);
+  fragscope_annotate_block_alloc(base + 8192, 4096, 0, nullptr, 0);
+  const fragscope_source_frame step[] = {{"forward", "model.py", 42}, {"<module>", "train.py", 7}};
+  const fragscope_source_frame other[] = {{"backward", "model.py", 99}, {nullptr, nullptr, 0}};
+  const uint64_t a = fragscope_annotate_source_stack(step, 2);
+  const uint64_t again = fragscope_annotate_source_stack(step, 2);
+  const uint64_t b = fragscope_annotate_source_stack(other, 2);
+  std::printf("sites %llu %llu %llu\n", static_cast<unsigned long long>(a),
+              static_cast<unsigned long long>(again), static_cast<unsigned long long>(b));
+  fragscope_annotate_block_site(base, 0, a);
+  fragscope_annotate_block_site(base + 8192, 0, b);
+  fragscope_annotate_block_site(base + 4096, 0, a);  // no block there: the collector's to ignore
+  fragscope_annotate_alloc_failed(size_t{1} << 30, 0, nullptr);
+  fragscope_annotate_block_free(base, 0, nullptr);
+  fragscope_annotate_block_free(base + 8192, 0, nullptr);
+  cudaFree(segment);
+  std::printf("segment %p\n", segment);
+  return 0;
+}
+
 // Allocations left live at exit, to compare with the fake driver's own table
 // (FAKECUDA_LIVE_DUMP).
 int Leak() {
@@ -330,6 +356,7 @@ int main(int argc, char** argv) {
   if (scenario == "threads") return Threads();
   if (scenario == "error_state") return ErrorState();
   if (scenario == "annotate") return Annotate();
+  if (scenario == "source_sites") return SourceSites();
   if (scenario == "pool_oom") {
     return PoolOom(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : size_t{1} << 40);
   }

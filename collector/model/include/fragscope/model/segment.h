@@ -164,6 +164,9 @@ class Segment {
   // finds, where the rest of the block would cost another cache miss.
   bool FreeBlock(uint64_t address, BlockSite* freed);
   bool MarkPendingFree(uint64_t address);
+  // The block at `address` was allocated at `stack_id` (learned after the fact): returns its
+  // size and former site in `before`, or false when no block starts there. Figures unchanged.
+  bool SetBlockSite(uint64_t address, uint64_t stack_id, BlockSite* before);
   // Whether a block at [address, address + size) can be placed consistently: inside the
   // segment and overlapping no block but the one it replaces at the same address. Two blocks
   // sharing bytes would make freeing one free bytes the other still holds, so callers reject
