@@ -14,7 +14,9 @@ std::string Fmt(const nlohmann::json& v) {
 
 // The frame a site is known by: the first that is not fragscope's own (annotate.h's inline
 // functions are the innermost frames of every annotated block), by function name where the
-// collector symbolized it, else as module+offset ("text").
+// collector symbolized it, else as module+offset ("text"). A source-level frame (no pc: an
+// adapter's Python frame) also gets its file's name and line: Python function names alone
+// (`forward`, `<module>`) say little.
 std::string SiteName(const nlohmann::json& site) {
   if (!site.is_object() || !site.contains("stack") || !site["stack"].is_array()) return "";
   const nlohmann::json* chosen = nullptr;
@@ -29,6 +31,12 @@ std::string SiteName(const nlohmann::json& site) {
   }
   if (chosen == nullptr) return "";
   std::string name = chosen->value("function", std::string());
+  const std::string file = chosen->value("file", std::string());
+  if (!name.empty() && !file.empty() && chosen->contains("pc") && (*chosen)["pc"].is_null()) {
+    const int line = (*chosen).value("line", 0);
+    name += " (" + file.substr(file.rfind('/') + 1) + (line > 0 ? ":" + std::to_string(line) : "") +
+            ")";
+  }
   return name.empty() ? chosen->value("text", std::string("?")) : name;
 }
 

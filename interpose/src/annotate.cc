@@ -102,6 +102,17 @@ extern "C" FRAGSCOPE_VISIBLE void fragscope_alloc_failed(size_t size, int device
   RecordFailure(info);
 }
 
+extern "C" FRAGSCOPE_VISIBLE void fragscope_alloc_failed_at(size_t size, int device, void* stream,
+                                                            uint64_t site) {
+  HookCall hook;
+  if (!hook.record()) return;
+  FailureInfo info{Api::k_fragscope_alloc_failed, /*result=*/2 /* out of memory */, size, device};
+  info.stream = Address(stream);
+  info.from_sub_allocator = true;
+  if (SourceStackTable::IsSourceId(site)) info.site = site;
+  RecordFailure(info);
+}
+
 extern "C" FRAGSCOPE_VISIBLE void fragscope_mark(const char* label) {
   HookCall hook;
   if (hook.record()) RecordMark(label, /*blocks_synced=*/false);

@@ -274,7 +274,9 @@ void RecordMark(const char* label, bool blocks_synced) {
 }
 
 void RecordFailure(const FailureInfo& info) {
-  EventRecord r = NewRecord(RecordType::kFailed, info.api);
+  EventRecord r = info.site != 0 ? NewRecordWithoutStack(RecordType::kFailed, info.api)
+                                 : NewRecord(RecordType::kFailed, info.api);
+  if (info.site != 0) r.stack_id = info.site;
   r.result = info.result;
   r.device = info.device >= 0 ? info.device : CurrentDevice();
   r.size = info.size;

@@ -190,6 +190,9 @@ struct FailureInfo {
   uint64_t pool = 0;
   MemoryKind kind = MemoryKind::kUnspecified;
   bool from_sub_allocator = false;
+  // A source-level stack (SourceStackTable id) that names the failing request's site, for a
+  // reporter that is not where the request was made; 0: the caller's own stack.
+  uint64_t site = 0;
 };
 void RecordFailure(const FailureInfo& info);
 

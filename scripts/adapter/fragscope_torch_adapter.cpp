@@ -17,12 +17,22 @@
 #include <c10/cuda/CUDAAllocatorConfig.h>
 #endif
 
+#if __has_include(<torch/csrc/profiler/combined_traceback.h>)
+#include <torch/csrc/profiler/combined_traceback.h>
+#define FRAGSCOPE_HAVE_TRACEBACKS 1
+#endif
+
 #include <atomic>
 #include <cstdint>
 #include <exception>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include "fragscope/annotate.h"
 
@@ -31,6 +41,7 @@ namespace {
 namespace alloc = c10::cuda::CUDACachingAllocator;
 
 std::atomic<bool> g_installed{false};
+std::atomic<bool> g_oom_from_observer{false};  // sitecustomize's OOM observer reports OOMs
 
 // Block sizes. The allocator's ALLOC entry carries the size the program asked for (orig_size),
 // while its block, and torch.cuda.memory_allocated(), use the block's size: the request rounded
@@ -137,6 +148,9 @@ class DeviceMirror {
 constexpr int kMaxDevices = 128;
 DeviceMirror g_mirrors[kMaxDevices];
 
+// The stream of each device's latest OOM entry, for the observer's report (ReportOom).
+std::atomic<uintptr_t> g_oom_stream[kMaxDevices];
+
 DeviceMirror* MirrorFor(int device) {
   return device >= 0 && device < kMaxDevices ? &g_mirrors[device] : nullptr;
 }
@@ -147,6 +161,94 @@ DeviceMirror* MirrorFor(int device) {
 uint64_t PoolId(const c10::MempoolId_t& pool) {
   if (pool.first != 0) return pool.first | (uint64_t{1} << 63);
   return pool.second;
+}
+
+// Python sites. The tracker runs without the GIL, so it cannot read Python frames; PyTorch's
+// own context recording (_record_memory_history(stacks="python"), which sitecustomize turns on)
+// gathers them before the allocator takes its lock and hands each ALLOC entry the traceback.
+// The tracker keeps it by block address until Python, holding the GIL, turns the pending ones
+// into source stacks (FlushSites: at marks, at OOMs before the failure is reported, at exit).
+// g_sites_lock orders a site before the block's free: the tracker drops a block's entry under
+// it before reporting the free, and FlushSites reports a site under it only for an entry still
+// there, from the same allocation. Lock order: the allocator's lock, then g_sites_lock; Python
+// holds the GIL and takes g_sites_lock, never the allocator's.
+struct PendingSite {
+  std::shared_ptr<c10::GatheredContext> context;
+  int device = -1;
+  uint64_t generation = 0;  // which allocation at this address
+};
+std::mutex g_sites_lock;
+std::unordered_map<uintptr_t, PendingSite> g_pending_sites;
+uint64_t g_generation = 0;
+
+void KeepContext(uintptr_t address, int device, const std::shared_ptr<c10::GatheredContext>& c) {
+  std::lock_guard<std::mutex> lock(g_sites_lock);
+  if (c == nullptr) {
+    g_pending_sites.erase(address);
+    return;
+  }
+  g_pending_sites[address] = PendingSite{c, device, ++g_generation};
+}
+
+void DropContext(uintptr_t address) {
+  std::lock_guard<std::mutex> lock(g_sites_lock);
+  g_pending_sites.erase(address);
+}
+
+// Reports the Python site of every block allocated since the last flush and still live.
+// Called from Python (the GIL held). Returns the number of blocks given a site.
+int FlushSites() {
+#ifndef FRAGSCOPE_HAVE_TRACEBACKS
+  return 0;
+#else
+  struct Taken {
+    uintptr_t address;
+    PendingSite site;
+  };
+  std::vector<Taken> taken;
+  {
+    std::lock_guard<std::mutex> lock(g_sites_lock);
+    taken.reserve(g_pending_sites.size());
+    for (const auto& [address, site] : g_pending_sites) taken.push_back({address, site});
+  }
+  if (taken.empty()) return 0;
+  std::vector<torch::CapturedTraceback*> tracebacks;
+  std::vector<size_t> of;  // index into `taken` of each traceback
+  for (size_t i = 0; i < taken.size(); ++i) {
+    if (auto* t = dynamic_cast<torch::CapturedTraceback*>(taken[i].site.context.get())) {
+      tracebacks.push_back(t);
+      of.push_back(i);
+    }
+  }
+  // Outside the lock: symbolizing reads Python objects (the GIL, which the caller holds).
+  const torch::SymbolizedTracebacks symbolized = torch::symbolize(tracebacks);
+  std::vector<uint64_t> stack_of(taken.size(), 0);
+  std::vector<fragscope_source_frame> frames;
+  for (size_t k = 0; k < symbolized.tracebacks.size() && k < of.size(); ++k) {
+    frames.clear();
+    for (uint64_t index : symbolized.tracebacks[k]) {
+      if (index >= symbolized.all_frames.size()) continue;
+      const auto& f = symbolized.all_frames[index];
+      frames.push_back({f.funcname.c_str(), f.filename.c_str(), static_cast<uint32_t>(f.lineno)});
+    }
+    stack_of[of[k]] = fragscope_annotate_source_stack(frames.data(), frames.size());
+  }
+  int reported = 0;
+  std::lock_guard<std::mutex> lock(g_sites_lock);
+  for (size_t i = 0; i < taken.size(); ++i) {
+    auto it = g_pending_sites.find(taken[i].address);
+    if (it == g_pending_sites.end() || it->second.generation != taken[i].site.generation) continue;
+    // No traceback (recorded without Python frames, e.g. autograd's backward thread): the
+    // block keeps the site it was reported with.
+    if (stack_of[i] != 0) {
+      fragscope_annotate_block_site(reinterpret_cast<void*>(taken[i].address), it->second.device,
+                                    stack_of[i]);
+      ++reported;
+    }
+    g_pending_sites.erase(it);
+  }
+  return reported;
+#endif
 }
 
 void OnTrace(const alloc::TraceEntry& e) {
@@ -168,6 +270,7 @@ void OnTrace(const alloc::TraceEntry& e) {
       const size_t block = mirror ? mirror->Allocate(address, rounded) : 0;
       fragscope_annotate_block_alloc(ptr, block != 0 ? block : rounded, e.device_, stream,
                                      PoolId(e.mempool_));
+      KeepContext(address, e.device_, e.context_);
       break;
     }
     case alloc::TraceEntry::FREE_REQUESTED:
@@ -176,11 +279,16 @@ void OnTrace(const alloc::TraceEntry& e) {
       fragscope_annotate_block_free_pending(ptr, e.device_, stream);
       break;
     case alloc::TraceEntry::FREE_COMPLETED:
+      DropContext(address);  // before the free is reported: see g_sites_lock
       if (mirror) mirror->Free(address);
       fragscope_annotate_block_free(ptr, e.device_, stream);
       break;
     case alloc::TraceEntry::OOM:
-      fragscope_annotate_alloc_failed(e.size_, e.device_, stream);
+      // With Python sites on, PyTorch's OOM observer reports it (sitecustomize), after the
+      // blocks' sites: the failure is then judged with its tensors' Python frames.
+      if (e.device_ >= 0 && e.device_ < kMaxDevices)
+        g_oom_stream[e.device_] = reinterpret_cast<uintptr_t>(e.stream_);
+      if (!g_oom_from_observer.load()) fragscope_annotate_alloc_failed(e.size_, e.device_, stream);
       break;
     default:
       // SEGMENT_MAP/UNMAP: the agent sees them as the driver calls they are.
@@ -209,6 +317,36 @@ bool AgentActive() { return fragscope_annotate_active() != 0; }
 
 void Mark(const std::string& label) { fragscope_annotate_mark(label.c_str()); }
 
+// Whether this build can turn PyTorch's tracebacks into sites (the header is there).
+bool SitesSupported() {
+#ifdef FRAGSCOPE_HAVE_TRACEBACKS
+  return true;
+#else
+  return false;
+#endif
+}
+
+void ReportOomFromObserver(bool on) { g_oom_from_observer = on; }
+// An OOM from PyTorch's observer, with the Python frames of the failing request (innermost
+// first, as (function, file, line)): the observer's own C++ stack would name pybind11.
+void ReportOom(size_t size, int device,
+               const std::vector<std::tuple<std::string, std::string, int>>& python_frames) {
+  void* stream = nullptr;  // the observer is not told the stream; the tracker's OOM entry was
+  if (device >= 0 && device < kMaxDevices) {
+    stream = reinterpret_cast<void*>(g_oom_stream[device].load());
+  }
+  std::vector<fragscope_source_frame> frames;
+  for (const auto& [function, file, line] : python_frames) {
+    frames.push_back({function.c_str(), file.c_str(), static_cast<uint32_t>(line > 0 ? line : 0)});
+  }
+  const uint64_t site = fragscope_annotate_source_stack(frames.data(), frames.size());
+  if (site != 0) {
+    fragscope_annotate_alloc_failed_at(size, device, stream, site);
+  } else {
+    fragscope_annotate_alloc_failed(size, device, stream);
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -216,4 +354,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install", &Install, "attach the allocator trace tracker (once per process)");
   m.def("agent_active", &AgentActive, "whether libfragscope.so receives annotations");
   m.def("mark", &Mark, "a label in the fragscope timeline (e.g. 'step 12')");
+  m.def("sites_supported", &SitesSupported, "whether Python sites can be reported");
+  m.def("flush_sites", &FlushSites,
+        "give the blocks allocated since the last flush their Python sites (GIL held)");
+  m.def("report_oom_from_observer", &ReportOomFromObserver,
+        "true: the tracker leaves OOMs to the caller's observer (report_oom)");
+  m.def("report_oom", &ReportOom, "a failed allocation of the caching allocator");
 }

@@ -57,6 +57,49 @@ class AgentApi:
         # Tells reports that the blocks are known at syncs only (agents before it: None).
         synced = "fragscope_blocks_synced"
         self.blocks_synced = fn(synced, [ctypes.c_char_p]) if hasattr(agent, synced) else None
+        # Source-level sites (agents before format 1.4: None).
+        self.block_site_frames = None
+        self.alloc_failed_at = None
+        if hasattr(agent, "fragscope_source_stack") and hasattr(agent, "fragscope_block_site"):
+            class Frame(ctypes.Structure):
+                _fields_ = [("function", ctypes.c_char_p), ("file", ctypes.c_char_p),
+                            ("line", ctypes.c_uint32)]
+
+            intern = agent.fragscope_source_stack
+            intern.argtypes = [ctypes.POINTER(Frame), size]
+            intern.restype = u64
+            block_site = fn("fragscope_block_site", [p, dev, u64])
+            sites = {}  # frames -> id: equal stacks are interned once
+
+            def block_site_frames(address, device, frames):
+                key = tuple(frames)
+                site = sites.get(key)
+                if site is None:
+                    array = (Frame * len(key))(*[
+                        Frame(str(f).encode("utf-8", "replace"), str(path).encode("utf-8", "replace"),
+                              max(0, int(line or 0)) & 0xFFFFFFFF) for f, path, line in key])
+                    site = sites[key] = intern(array, len(key))
+                if site:
+                    block_site(address, device, site)
+
+            self.block_site_frames = block_site_frames
+            failed_at = "fragscope_alloc_failed_at"
+            if hasattr(agent, failed_at):
+                failed = fn(failed_at, [size, dev, p, u64])
+
+                def alloc_failed_at(nbytes, device, frames):
+                    """A failure whose site is `frames` (the request's Python frames)."""
+                    key = tuple(frames)
+                    site = sites.get(key)
+                    if site is None and key:
+                        array = (Frame * len(key))(*[
+                            Frame(str(f).encode("utf-8", "replace"),
+                                  str(path).encode("utf-8", "replace"),
+                                  max(0, int(line or 0)) & 0xFFFFFFFF) for f, path, line in key])
+                        site = sites[key] = intern(array, len(key))
+                    failed(nbytes, device, None, site or 0)
+
+                self.alloc_failed_at = alloc_failed_at
 
 
 class SnapshotForwarder:
@@ -67,7 +110,8 @@ class SnapshotForwarder:
     1. block_free for each forwarded block that is gone, changed (size, stream or pool) or was
        pending and is not any more (it completed; the address may hold a new block);
     2. block_alloc (the block's own size, its segment's stream and pool) for each active block
-       not forwarded yet, then block_free_pending if it is already active_pending_free;
+       not forwarded yet, with its Python frames as its site when torch's memory history has
+       them (block_site_frames), then block_free_pending if it is already active_pending_free;
        block_free_pending for a forwarded block that became active_pending_free;
     3. for a segment fragscope has never seen a block in and that holds none now (all inactive),
        a zero-byte block at its start, freed at once: the segment is PyTorch's, all of it free
@@ -84,6 +128,18 @@ class SnapshotForwarder:
     order of events between syncs. The state is exact at marks, OOMs and exit only. Each sync
     ends with fragscope_blocks_synced, a mark that tells reports so.
     """
+
+    @staticmethod
+    def python_frames(block):
+        """A snapshot block's Python frames as (function, file, line), innermost first: what
+        torch's memory history recorded when the block was allocated (C++ frames left out: the
+        Python line that made the tensor is the site a user acts on). Empty when none."""
+        frames = []
+        for f in block.get("frames") or ():
+            filename = str(f.get("filename", ""))
+            if filename.endswith(".py"):
+                frames.append((str(f.get("name", "")), filename, int(f.get("line") or 0)))
+        return frames
 
     def __init__(self, torch, api):
         import threading
@@ -135,7 +191,7 @@ class SnapshotForwarder:
         starts where an import of the same snapshot left the agent. With `marked`, every segment
         without an active block holds a zero-byte block at its start, as the import enters one
         (so a block that later starts there first frees it)."""
-        new, segment_blocks, devices = self._parse(segments)
+        new, segment_blocks, devices, _ = self._parse(segments)
         if marked:
             for (device, address), (live, stream, pool) in segment_blocks.items():
                 if live == 0:
@@ -146,12 +202,14 @@ class SnapshotForwarder:
 
     @staticmethod
     def _parse(segments):
-        """(blocks, segments, devices) of a snapshot: (device, address) -> (size, stream, pool,
-        pending) of its active blocks, (device, segment address) -> (active blocks, stream,
-        pool), and the devices named."""
+        """(blocks, segments, devices, frames) of a snapshot: (device, address) -> (size,
+        stream, pool, pending) of its active blocks, (device, segment address) -> (active
+        blocks, stream, pool), the devices named, and (device, address) -> Python frames of the
+        active blocks that have some."""
         new = {}
         segment_blocks = {}
         devices = set()
+        frames = {}
         for seg in segments:
             device = int(seg.get("device", 0))
             devices.add(device)
@@ -168,12 +226,15 @@ class SnapshotForwarder:
                 if state == "inactive":
                     continue
                 new[(device, start)] = (size, stream, pool, state != "active_allocated")
+                python = SnapshotForwarder.python_frames(block)
+                if python:
+                    frames[(device, start)] = python
                 live += 1
             segment_blocks[(device, address)] = (live, stream, pool)
-        return new, segment_blocks, devices
+        return new, segment_blocks, devices, frames
 
     def _sync(self, segments, why=""):
-        new, segment_blocks, devices = self._parse(segments)
+        new, segment_blocks, devices, frames = self._parse(segments)
         devices.update(device for device, _ in self.blocks)
         devices.update(device for device, _ in self.carved)
 
@@ -205,6 +266,10 @@ class SnapshotForwarder:
             if before is None:
                 api.block_alloc(key[1], size, key[0], stream, pool)
                 events += 1
+                # Reported after the fact, without a stack: its Python frames are its site.
+                if key in frames and api.block_site_frames is not None:
+                    api.block_site_frames(key[1], key[0], frames[key])
+                    events += 1
                 if pending:
                     api.block_free_pending(key[1], key[0], stream)
                     events += 1

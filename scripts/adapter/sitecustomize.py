@@ -28,6 +28,9 @@ on stderr in one line and swallowed: the program runs as it would without it.
 
 Environment:
   FRAGSCOPE_TORCH_ADAPTER   auto (default) | fallback (skip the extension) | off
+  FRAGSCOPE_TORCH_SITES     python (the tracker reports each block's Python frames, through
+                            torch's own memory-history recording; the default unless the agent
+                            is dormant, FRAGSCOPE_DORMANT=1) | off
   FRAGSCOPE_CACHE_DIR       where built extensions are kept (default ~/.cache/fragscope)
   FRAGSCOPE_INCLUDE_DIR     folder holding fragscope/annotate.h (default: this checkout's)
   FRAGSCOPE_TORCH_SNAPSHOT  fallback snapshot path (default: FRAGSCOPE_OUTPUT + .torch.pickle;
@@ -89,6 +92,9 @@ def mark(label):
         forwarder = _FORWARDER
         if forwarder is not None:
             forwarder.sync("mark")
+        extension = _EXTENSION
+        if extension is not None:
+            _flush_sites(extension)
         agent.fragscope_mark(str(label).encode("utf-8", "replace"))
 
 
@@ -115,6 +121,7 @@ _SnapshotForwarder = _diff.SnapshotForwarder
 
 
 _FORWARDER = None  # the fallback's _SnapshotForwarder, once installed
+_EXTENSION = None  # the tracker's extension, once it reports Python sites
 
 
 def _set_state(state):
@@ -198,7 +205,11 @@ def _install_fallback(torch, agent, why):
         # are at the failure go first, so the failure is judged against them.
         if forwarder is not None:
             forwarder.sync("OOM")
-        api.alloc_failed(alloc_size, device, None)
+        frames = _request_frames()
+        if api.alloc_failed_at is not None and frames:
+            api.alloc_failed_at(alloc_size, device, frames)  # the request's line, not this one
+        else:
+            api.alloc_failed(alloc_size, device, None)
         dump()
 
     parts = []
@@ -223,6 +234,68 @@ def _install_fallback(torch, agent, why):
     except Exception as error:
         _warn("no memory history: %r" % (error,))
     _set_state("fallback (%s): %s" % (why, ", ".join(parts) or "nothing"))
+
+
+def _request_frames():
+    """The Python frames of the request an OOM observer was called from, innermost first, as
+    (function, file, line), without the observer's own frame (the caller's caller is torch's
+    binding, which calls the observer from the failing request)."""
+    import traceback
+
+    try:
+        frames = [(f.name, f.filename, f.lineno or 0) for f in traceback.extract_stack()[:-2]]
+    except Exception:
+        return []
+    frames.reverse()
+    return frames
+
+
+def _flush_sites(extension):
+    try:
+        extension.flush_sites()
+    except Exception as error:
+        _warn("could not report PyTorch blocks' Python sites: %r" % (error,))
+
+
+def _install_python_sites(torch, extension):
+    """Python frames as the sites of PyTorch's blocks (FRAGSCOPE_TORCH_SITES=python, the
+    default, or off). The tracker runs without the GIL and cannot read them; PyTorch's own
+    context recording gathers them before taking its allocator lock, and the extension turns the
+    pending ones into sites at marks, at each OOM (before reporting it, so the post-mortem lists
+    the tensors by the Python line that made them) and at exit. Returns a word for STATE."""
+    global _EXTENSION
+    import atexit
+
+    # A dormant agent is meant to cost nothing until an attach; PyTorch's stack gathering on
+    # every allocation would, so there sites are opt-in.
+    default = "off" if os.environ.get("FRAGSCOPE_DORMANT") == "1" else "python"
+    setting = os.environ.get("FRAGSCOPE_TORCH_SITES", default)
+    if setting == "off":
+        return "Python sites off (FRAGSCOPE_TORCH_SITES=%s)" % (
+            "off" if "FRAGSCOPE_TORCH_SITES" in os.environ else "off by default while dormant")
+    if not getattr(extension, "sites_supported", lambda: False)():
+        return "no Python sites (torch without combined_traceback.h)"
+    try:
+        # "state": keep only live blocks' contexts, no trace ring; "alloc": a context per
+        # allocation; "python": Python frames only (C++ frames would need slow symbolization).
+        torch.cuda.memory._record_memory_history(enabled="state", context="alloc", stacks="python")
+    except Exception as error:
+        return "no Python sites (%s)" % (str(error).splitlines() or [repr(error)])[0]
+
+    def on_oom(device, alloc_size, device_total, device_free):
+        # PyTorch calls this after its OOM trace entry, with the allocator unlocked, from the
+        # failing request: its Python frames (this function's excluded) are the failure's site.
+        _flush_sites(extension)
+        extension.report_oom(alloc_size, device, _request_frames())
+
+    try:
+        torch._C._cuda_attach_out_of_memory_observer(on_oom)
+        extension.report_oom_from_observer(True)
+    except Exception as error:  # the tracker keeps reporting OOMs, without the sites first
+        _warn("no OOM observer for Python sites: %r" % (error,))
+    atexit.register(_flush_sites, extension)
+    _EXTENSION = extension
+    return "Python sites"
 
 
 def _allocator_backend(torch):
@@ -252,6 +325,7 @@ def _on_cuda_init(torch):
             extension = _build_extension(torch)
             if extension.install():
                 _set_state("tracker")
+                _set_state("tracker, " + _install_python_sites(torch, extension))
                 return
             why = "the allocator refused a trace tracker"
         except Exception as error:

@@ -235,6 +235,40 @@ class AdapterTest(unittest.TestCase):
         self.assertIn(bytes([7 << 3]) + bytes(varint), data)
 
 
+    def test_python_sites_flush_before_the_oom_is_reported(self):
+        # The extension stood in by a recorder: what sitecustomize asks of torch and of it.
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH)
+        code = '''
+            import torch, sitecustomize
+            calls = []
+            class Extension:
+                def sites_supported(self): return True
+                def flush_sites(self): calls.append("flush")
+                def report_oom_from_observer(self, on): calls.append("observer %s" % on)
+                def report_oom(self, size, device, frames):
+                    calls.append("oom %d %d %s" % (size, device, [f[0] for f in frames[:2]]))
+            print(sitecustomize._install_python_sites(torch, Extension()))
+            print(torch.cuda.memory.history, len(torch._C.observers))
+            def train_step():
+                torch._C.observers[-1](0, 1 << 30, 16 << 30, 1 << 20)  # torch's OOM callback
+            if torch._C.observers:
+                train_step()
+            sitecustomize.mark("step 1")  # no agent: a no-op, no flush
+            print(calls)
+        '''
+        r = self.run_python(code, path=[os.path.dirname(torch_dir)])
+        self.assertEqual(r.stdout.splitlines(), [
+            "Python sites",
+            "[{'enabled': 'state', 'context': 'alloc', 'stacks': 'python'}] 1",
+            "['observer True', 'flush', \"oom 1073741824 0 ['train_step', '<module>']\"]"])
+        for env, state in (({"FRAGSCOPE_TORCH_SITES": "off"},
+                            "Python sites off (FRAGSCOPE_TORCH_SITES=off)"),
+                           ({"FRAGSCOPE_DORMANT": "1"},
+                            "Python sites off (FRAGSCOPE_TORCH_SITES=off by default while dormant)")):
+            r = self.run_python(code, path=[os.path.dirname(torch_dir)], env=env)
+            self.assertEqual(r.stdout.splitlines(), [state, "[] 0", "[]"])
+
+
 class SnapshotDiffTest(unittest.TestCase):
     """The fallback's snapshot diff (_SnapshotForwarder) against a recording stand-in for the
     agent's annotate API: which events, in which order, for which snapshot changes."""
@@ -344,6 +378,27 @@ class SnapshotDiffTest(unittest.TestCase):
             [("block_free", A, 0, 0), ("block_alloc", A, MiB, 0, 0, 0), synced],
         ])
 
+
+    def test_new_blocks_get_their_python_frames_as_site(self):
+        # torch's memory history gives each block the frames of its allocation; the Python ones
+        # (innermost first) become its site, the C++ ones are left out; a block with none keeps
+        # no site; a block already forwarded is not sent again.
+        A, MiB = 1 << 32, 1 << 20
+        segment = self.segment(A, [(MiB, "active_allocated"), (MiB, "active_allocated")])
+        segment["blocks"][0]["frames"] = [
+            {"name": "at::empty_cuda", "filename": "EmptyTensor.cpp", "line": 30},
+            {"name": "forward", "filename": "/srv/model.py", "line": 42},
+            {"name": "<module>", "filename": "train.py", "line": 7}]
+        segment["blocks"][1]["frames"] = [
+            {"name": "c10::alloc", "filename": "Alloc.cpp", "line": 1}]
+        synced = ("blocks_synced", "PyTorch blocks synced (test)")
+        self.assertEqual(self.diff([[[segment], 0, 1], [[segment], 0, 1]]), [
+            [("block_alloc", A, MiB, 0, 0, 0),
+             ("block_site_frames", A, 0, [["forward", "/srv/model.py", 42],
+                                          ["<module>", "train.py", 7]]),
+             ("block_alloc", A + MiB, MiB, 0, 0, 0), synced],
+            [synced],
+        ])
 
 class ScriptSyntaxTest(unittest.TestCase):
     """scripts/gpu-check only runs on a GPU machine; here it must at least parse."""

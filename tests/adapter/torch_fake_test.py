@@ -156,10 +156,11 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         if self.extension_error:
             self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
         trace, result, _ = self.run_workload("primary", {})
-        self.assertEqual(result["state"], "tracker")
+        self.assertEqual(result["state"], "tracker, Python sites")
         self.check_torch_ran(result)
         self.check_marks(trace, result)
-        self.check_oom_report(trace)
+        summary = self.check_oom_report(trace)
+        self.check_python_sites(summary["ooms"][0], result)
         # The trace exported as a PyTorch snapshot reads in PyTorch's own tooling: at exit the
         # program's tensors are gone (the workload frees them before its last mark) and its
         # cache (the reserved bytes after the OOM) is left.
@@ -180,15 +181,45 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(r.stdout.split(), [str(result["marks"][-1][1]), "0"])
 
+    def check_python_sites(self, oom, result):
+        """The post-mortem names the workload's lines: the failed request's, and for the tensors
+        live at the failure the line that made each (FRAGSCOPE_TORCH_SITES=python)."""
+        workload = os.path.join(HERE, "torch_workload.py")
+        with open(workload) as f:
+            source = f.read().splitlines()
+
+        def line_of(text):
+            found = [i + 1 for i, l in enumerate(source) if text in l]
+            self.assertEqual(len(found), 1, text)
+            return found[0]
+
+        def where(frame):
+            return (frame["function"], os.path.basename(frame["file"]), frame["line"])
+
+        made = ("floats", "torch_workload.py", line_of("return torch.empty("))
+        self.assertEqual([where(f) for f in oom["stack"]],
+                         [made, ("<module>", "torch_workload.py", line_of("big = floats("))])
+        callers = {}
+        for site in oom["sites_at_failure"]:
+            self.assertEqual(where(site["stack"][0]), made, site)
+            callers[where(site["stack"][-1])[2]] = site["count"]
+        self.assertEqual(callers, {line_of("small = floats("): 1, line_of("odd = floats("): 1,
+                                   line_of("tensors = [floats("): 10})
+        by_label = {m[0]: m for m in result["marks"]}
+        self.assertEqual(sum(s["live_bytes"] for s in oom["sites_at_failure"]),
+                         by_label["after_oom"][2])
+
     def test_expandable_segments(self):
         """expandable_segments:True: PyTorch reserves address space per pool and maps 2 or
         20 MiB pages into it as it grows (cuMemAddressReserve, cuMemCreate, cuMemMap), and on
         the OOM maps pages until the device is full before giving up."""
         if self.extension_error:
             self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
+        # Python sites off: the tensors' sites are then the frame walk's (below).
         trace, result, _ = self.run_workload(
-            "expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
-        self.assertEqual(result["state"], "tracker")
+            "expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                           "FRAGSCOPE_TORCH_SITES": "off"})
+        self.assertEqual(result["state"], "tracker, Python sites off (FRAGSCOPE_TORCH_SITES=off)")
         self.assertIn("expandable_segments is enabled", result["oom"]["message"])
         self.assertEqual([m[0] for m in result["marks"]],
                          ["small", "odd", "whole", "filled", "holes", "freed_whole",
@@ -244,8 +275,9 @@ class TorchOnFakeCudaTest(unittest.TestCase):
                                           "OOM observer, snapshot diffs, memory history")
         # The snapshot diffs forwarded before each mark: PyTorch's blocks, not opaque segments.
         self.check_marks(trace, result)
-        # ... and before the OOM observer's failure: judged as on the primary path.
-        self.check_oom_report(trace)
+        # ... and before the OOM observer's failure: judged as on the primary path, with the
+        # Python frames torch's memory history kept for each block as its site.
+        self.check_python_sites(self.check_oom_report(trace)["ooms"][0], result)
         # The snapshot written at exit: PyTorch's own view, imported.
         imported = os.path.join(WORK, name + "-imported.fst")
         r = subprocess.run([CLI, "import", snapshot, "-o", imported], capture_output=True,

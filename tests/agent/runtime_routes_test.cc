@@ -295,6 +295,15 @@ TEST_F(RuntimeRoutesTest, SourceSitesAreShippedOnceBeforeTheEventsNamingThem) {
   ASSERT_EQ(b.frames_size(), 2);
   EXPECT_EQ(b.frames(1).function(), "");  // null text and line 0 ship as empty, not dropped
   EXPECT_EQ(b.frames(1).line(), 0u);
+  // A failure reported with a source site carries it; the plain one its caller's pc stack.
+  std::map<uint64_t, uint64_t> failure_stacks;  // size -> stack
+  for (const v1::Frame* f : trace.Events()) {
+    if (f->has_failed()) failure_stacks[f->failed().size()] = f->failed().stack_id();
+  }
+  ASSERT_EQ(failure_stacks.size(), 2u);
+  EXPECT_EQ(failure_stacks[uint64_t{1} << 29], ids[2]);
+  EXPECT_NE(failure_stacks[uint64_t{1} << 30], 0u);
+  EXPECT_LT(failure_stacks[uint64_t{1} << 30], uint64_t{1} << 32);
 }
 
 TEST_F(RuntimeRoutesTest, AnnotationsAreHarmlessWithoutTheAgent) {

@@ -69,6 +69,22 @@ TEST(TopTable, TopSiteIsTheFirstFrameOutsideFragscope) {
   EXPECT_EQ(table.find("fragscope_annotate"), std::string::npos) << table;
 }
 
+// A PyTorch tensor's Python site (a text frame, no pc): the function with its file and line.
+TEST(TopTable, PythonSiteShowsItsFileAndLine) {
+  TopRates rates;
+  nlohmann::json doc = {{"streams", {Stream(41, 100)}}};
+  doc["streams"][0]["report"]["devices"][0]["sites"] = {
+      {{"stack",
+        {{{"pc", nullptr},
+          {"function", "forward"},
+          {"file", "/home/u/proj/model.py"},
+          {"line", 42},
+          {"module", ""}},
+         {{"pc", nullptr}, {"function", "<module>"}, {"file", "train.py"}, {"line", 7}}}}}};
+  const std::string table = TopTable(doc, 0, &rates, 1.0);
+  EXPECT_NE(table.find("  forward (model.py:42)\n"), std::string::npos) << table;
+}
+
 // Which process hit OOMs, and on which device: what a sub-allocator raised (caught or not) and
 // driver failures that no retry recovered and no later sub-allocator OOM explains.
 TEST(TopTable, OomsAreCountedPerDevice) {

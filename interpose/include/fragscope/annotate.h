@@ -15,9 +15,9 @@
  * CUstream the block belongs to (NULL for the default stream); `pool` is any id the caller uses
  * to tell its pools apart (0 = default).
  * Thread safety: every function may be called from any thread at any time, including before
- * main and after exit; none blocks or allocates (but for the two source-site functions, which
- * may wait on a lock). Pointers are only recorded, never dereferenced
- * (the label of fragscope_mark is copied, up to 72 bytes).
+ * main and after exit; none blocks or allocates, but fragscope_source_stack, which may wait on a
+ * lock. Pointers are only recorded, never dereferenced (the label of fragscope_mark and the
+ * frames' text of fragscope_source_stack are copied).
  */
 #ifndef FRAGSCOPE_ANNOTATE_H_
 #define FRAGSCOPE_ANNOTATE_H_
@@ -54,8 +54,8 @@ void fragscope_blocks_synced(const char* label) __attribute__((weak));
 
 /* Source-level sites: for an adapter that learns where a block was allocated in its own
  * language (PyTorch: the Python frames of the line that made the tensor), which the agent's
- * walk of return addresses cannot name. Unlike the functions above, these two may take a lock
- * and are meant for an adapter's periodic update, not for its per-block path.
+ * walk of return addresses cannot name. fragscope_source_stack takes a lock and copies text:
+ * it is meant for an adapter's periodic update, not for its per-block path.
  *
  * fragscope_source_stack interns a stack of `count` frames, innermost first (at most 128 are
  * kept; text is copied, cut at 512 bytes) and returns its id, the same for equal stacks; 0 when
@@ -72,6 +72,11 @@ typedef struct fragscope_source_frame {
 uint64_t fragscope_source_stack(const fragscope_source_frame* frames, size_t count)
     __attribute__((weak));
 void fragscope_block_site(void* ptr, int device, uint64_t site) __attribute__((weak));
+/* fragscope_alloc_failed for a reporter that is not where the request was made (an OOM
+ * observer): `site` (from fragscope_source_stack) is the failing request's site, recorded
+ * instead of the caller's stack (0: the caller's stack, as fragscope_alloc_failed). */
+void fragscope_alloc_failed_at(size_t size, int device, void* stream, uint64_t site)
+    __attribute__((weak));
 
 static inline void fragscope_annotate_block_alloc(void* ptr, size_t size, int device, void* stream,
                                                   uint64_t pool) {
@@ -102,6 +107,10 @@ static inline uint64_t fragscope_annotate_source_stack(const fragscope_source_fr
 }
 static inline void fragscope_annotate_block_site(void* ptr, int device, uint64_t site) {
   if (fragscope_block_site && site != 0) fragscope_block_site(ptr, device, site);
+}
+static inline void fragscope_annotate_alloc_failed_at(size_t size, int device, void* stream,
+                                                      uint64_t site) {
+  if (fragscope_alloc_failed_at) fragscope_alloc_failed_at(size, device, stream, site);
 }
 /* Non-zero when the agent is loaded (the annotations go somewhere). */
 static inline int fragscope_annotate_active(void) { return fragscope_mark != 0; }

@@ -245,6 +245,7 @@ int SourceSites() {
   fragscope_annotate_block_site(base + 8192, 0, b);
   fragscope_annotate_block_site(base + 4096, 0, a);  // no block there: the collector's to ignore
   fragscope_annotate_alloc_failed(size_t{1} << 30, 0, nullptr);
+  fragscope_annotate_alloc_failed_at(size_t{1} << 29, 0, nullptr, b);  // the request's site
   fragscope_annotate_block_free(base, 0, nullptr);
   fragscope_annotate_block_free(base + 8192, 0, nullptr);
   cudaFree(segment);
