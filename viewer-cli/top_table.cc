@@ -40,19 +40,6 @@ std::string SiteName(const nlohmann::json& site) {
   return name.empty() ? chosen->value("text", std::string("?")) : name;
 }
 
-// The OOMs a report counts on `device`: what a sub-allocator raised (even when the program
-// caught it), and driver failures neither retried with success nor explained by a later
-// sub-allocator OOM (collector/REPORT.md).
-int OomsOn(const nlohmann::json& report, int device) {
-  int n = 0;
-  for (const auto& f : report.value("failed_allocations", nlohmann::json::array())) {
-    if (!f.is_object() || f.value("device", -2) != device || !f.value("is_oom", false)) continue;
-    if (f.contains("superseded_by_seq") && !f["superseded_by_seq"].is_null()) continue;
-    if (f.value("from_sub_allocator", false) || !f.value("recovered", false)) ++n;
-  }
-  return n;
-}
-
 }  // namespace
 
 std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates, double now) {
@@ -95,11 +82,14 @@ std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates
         site = SiteName(d["sites"][0]);
       }
       const int device = d.value("device", -1);
-      out +=
-          absl::StrFormat("%-8d %-18s %3d %11s %11s %11s %7s %4d %9s  %s%s\n", pid, exe, device,
-                          Fmt(d["reserved_bytes"]), Fmt(d["allocated_bytes"]) + star,
-                          Fmt(d["largest_free_range_bytes"]) + star, frag + star, OomsOn(r, device),
-                          rate, site, s.value("connected", false) ? "" : " (ended)");
+      // The collector's count (DeviceSummary::oom_count), "-" from one too old to say.
+      const bool counted = d.contains("oom_count") && d["oom_count"].is_number_integer() &&
+                           d["oom_count"].get<int64_t>() >= 0;
+      const std::string ooms = counted ? std::to_string(d["oom_count"].get<int64_t>()) : "-";
+      out += absl::StrFormat("%-8d %-18s %3d %11s %11s %11s %7s %4s %9s  %s%s\n", pid, exe, device,
+                             Fmt(d["reserved_bytes"]), Fmt(d["allocated_bytes"]) + star,
+                             Fmt(d["largest_free_range_bytes"]) + star, frag + star, ooms, rate,
+                             site, s.value("connected", false) ? "" : " (ended)");
       ++rows;
     }
   }

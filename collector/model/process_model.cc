@@ -1415,6 +1415,15 @@ ModelSummary ProcessModel::Impl::Summarize() const {
     out.devices.push_back(std::move(ds));
   }
   analyzer_.Collect(&out);
+  for (const FailedAllocation& f : out.failed_allocations) {
+    if (!f.CountsAsOom()) continue;
+    for (DeviceSummary& ds : out.devices) {
+      if (ds.ordinal == f.device) {
+        ++ds.oom_count;
+        break;
+      }
+    }
+  }
   for (uint64_t id : analyzer_.ReferencedStacks()) stack_ids.push_back(id);
   for (const auto& [address, o] : orphans_) {
     out.orphan_blocks.push_back(o);

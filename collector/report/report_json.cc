@@ -150,6 +150,7 @@ void JsonReport::Device(const DeviceSummary& d) {
   w_.Field("opaque_segments", d.opaque_segments);
   w_.Field("blocks", d.blocks);
   w_.Field("free_ranges", d.free_ranges);
+  w_.Field("oom_count", d.oom_count);
   Sites("sites", d.sites);
   Sites("sites_at_peak", d.sites_at_peak);
   if (options_.include_timeline) {

@@ -14,7 +14,8 @@ nlohmann::json Stream(uint64_t pid, uint64_t events) {
                            {"reserved_bytes", 96 * kMiB},
                            {"allocated_bytes", 40 * kMiB},
                            {"largest_free_range_bytes", 20 * kMiB},
-                           {"fragmentation", 0.25}};
+                           {"fragmentation", 0.25},
+                           {"oom_count", 0}};
   return {{"pid", pid},
           {"exe", "/usr/bin/python3"},
           {"connected", true},
@@ -85,35 +86,27 @@ TEST(TopTable, PythonSiteShowsItsFileAndLine) {
   EXPECT_NE(table.find("  forward (model.py:42)\n"), std::string::npos) << table;
 }
 
-// Which process hit OOMs, and on which device: what a sub-allocator raised (caught or not) and
-// driver failures that no retry recovered and no later sub-allocator OOM explains.
-TEST(TopTable, OomsAreCountedPerDevice) {
+// Which process hit OOMs, and on which device: the collector's per-device count
+// (DeviceSummary::oom_count, whose rule ModelOomTest.OomCountPerDeviceIsTheAnalyzersRule
+// checks); "-" from a collector too old to send one, never a count made up here.
+TEST(TopTable, OomsAreThePerDeviceCount) {
   TopRates rates;
   nlohmann::json doc = {{"streams", {Stream(41, 100)}}};
   nlohmann::json& r = doc["streams"][0]["report"];
   nlohmann::json device1 = r["devices"][0];
   device1["device"] = 1;
+  device1["oom_count"] = 2;
+  r["devices"][0]["oom_count"] = 1;
   r["devices"].push_back(device1);
-  auto failure = [](int device, bool sub, bool recovered, bool superseded, bool oom = true) {
-    return nlohmann::json{
-        {"device", device},
-        {"is_oom", oom},
-        {"from_sub_allocator", sub},
-        {"recovered", recovered},
-        {"superseded_by_seq", superseded ? nlohmann::json(99) : nlohmann::json(nullptr)}};
-  };
-  r["failed_allocations"] = {
-      failure(0, false, false, true),          // explained by the sub-allocator OOM after it
-      failure(0, true, false, false),          // the sub-allocator's OOM: counts
-      failure(1, true, true, false),           // raised and caught by the program: counts
-      failure(1, false, true, false),          // a retry that worked: not an OOM
-      failure(1, false, false, false),         // unrecovered driver failure: counts
-      failure(1, false, false, false, false),  // not an OOM at all
-  };
+  nlohmann::json older = r["devices"][0];
+  older["device"] = 2;
+  older.erase("oom_count");
+  r["devices"].push_back(older);
   const std::string table = TopTable(doc, 0, &rates, 1.0);
   EXPECT_NE(table.find("41       python3              0 "), std::string::npos) << table;
   EXPECT_NE(table.find("25.0%    1         -"), std::string::npos) << table;  // device 0
   EXPECT_NE(table.find("25.0%    2         -"), std::string::npos) << table;  // device 1
+  EXPECT_NE(table.find("25.0%    -         -"), std::string::npos) << table;  // device 2
 }
 
 TEST(TopTable, BlocksFromAnOlderSyncAreStarredAndSaidSo) {

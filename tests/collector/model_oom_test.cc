@@ -2,6 +2,8 @@
 // recovery, and what a post-mortem carries. Device: 16 GiB total in every test.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "fragscope/model/oom_analyzer.h"
 #include "fragscope/model/process_model.h"
 #include "model_test_frames.h"
@@ -488,6 +490,30 @@ TEST(ModelOomTest, BlockSitesLearnedLaterMoveTheBlocksBytes) {
   EXPECT_EQ(o.sites_at_failure[1].live_bytes, 1 * kGiB);
   // Figures are the blocks', whoever they are attributed to.
   EXPECT_EQ(o.figures.allocated_bytes, 5 * kGiB);
+}
+
+// The per-device OOM count `top` shows is the analyzer's: a sub-allocator OOM counts even when
+// a later allocation succeeded (the program caught it), a driver failure counts unless a retry
+// recovered it or a sub-allocator OOM right after explains it, and other errors never count.
+TEST(ModelOomTest, OomCountPerDeviceIsTheAnalyzersRule) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Device(1, kTotal);
+  feed.Failed(4 * kGiB, 0, false);  // explained by the sub-allocator OOM after it
+  feed.Failed(4 * kGiB, 0, true);   // counts
+  feed.Failed(2 * kGiB, 1, true);   // counts, though caught: the malloc below recovers it
+  feed.Failed(1 * kGiB, 1, false);  // recovered by the malloc below: a retry that worked
+  feed.Malloc(kBase, 2 * kGiB, 1);
+  feed.Failed(8 * kGiB, 1, false);                                         // counts
+  feed.Failed(0, 1, false, 0, 0, v1::API_cuLaunchKernel, /*result=*/209);  // not an OOM
+  feed.End();
+  const ModelSummary s = model.Summarize();
+  std::map<int, uint64_t> counts;
+  for (const DeviceSummary& d : s.devices) counts[d.ordinal] = d.oom_count;
+  EXPECT_EQ(counts, (std::map<int, uint64_t>{{0, 1}, {1, 2}}));
+  // The same failures the analyzer keeps a post-mortem for.
+  EXPECT_EQ(s.ooms.size(), 3u);
 }
 
 }  // namespace

@@ -104,6 +104,7 @@ struct DeviceSummary {
   uint64_t opaque_segments = 0;
   uint64_t blocks = 0;       // exact segments (one block each) + annotated blocks + pool blocks
   uint64_t free_ranges = 0;  // in annotated segments
+  uint64_t oom_count = 0;    // failures on this device that CountsAsOom (post-mortem kept or not)
 
   std::vector<SiteEntry> sites;          // live now, largest first, at most top_sites
   std::vector<SiteEntry> sites_at_peak;  // live at peak_reserved_seq, largest first
@@ -172,6 +173,14 @@ struct FailedAllocation {
   // explained by that OOM's post-mortem: this is its seq. 0 otherwise.
   uint64_t superseded_by_seq = 0;
   bool has_postmortem = false;
+
+  // Whether this failure is one of the run's OOMs, the ones the OOM analyzer explains (it keeps
+  // a post-mortem for each, up to ModelOptions::max_postmortems): an out-of-memory a
+  // sub-allocator raised to the program (even if the program caught it), or a driver one that
+  // no retry recovered and no later sub-allocator OOM explains (REPORT.md "Recovered").
+  bool CountsAsOom() const {
+    return is_oom && superseded_by_seq == 0 && (from_sub_allocator || !recovered);
+  }
 };
 
 enum class OomClass { kCapacity, kExternal, kUnusableCache, kFragmentation, kUnknown };
