@@ -377,6 +377,32 @@ std::vector<std::pair<std::string, Trace>> Traces() {
     t.Failed(40 * kMiB, true, 0, 0);
     out.emplace_back("imported.fsc", t);
   }
+  {
+    Trace t;  // an adapter's source-level sites (format 1.4): a symbolized stack from a live
+              // agent, blocks moved to it, one site for a block that is gone, a failure at it
+    t.Hello();
+    t.Device(0, 16ull << 30);
+    t.Alloc(kBase, 20 * kMiB);
+    t.Block(v1::BlockEvent::OP_ALLOC, kBase, 2 * kMiB);
+    t.Block(v1::BlockEvent::OP_ALLOC, kBase + 4 * kMiB, 2 * kMiB);
+    const uint64_t site = (uint64_t{1} << 40) + 1;
+    v1::SymbolizedStack* st = t.Add().mutable_symbolized_stack();
+    st->set_id(site);
+    v1::SourceFrame* f = st->add_frames();
+    f->set_function("forward");
+    f->set_file("model.py");
+    f->set_line(42);
+    st->add_frames();  // a frame that names nothing
+    for (uint64_t address : {kBase, kBase + 4 * kMiB, kBase + 8 * kMiB}) {
+      t.Block(v1::BlockEvent::OP_SITE, address, 0);
+      t.frames.back().mutable_block()->set_stack_id(site);
+    }
+    t.Block(v1::BlockEvent::OP_FREE, kBase, 2 * kMiB);
+    t.Failed(30 * kMiB, true, 8 * kMiB, 16ull << 30);
+    t.frames.back().mutable_failed()->set_stack_id(site);
+    t.End();
+    out.emplace_back("source-sites.fsc", t);
+  }
   return out;
 }
 
