@@ -31,6 +31,8 @@ Environment:
   FRAGSCOPE_TORCH_SITES     python (the tracker reports each block's Python frames, through
                             torch's own memory-history recording; the default unless the agent
                             is dormant, FRAGSCOPE_DORMANT=1) | off
+  FRAGSCOPE_TORCH_SITES_EVERY_S  seconds between site reports besides marks, OOMs and exit
+                            (default 5; 0: none)
   FRAGSCOPE_CACHE_DIR       where built extensions are kept (default ~/.cache/fragscope)
   FRAGSCOPE_INCLUDE_DIR     folder holding fragscope/annotate.h (default: this checkout's)
   FRAGSCOPE_TORCH_SNAPSHOT  fallback snapshot path (default: FRAGSCOPE_OUTPUT + .torch.pickle;
@@ -295,6 +297,24 @@ def _install_python_sites(torch, extension):
         _warn("no OOM observer for Python sites: %r" % (error,))
     atexit.register(_flush_sites, extension)
     _EXTENSION = extension
+    # A job that never marks would show its tensors' C++ site in `fragscope top` and the
+    # daemon's reports until its first OOM: flush now and then as well (each flush costs the
+    # blocks allocated since the last one and still live, with the GIL held).
+    try:
+        every = float(os.environ.get("FRAGSCOPE_TORCH_SITES_EVERY_S", "5"))
+    except ValueError:
+        _warn("FRAGSCOPE_TORCH_SITES_EVERY_S=%r is not a number of seconds; using 5"
+              % os.environ.get("FRAGSCOPE_TORCH_SITES_EVERY_S"))
+        every = 5.0
+    if every > 0:
+        import threading
+
+        def flush_now_and_then():
+            stop = threading.Event()
+            while not stop.wait(every):
+                _flush_sites(extension)
+
+        threading.Thread(target=flush_now_and_then, name="fragscope-sites", daemon=True).start()
     return "Python sites"
 
 

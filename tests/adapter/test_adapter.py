@@ -256,11 +256,28 @@ class AdapterTest(unittest.TestCase):
             sitecustomize.mark("step 1")  # no agent: a no-op, no flush
             print(calls)
         '''
-        r = self.run_python(code, path=[os.path.dirname(torch_dir)])
+        # No flushes of its own here (FRAGSCOPE_TORCH_SITES_EVERY_S=0): only the OOM's.
+        r = self.run_python(code, path=[os.path.dirname(torch_dir)],
+                            env={"FRAGSCOPE_TORCH_SITES_EVERY_S": "0"})
         self.assertEqual(r.stdout.splitlines(), [
             "Python sites",
             "[{'enabled': 'state', 'context': 'alloc', 'stacks': 'python'}] 1",
             "['observer True', 'flush', \"oom 1073741824 0 ['train_step', '<module>']\"]"])
+        # Besides marks, OOMs and exit: now and then, from a thread of its own.
+        r = self.run_python('''
+            import time, torch, sitecustomize
+            flushes = []
+            class Extension:
+                def sites_supported(self): return True
+                def flush_sites(self): flushes.append(time.monotonic())
+                def report_oom_from_observer(self, on): pass
+            sitecustomize._install_python_sites(torch, Extension())
+            deadline = time.monotonic() + 20
+            while len(flushes) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            print(len(flushes) >= 2)
+        ''', path=[os.path.dirname(torch_dir)], env={"FRAGSCOPE_TORCH_SITES_EVERY_S": "0.05"})
+        self.assertEqual(r.stdout.splitlines(), ["True"])
         for env, state in (({"FRAGSCOPE_TORCH_SITES": "off"},
                             "Python sites off (FRAGSCOPE_TORCH_SITES=off)"),
                            ({"FRAGSCOPE_DORMANT": "1"},
