@@ -196,6 +196,11 @@ TEST(TorchImportTest, AnOomIsJudgedAgainstTheBlocksOfTheOom) {
   EXPECT_EQ(oom["largest_free_range_bytes"].get<uint64_t>(), 20 * kMiB) << oom.dump();
   EXPECT_EQ(report["devices"][0]["allocated_bytes"].get<uint64_t>(), 4 * kMiB + 512);
   EXPECT_EQ(report["unmatched_events"].get<uint64_t>(), 0u);
+  // The failed call is the Python line that made the request (the app's loop calling torch's
+  // observers), not the observer's own ctypes stack.
+  ASSERT_TRUE(oom["stack"].is_array() && !oom["stack"].empty()) << oom.dump();
+  const std::string file = oom["stack"][0].value("file", std::string());
+  EXPECT_TRUE(file.ends_with("torch_state_app.py")) << oom["stack"].dump();
   // The OOM came right after its own sync: judged as usual, not against an older sync.
   EXPECT_TRUE(oom["blocks_synced_at_seq"].is_null()) << oom.dump();
   EXPECT_EQ(oom["explanation"].get<std::string>().find("syncs only"), std::string::npos)
