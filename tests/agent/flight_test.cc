@@ -99,5 +99,39 @@ TEST(FlightRecorderTest, KeepsTheLastMegabytesAsACompleteTrace) {
   EXPECT_EQ(replayed, truth);
 }
 
+// A block's source-level site (annotate.h fragscope_block_site), set long before the newest
+// file began, is still named there: its SymbolizedStack is sent again ahead of the snapshot.
+TEST(FlightRecorderTest, SourceSitesOfLiveBlocksAreSentAgain) {
+  TempDir dir;
+  const std::string trace_path = dir.File("trace");
+  RunOptions options;
+  options.env = {{"FRAGSCOPE_OUTPUT", trace_path}, {"FRAGSCOPE_FLIGHT_MB", "1"}};
+  RunResult run = RunProgram(AppPath("agent_flight_app"), {"100000", "sites"}, options);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  absl::StatusOr<FrameReader> reader = FrameReader::OpenFile(trace_path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ProcessModel model;
+  v1::Frame frame;
+  bool site_event_seen = false;
+  while (reader->Next(&frame) == FrameReader::Result::kFrame) {
+    if (frame.has_block() && frame.block().op() == v1::BlockEvent::OP_SITE) site_event_seen = true;
+    model.Apply(frame);
+  }
+  EXPECT_FALSE(site_event_seen) << "the site event belongs to an older file";
+  int blocks = 0;
+  for (const SegmentLayout& s : model.SegmentLayouts(0, SIZE_MAX)) {
+    for (const BlockLayout& b : s.blocks) {
+      ++blocks;
+      const std::optional<StackInfo> stack = model.FindStack(b.stack_id);
+      ASSERT_TRUE(stack.has_value()) << std::hex << b.stack_id;
+      ASSERT_EQ(stack->source_frames.size(), 1u);
+      EXPECT_EQ(stack->source_frames[0].function, "make_weights");
+      EXPECT_EQ(stack->source_frames[0].file, "model.py");
+      EXPECT_EQ(stack->source_frames[0].line, 12u);
+    }
+  }
+  EXPECT_EQ(blocks, 1);
+}
+
 }  // namespace
 }  // namespace fragscope::agent_test

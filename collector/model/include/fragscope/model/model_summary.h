@@ -273,7 +273,7 @@ struct SourceFrameInfo {
 
 struct StackInfo {
   std::vector<uint64_t> pcs;                   // innermost first
-  std::vector<SourceFrameInfo> source_frames;  // set instead of pcs for converted streams
+  std::vector<SourceFrameInfo> source_frames;  // set instead of pcs: converted streams, adapters
 };
 
 struct ModelSummary {
