@@ -622,6 +622,13 @@ void Wake(const char* socket_path, char* reply, size_t reply_size) {
     DescribeDevice(e.device);
   });
   for (int i = 0; i < kMaxDevices; ++i) WriteDeviceInfo(i);
+  // Source-level sites set while dormant (fragscope_block_site) are in the live entries the
+  // snapshot lists; pc stacks are not (a dormant agent walks none). A wake after a sleep is a
+  // new stream: everything is unsent again.
+  a.source_stacks.ResetSent();
+  a.source_stacks.SendAllUnsent([](uint64_t id, const uint8_t* frames, size_t size) {
+    return Put([&](WireWriter& w) { return EncodeSymbolizedStack(w, id, frames, size); });
+  });
   const uint64_t seq = WriteSnapshot(SnapshotReason::kStreamStart);
   d.min_seq = seq;
   FlushWriter();

@@ -8,8 +8,8 @@
 // them apart.
 //
 // Thread safety: everything takes one mutex. Intern is for adapters' site updates, which run
-// outside any hook and may wait; the drain thread takes the mutex to copy a stack out. The
-// mutex is never held across a call out of this file, and ResetAfterFork remakes it in a child.
+// outside any hook and may wait; the drain thread holds it while it writes a stack out (which
+// may flush its buffer). Hooks never take it. ResetAfterFork remakes it in a child.
 // Memory: one anonymous mapping of kArenaBytes reserved (MAP_NORESERVE) at the first Intern,
 // touched as stacks arrive; past it Intern answers 0 and counts the refusal.
 #ifndef FRAGSCOPE_INTERPOSE_SOURCE_STACK_TABLE_H_
@@ -64,6 +64,17 @@ class SourceStackTable {
   }
   // Makes every stack unsent (a new stream or flight segment starts).
   void ResetSent();
+  // SendIfUnsent for every stack of the table, in id order (a woken stream's head: its
+  // snapshot may name stacks that dormant site updates set).
+  template <typename Write>
+  void SendAllUnsent(Write&& write) {
+    pthread_mutex_lock(&lock_);
+    for (size_t n = 0; n < count_; ++n) {
+      Entry* e = EntryAt(order_[n]);
+      if (!e->sent && write(kIdBase + n, Payload(e), e->size)) e->sent = 1;
+    }
+    pthread_mutex_unlock(&lock_);
+  }
   // In a forked child: the mutex may have been held by a thread the child does not have.
   void ResetAfterFork();
 

@@ -202,6 +202,18 @@ TEST(AttachTest, TheWokenSnapshotNamesTheSyncItsBlocksCameFrom) {
   const v1::Snapshot& first = *trace.Snapshots()[0];
   ASSERT_EQ(first.blocks_size(), 1);
   EXPECT_EQ(first.blocks(0).size(), 1u << 20);
+  // The site set while dormant: the snapshot names it, and its SymbolizedStack comes first.
+  const uint64_t site = first.blocks(0).stack_id();
+  bool defined_before = false;
+  for (const v1::Frame& f : trace.frames) {
+    if (f.has_snapshot()) break;
+    if (f.has_symbolized_stack() && f.symbolized_stack().id() == site) {
+      defined_before = true;
+      ASSERT_EQ(f.symbolized_stack().frames_size(), 1);
+      EXPECT_EQ(f.symbolized_stack().frames(0).function(), "load_weights");
+    }
+  }
+  EXPECT_TRUE(defined_before) << "stack " << site;
   // The sync came after the block and the phase-1 allocations, before the wake.
   EXPECT_GT(first.last_blocks_synced_seq(), 0u);
   EXPECT_LE(first.last_blocks_synced_seq(), first.seq());

@@ -7,7 +7,8 @@
 // it. ATTACH_APP_SECOND_DEVICE=1 (with FAKECUDA_DEVICES=2) also allocates on device 1 in phases
 // 1 (one of them stream-ordered) and 3, and frees one of those in phase 2 while device 0 is
 // current. ATTACH_APP_SYNCED_BLOCKS=1 reports, at the end of phase 1, a 1 MiB block inside the
-// 4 MiB allocation as a snapshot diff does (late, then fragscope_blocks_synced).
+// 4 MiB allocation as a snapshot diff does (late, its source-level site, then
+// fragscope_blocks_synced).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -87,6 +88,9 @@ int main() {
   }
   if (std::getenv("ATTACH_APP_SYNCED_BLOCKS") != nullptr) {
     fragscope_annotate_block_alloc_late(a[3], kMiB, 0, nullptr, 0);
+    // Its source-level site, learned while dormant (an adapter's Python frames).
+    const fragscope_source_frame frames[] = {{"load_weights", "train.py", 3}};
+    fragscope_annotate_block_site(a[3], 0, fragscope_annotate_source_stack(frames, 1));
     fragscope_annotate_blocks_synced("test sync");
   }
   if (!WaitForLine(1)) return 0;
