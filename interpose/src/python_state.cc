@@ -102,6 +102,13 @@ def _fragscope_torch_state():
             if state != "inactive":
                 blocks += [2, device, start, size, stream, pool,
                            0 if state == "active_allocated" else 1]
+                # Where torch records memory history: the Python frames that made the block.
+                python = [(str(f.get("name", "")), str(f.get("filename", "")),
+                           int(f.get("line") or 0))
+                          for f in block.get("frames") or ()
+                          if str(f.get("filename", "")).endswith(".py")]
+                if python:
+                    _fragscope_sites.append((start, device, python))
         flags = (1 if seg.get("is_expandable") else 0) | (0 if blocks else 2)
         words += [1, device, address, int(seg["total_size"]), stream, pool, flags]
         words += blocks
@@ -160,6 +167,19 @@ def _fragscope_install_observer(torch, segments):
     holder.forwarder = forwarder
     return b""
 
+def _fragscope_send_sites():
+    """After the import entered the blocks: each block's Python frames as its site
+    (fragscope_block_site, through the observer's AgentApi). b"+N" for N blocks."""
+    import sys
+    holder = sys.modules.get("_fragscope_injected")
+    send = getattr(getattr(holder, "api", None), "block_site_frames", None)
+    if send is None:
+        return b"+0"
+    for address, device, frames in _fragscope_sites:
+        send(address, device, frames)
+    return b"+%d" % len(_fragscope_sites)
+
+_fragscope_sites = []
 observer = b"not installed"
 try:
     result = _fragscope_torch_state()
@@ -167,6 +187,15 @@ try:
         result, observer = result
 except BaseException as error:
     result = ("!%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace")[:900]
+)PY";
+
+// Run in the import's namespace once its blocks are in the live table: gives them the Python
+// frames torch's memory history kept (a site needs the block's live entry). Leaves `result`.
+constexpr char kSitesCode[] = R"PY(
+try:
+    result = _fragscope_send_sites()
+except BaseException as error:
+    result = ("!%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace")[:300]
 )PY";
 
 // A sync (an attach's start or detach), run like the import: the forwarder the import primed
@@ -547,6 +576,32 @@ void RunImport(Job* job) {
     const size_t n = words - at < kRecordWords * 64 ? words - at : kRecordWords * 64;
     memcpy(chunk, data + at * sizeof(uint64_t), n * sizeof(uint64_t));
     EnterRecords(chunk, n, out);
+  }
+  PyObj* ran = py.run_string_flags(kSitesCode, kPyFileInput, globals, globals, nullptr);
+  if (ran == nullptr) {
+    py.err_clear();
+  } else {
+    py.dec_ref(ran);
+    PyObj* sites = py.dict_get_item_string(globals, "result");
+    char* text = nullptr;
+    long text_size = 0;
+    if (sites != nullptr && py.bytes_as_string_and_size(sites, &text, &text_size) == 0 &&
+        text_size > 1) {
+      long blocks = 0;
+      if (text[0] == '+') {
+        for (long i = 1; i < text_size && text[i] >= '0' && text[i] <= '9'; ++i) {
+          blocks = blocks * 10 + (text[i] - '0');
+        }
+      }
+      if (blocks > 0) {
+        Say(out, "%ld %s the Python frames torch's memory history kept as %s site; ", blocks,
+            blocks == 1 ? "block has" : "blocks have", blocks == 1 ? "its" : "their");
+      } else if (text[0] == '!') {
+        Say(out, "no Python sites (%.*s); ", static_cast<int>(text_size - 1), text + 1);
+      }
+    } else {
+      py.err_clear();
+    }
   }
   py.dec_ref(globals);
 }

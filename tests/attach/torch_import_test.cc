@@ -149,6 +149,28 @@ TEST(TorchImportTest, PyTorchStateIsExactFromTheFirstSnapshotTheRestUntracked) {
                                                        {segments[1], 8 * kMiB},
                                                        {segments[2], 0}}));
   EXPECT_EQ(view.pending, std::set<uint64_t>{segments[0] + 1536});
+  // The 8 MiB block's Python frames (torch's memory history) are its site, sent before the
+  // snapshot; the others have none.
+  EXPECT_NE(err.find("1 block has the Python frames torch's memory history kept as its site"),
+            std::string::npos)
+      << err;
+  std::map<uint64_t, const v1::SymbolizedStack*> defined;
+  for (const v1::Frame& f : trace.frames) {
+    if (f.has_snapshot()) break;
+    if (f.has_symbolized_stack()) defined[f.symbolized_stack().id()] = &f.symbolized_stack();
+  }
+  for (const v1::LiveBlock& b : first.blocks()) {
+    if (b.address() != segments[1]) {
+      EXPECT_EQ(defined.count(b.stack_id()), 0u) << b.address();
+      continue;
+    }
+    ASSERT_EQ(defined.count(b.stack_id()), 1u) << "no SymbolizedStack for " << b.stack_id();
+    const v1::SymbolizedStack& site = *defined[b.stack_id()];
+    ASSERT_EQ(site.frames_size(), 1);
+    EXPECT_EQ(site.frames(0).function(), "build_model");
+    EXPECT_EQ(site.frames(0).file(), "/app/model.py");
+    EXPECT_EQ(site.frames(0).line(), 10u);
+  }
 
   // The report: PyTorch's reserved and allocated, plus the segment allocated after the attach
   // (opaque: all allocated); the memory allocated outside PyTorch before it is untracked.

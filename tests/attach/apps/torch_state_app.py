@@ -107,7 +107,10 @@ def fake_mode(with_torch):
         {"device": 0, "address": s2, "total_size": 20 * MIB, "stream": stream,
          "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": False,
          "blocks": [
-             {"address": s2, "size": 8 * MIB, "state": "active_allocated"},
+             # With torch's memory history on: the frames that made it (C++ ones left out).
+             {"address": s2, "size": 8 * MIB, "state": "active_allocated",
+              "frames": [{"name": "at::empty", "filename": "EmptyTensor.cpp", "line": 3},
+                         {"name": "build_model", "filename": "/app/model.py", "line": 10}]},
              {"address": s2 + 8 * MIB, "size": 12 * MIB, "state": "inactive"},
          ]},
         {"device": 0, "address": s3, "total_size": 4 * MIB, "stream": stream,
