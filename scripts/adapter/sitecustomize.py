@@ -208,10 +208,13 @@ def _install_fallback(torch, agent, why):
         if forwarder is not None:
             forwarder.sync("OOM")
         frames = _request_frames()
-        if api.alloc_failed_at is not None and frames:
-            api.alloc_failed_at(alloc_size, device, frames)  # the request's line, not this one
-        else:
-            api.alloc_failed(alloc_size, device, None)
+        try:
+            if api.alloc_failed_at is not None and frames:
+                api.alloc_failed_at(alloc_size, device, frames)  # the request's line, not ours
+            else:
+                api.alloc_failed(alloc_size, device, None)
+        except Exception as error:  # never into PyTorch's OOM path
+            _warn("could not report the OOM to fragscope: %r" % (error,))
         dump()
 
     parts = []
@@ -288,7 +291,10 @@ def _install_python_sites(torch, extension):
         # PyTorch calls this after its OOM trace entry, with the allocator unlocked, from the
         # failing request: its Python frames (this function's excluded) are the failure's site.
         _flush_sites(extension)
-        extension.report_oom(alloc_size, device, _request_frames())
+        try:
+            extension.report_oom(alloc_size, device, _request_frames())
+        except Exception as error:  # never into PyTorch's OOM path
+            _warn("could not report the OOM to fragscope: %r" % (error,))
 
     try:
         torch._C._cuda_attach_out_of_memory_observer(on_oom)
