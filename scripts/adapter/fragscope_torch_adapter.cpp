@@ -229,6 +229,10 @@ int FlushSites() {
     for (uint64_t index : symbolized.tracebacks[k]) {
       if (index >= symbolized.all_frames.size()) continue;
       const auto& f = symbolized.all_frames[index];
+      // Python frames only, as the fallback keeps: a program that records its own history with
+      // C++ stacks (stacks="all") would otherwise bury the line that made the tensor.
+      const std::string& file = f.filename;
+      if (file.size() < 3 || file.compare(file.size() - 3, 3, ".py") != 0) continue;
       frames.push_back({f.funcname.c_str(), f.filename.c_str(), static_cast<uint32_t>(f.lineno)});
     }
     stack_of[of[k]] = fragscope_annotate_source_stack(frames.data(), frames.size());
