@@ -338,31 +338,31 @@ bool Segment::FreeBlock(uint64_t address, BlockSite* freed) {
   return true;
 }
 
-bool Segment::SetBlockSite(uint64_t address, uint64_t stack_id, BlockSite* before) {
-  SubBlock* b = nullptr;
+SubBlock* Segment::BlockAt(uint64_t address, Extent** extent) {
   if (auto it = extents_.find(address); it != extents_.end() && !it->second.is_hole()) {
-    b = &block_data_[it->second.block];
-    it->second.stack_id = stack_id;
-  } else if (auto zero = zero_blocks_.find(address); zero != zero_blocks_.end()) {
-    b = &zero->second;
-  } else {
-    return false;
+    *extent = &it->second;
+    return &block_data_[it->second.block];
   }
+  *extent = nullptr;
+  auto zero = zero_blocks_.find(address);
+  return zero != zero_blocks_.end() ? &zero->second : nullptr;
+}
+
+bool Segment::SetBlockSite(uint64_t address, uint64_t stack_id, BlockSite* before) {
+  Extent* extent = nullptr;
+  SubBlock* b = BlockAt(address, &extent);
+  if (b == nullptr) return false;
+  if (extent != nullptr) extent->stack_id = stack_id;
   *before = BlockSite{b->size, b->stack_id};
   b->stack_id = stack_id;
   return true;
 }
 
 bool Segment::MarkPendingFree(uint64_t address) {
-  SubBlock* b = nullptr;
-  if (auto it = extents_.find(address); it != extents_.end() && !it->second.is_hole()) {
-    b = &block_data_[it->second.block];
-    it->second.pending_free = true;
-  } else if (auto zero = zero_blocks_.find(address); zero != zero_blocks_.end()) {
-    b = &zero->second;
-  } else {
-    return false;
-  }
+  Extent* extent = nullptr;
+  SubBlock* b = BlockAt(address, &extent);
+  if (b == nullptr) return false;
+  if (extent != nullptr) extent->pending_free = true;
   if (b->pending_free) return true;
   b->pending_free = true;
   live_block_bytes_ -= b->size;

@@ -294,12 +294,13 @@ void WriteDeviceInfo(int32_t device) {
   if (Put([&](WireWriter& w) { return EncodeDeviceInfo(w, info); })) slot.sent = 1;
 }
 
-// A source-level stack (annotate.h's fragscope_source_stack), once per stream.
-void WriteSourceStack(uint64_t id) {
-  Agent().source_stacks.SendIfUnsent(id, [](uint64_t stack_id, const uint8_t* frames, size_t size) {
-    return Put([&](WireWriter& w) { return EncodeSymbolizedStack(w, stack_id, frames, size); });
-  });
+// One source-level stack's SymbolizedStack frame (SourceStackTable's write callback).
+bool PutSourceStack(uint64_t id, const uint8_t* frames, size_t size) {
+  return Put([&](WireWriter& w) { return EncodeSymbolizedStack(w, id, frames, size); });
 }
+
+// A source-level stack (annotate.h's fragscope_source_stack), once per stream.
+void WriteSourceStack(uint64_t id) { Agent().source_stacks.SendIfUnsent(id, PutSourceStack); }
 
 void WriteStack(uint64_t id, uint32_t slot) {
   if (SourceStackTable::IsSourceId(id)) {
@@ -626,9 +627,7 @@ void Wake(const char* socket_path, char* reply, size_t reply_size) {
   // snapshot lists; pc stacks are not (a dormant agent walks none). A wake after a sleep is a
   // new stream: everything is unsent again.
   a.source_stacks.ResetSent();
-  a.source_stacks.SendAllUnsent([](uint64_t id, const uint8_t* frames, size_t size) {
-    return Put([&](WireWriter& w) { return EncodeSymbolizedStack(w, id, frames, size); });
-  });
+  a.source_stacks.SendAllUnsent(PutSourceStack);
   const uint64_t seq = WriteSnapshot(SnapshotReason::kStreamStart);
   d.min_seq = seq;
   FlushWriter();

@@ -68,17 +68,25 @@ class AgentApi:
             intern = agent.fragscope_source_stack
             intern.argtypes = [ctypes.POINTER(Frame), size]
             intern.restype = u64
-            block_site = fn("fragscope_block_site", [p, dev, u64])
             sites = {}  # frames -> id: equal stacks are interned once
 
-            def block_site_frames(address, device, frames):
+            def site_of(frames):
+                """The agent's id for `frames` ((function, file, line), innermost first); 0
+                when there are none or its table is full."""
                 key = tuple(frames)
                 site = sites.get(key)
-                if site is None:
+                if site is None and key:
                     array = (Frame * len(key))(*[
-                        Frame(str(f).encode("utf-8", "replace"), str(path).encode("utf-8", "replace"),
+                        Frame(str(f).encode("utf-8", "replace"),
+                              str(path).encode("utf-8", "replace"),
                               max(0, int(line or 0)) & 0xFFFFFFFF) for f, path, line in key])
                     site = sites[key] = intern(array, len(key))
+                return site or 0
+
+            block_site = fn("fragscope_block_site", [p, dev, u64])
+
+            def block_site_frames(address, device, frames):
+                site = site_of(frames)
                 if site:
                     block_site(address, device, site)
 
@@ -89,15 +97,7 @@ class AgentApi:
 
                 def alloc_failed_at(nbytes, device, frames):
                     """A failure whose site is `frames` (the request's Python frames)."""
-                    key = tuple(frames)
-                    site = sites.get(key)
-                    if site is None and key:
-                        array = (Frame * len(key))(*[
-                            Frame(str(f).encode("utf-8", "replace"),
-                                  str(path).encode("utf-8", "replace"),
-                                  max(0, int(line or 0)) & 0xFFFFFFFF) for f, path, line in key])
-                        site = sites[key] = intern(array, len(key))
-                    failed(nbytes, device, None, site or 0)
+                    failed(nbytes, device, None, site_of(frames))
 
                 self.alloc_failed_at = alloc_failed_at
 

@@ -297,6 +297,9 @@ class Segment {
   // f(begin, end) for the parts of [begin, end) no non-imported mapping backs (reservations).
   template <typename F>
   void ForEachUnbacked(uint64_t begin, uint64_t end, F&& f) const;
+  // The block that starts at `address` (its data) and, for one with bytes, its extent
+  // (*extent = nullptr for a zero-size block); nullptr when no block starts there.
+  SubBlock* BlockAt(uint64_t address, Extent** extent);
   // Whether the free run [begin, begin + size) exists now (validates free_sizes_ entries).
   bool GapIsLive(uint64_t begin, uint64_t size) const;
 
