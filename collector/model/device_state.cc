@@ -107,6 +107,10 @@ void DeviceState::AddSite(uint64_t stack_id, uint64_t bytes) { sites_.Add(stack_
 
 void DeviceState::RemoveSite(uint64_t stack_id, uint64_t bytes) { sites_.Remove(stack_id, bytes); }
 
+void DeviceState::MoveSite(uint64_t from, uint64_t to, uint64_t bytes, uint64_t placed_seq) {
+  sites_.Move(from, to, bytes, placed_seq != 0 && placed_seq <= peak_reserved_seq_);
+}
+
 DeviceMetrics DeviceState::Metrics(bool with_reasons) const {
   DeviceMetrics m;
   // Graph memory is device memory this process holds (the graph's pool), so it is reserved and

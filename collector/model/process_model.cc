@@ -1051,7 +1051,7 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
   EventKind kind = EventKind::kBlockAlloc;
   switch (e.op()) {
     case v1::BlockEvent::OP_ALLOC: {
-      SubBlock b{e.size(), e.stack_id(), e.stream(), e.pool(), e.allocator(), false};
+      SubBlock b{e.size(), e.stack_id(), e.stream(), e.pool(), e.allocator(), false, e.seq()};
       if (!died_blocks_.empty()) [[unlikely]] {
         died_blocks_.erase(e.address());  // a free there is this block's from now on
       }
@@ -1108,9 +1108,7 @@ void ProcessModel::Impl::OnBlockSite(const v1::BlockEvent& e) {
   Segment* s = SegmentContaining(e.address());
   BlockSite before;
   if (s != nullptr && s->SetBlockSite(e.address(), e.stack_id(), &before)) {
-    DeviceState& d = Device(s->device());
-    d.RemoveSite(before.stack_id, before.size);
-    d.AddSite(e.stack_id(), before.size);
+    Device(s->device()).MoveSite(before.stack_id, e.stack_id(), before.size, before.placed_seq);
   } else if (auto o = orphans_.find(e.address()); o != orphans_.end()) {
     o->second.stack_id = e.stack_id();
   }
@@ -1368,7 +1366,8 @@ bool ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
     if (placed && carved(a.sub_allocated(), a.stack_id())) MarkSubAllocated(a.address());
   }
   for (const v1::LiveBlock& b : snap.blocks()) {
-    SubBlock block{b.size(), b.stack_id(), b.stream(), b.pool(), b.allocator(), b.pending_free()};
+    SubBlock block{b.size(),      b.stack_id(),     b.stream(), b.pool(),
+                   b.allocator(), b.pending_free(), snap.seq()};
     PlaceBlock(b.address(), block, b.device(), snap.seq());
   }
   return true;

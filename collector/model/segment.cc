@@ -353,7 +353,7 @@ bool Segment::SetBlockSite(uint64_t address, uint64_t stack_id, BlockSite* befor
   SubBlock* b = BlockAt(address, &extent);
   if (b == nullptr) return false;
   if (extent != nullptr) extent->stack_id = stack_id;
-  *before = BlockSite{b->size, b->stack_id};
+  *before = BlockSite{b->size, b->stack_id, b->seq};
   b->stack_id = stack_id;
   return true;
 }

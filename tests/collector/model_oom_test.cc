@@ -492,6 +492,34 @@ TEST(ModelOomTest, BlockSitesLearnedLaterMoveTheBlocksBytes) {
   EXPECT_EQ(o.figures.allocated_bytes, 5 * kGiB);
 }
 
+// The sites at the peak of reserved: a block live at the peak and still live when its site
+// arrives is counted there under its new site; one placed after the peak is not there at all.
+TEST(ModelOomTest, BlockSitesLearnedLaterMoveThePeaksSitesWhenLiveAtThePeak) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Malloc(kBase, 8 * kGiB, 0, 1);
+  feed.BlockAlloc(kBase, 3 * kGiB, /*stack=*/5);
+  feed.Malloc(kBase + 8 * kGiB, 4 * kGiB, 0, 2);  // the peak of reserved: 12 GiB
+  feed.Free(kBase + 8 * kGiB);
+  feed.BlockAlloc(kBase + 4 * kGiB, 1 * kGiB, /*stack=*/5);  // after the peak
+  const uint64_t weights = (uint64_t{1} << 40) + 1, activations = (uint64_t{1} << 40) + 2;
+  feed.Block(v1::BlockEvent::OP_SITE, kBase, 0, 0, weights);
+  feed.Block(v1::BlockEvent::OP_SITE, kBase + 4 * kGiB, 0, 0, activations);
+  feed.Failed(6 * kGiB, 0, /*from_sub_allocator=*/true);
+  feed.End();
+  const OomPostMortem o = OnlyOom(model.Summarize());
+  EXPECT_EQ(o.peak_reserved_bytes, 12 * kGiB);
+  std::map<uint64_t, uint64_t> at_peak;  // stack -> bytes
+  for (const SiteEntry& e : o.sites_at_peak) at_peak[e.stack_id] = e.live_bytes;
+  // (The annotated segment itself is no site: its blocks are.)
+  EXPECT_EQ(at_peak, (std::map<uint64_t, uint64_t>{{2, 4 * kGiB}, {weights, 3 * kGiB}}));
+  std::map<uint64_t, uint64_t> at_failure;
+  for (const SiteEntry& e : o.sites_at_failure) at_failure[e.stack_id] = e.live_bytes;
+  EXPECT_EQ(at_failure,
+            (std::map<uint64_t, uint64_t>{{weights, 3 * kGiB}, {activations, 1 * kGiB}}));
+}
+
 // The per-device OOM count `top` shows is the analyzer's: a sub-allocator OOM counts even when
 // a later allocation succeeded (the program caught it), a driver failure counts unless a retry
 // recovered it or a sub-allocator OOM right after explains it, and other errors never count.

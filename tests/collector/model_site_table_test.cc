@@ -32,6 +32,26 @@ TEST(SiteTableTest, TopAtMarkIsTheTableAtTheMark) {
   EXPECT_EQ(Bytes(TopSites(t.AllAtMark(), 10)), Bytes(TopSites(t.All(), 10)));
 }
 
+// A site learned after the fact (BlockEvent.OP_SITE): the bytes move now, and at the mark too
+// when the allocation was live there; one that came after the mark leaves the mark as it was.
+TEST(SiteTableTest, MovedSitesMoveAtTheMarkOnlyWhenLiveThere) {
+  using Table = std::vector<std::pair<uint64_t, uint64_t>>;
+  SiteTable t;
+  t.Add(1, 100);  // two blocks under the adapter's callback site
+  t.Add(1, 30);
+  t.Mark();
+  t.Add(1, 7);  // born after the mark
+  t.Move(1, 9, 100, /*live_at_mark=*/true);
+  t.Move(1, 9, 7, /*live_at_mark=*/false);
+  EXPECT_EQ(Bytes(TopSites(t.All(), 10)), (Table{{9, 107}, {1, 30}}));
+  EXPECT_EQ(Bytes(TopSites(t.AllAtMark(), 10)), (Table{{9, 100}, {1, 30}}));
+  t.Move(1, 8, 30, /*live_at_mark=*/true);  // the last one: site 1 is gone now and at the mark
+  EXPECT_EQ(Bytes(TopSites(t.All(), 10)), (Table{{9, 107}, {8, 30}}));
+  EXPECT_EQ(Bytes(TopSites(t.AllAtMark(), 10)), (Table{{9, 100}, {8, 30}}));
+  t.Move(8, 8, 30, true);  // to itself: nothing
+  EXPECT_EQ(Bytes(TopSites(t.AllAtMark(), 10)), (Table{{9, 100}, {8, 30}}));
+}
+
 // Removals need not match the sizes added (a stream that lost events): a site that dies keeps
 // no leftover bytes, also when it is kept only because it was live at the mark.
 TEST(SiteTableTest, ADeadSiteKeptForTheMarkStartsAgainFromZero) {

@@ -108,6 +108,10 @@ class DeviceState {
   // Sites: every change goes through here so the copy at peak is taken before it is lost.
   void AddSite(uint64_t stack_id, uint64_t bytes);
   void RemoveSite(uint64_t stack_id, uint64_t bytes);
+  // A live block of `bytes` placed at `placed_seq` (0: not known) is `to`'s, not `from`'s (its
+  // site learned after the fact). When it was placed at or before the peak of reserved, it was
+  // live there too: the sites at peak move with it.
+  void MoveSite(uint64_t from, uint64_t to, uint64_t bytes, uint64_t placed_seq);
   // Live now, and at the peak of reserved (SiteTable::AllAtMark).
   const SiteTable& sites() const { return sites_; }
 

@@ -37,12 +37,14 @@ struct SubBlock {
   uint64_t pool = 0;
   uint64_t allocator = 0;
   bool pending_free = false;
+  uint64_t seq = 0;  // the event (or snapshot) that placed it; 0: not known
 };
 
 // What the model needs of a block that leaves its segment: its bytes and its allocation site.
 struct BlockSite {
   uint64_t size = 0;
   uint64_t stack_id = 0;
+  uint64_t placed_seq = 0;  // SubBlock::seq (SetBlockSite only)
 };
 
 // Physical memory of `handle` (from `offset`) mapped at a VA range of a reservation.
@@ -165,7 +167,8 @@ class Segment {
   bool FreeBlock(uint64_t address, BlockSite* freed);
   bool MarkPendingFree(uint64_t address);
   // The block at `address` was allocated at `stack_id` (learned after the fact): returns its
-  // size and former site in `before`, or false when no block starts there. Figures unchanged.
+  // size, former site and placing seq in `before`, or false when no block starts there.
+  // Figures unchanged.
   bool SetBlockSite(uint64_t address, uint64_t stack_id, BlockSite* before);
   // Whether a block at [address, address + size) can be placed consistently: inside the
   // segment and overlapping no block but the one it replaces at the same address. Two blocks

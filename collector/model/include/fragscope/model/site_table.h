@@ -23,6 +23,10 @@ class SiteTable {
   void Add(uint64_t stack_id, uint64_t bytes);
   // A site at count 0 is dropped, unless it was live at the mark.
   void Remove(uint64_t stack_id, uint64_t bytes);
+  // One live allocation of `bytes` moves from site `from` to `to` (its site learned after the
+  // fact). With `live_at_mark` (it was live at the latest Mark, and has been since), the figures
+  // at the mark move as well: it was there, under the site now known. O(1).
+  void Move(uint64_t from, uint64_t to, uint64_t bytes, bool live_at_mark);
   // Every site at count 0 (a Snapshot's fresh start); what was live at the mark stays readable.
   void ClearKeepingMark();
 
