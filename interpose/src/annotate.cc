@@ -69,6 +69,18 @@ void BlockAlloc(void* ptr, size_t size, int device, void* stream, uint64_t pool,
   Submit(r);
 }
 
+// A sub-allocator's own OOM: with `site` (a source-level stack id) as its site, or with the
+// caller's stack for 0 or an id that is not one.
+void SubAllocatorFailed(size_t size, int device, void* stream, uint64_t site) {
+  HookCall hook;
+  if (!hook.record()) return;
+  FailureInfo info{Api::k_fragscope_alloc_failed, /*result=*/2 /* out of memory */, size, device};
+  info.stream = Address(stream);
+  info.from_sub_allocator = true;
+  if (SourceStackTable::IsSourceId(site)) info.site = site;
+  RecordFailure(info);
+}
+
 }  // namespace
 }  // namespace fragscope::agent
 
@@ -94,23 +106,12 @@ extern "C" FRAGSCOPE_VISIBLE void fragscope_block_free_pending(void* ptr, int de
 }
 
 extern "C" FRAGSCOPE_VISIBLE void fragscope_alloc_failed(size_t size, int device, void* stream) {
-  HookCall hook;
-  if (!hook.record()) return;
-  FailureInfo info{Api::k_fragscope_alloc_failed, /*result=*/2 /* out of memory */, size, device};
-  info.stream = Address(stream);
-  info.from_sub_allocator = true;
-  RecordFailure(info);
+  SubAllocatorFailed(size, device, stream, /*site=*/0);
 }
 
 extern "C" FRAGSCOPE_VISIBLE void fragscope_alloc_failed_at(size_t size, int device, void* stream,
                                                             uint64_t site) {
-  HookCall hook;
-  if (!hook.record()) return;
-  FailureInfo info{Api::k_fragscope_alloc_failed, /*result=*/2 /* out of memory */, size, device};
-  info.stream = Address(stream);
-  info.from_sub_allocator = true;
-  if (SourceStackTable::IsSourceId(site)) info.site = site;
-  RecordFailure(info);
+  SubAllocatorFailed(size, device, stream, site);
 }
 
 extern "C" FRAGSCOPE_VISIBLE void fragscope_mark(const char* label) {

@@ -149,15 +149,8 @@ def _fragscope_install_observer(torch, segments):
             forwarder = holder.forwarder
             if forwarder is not None:
                 forwarder.sync("OOM")
-                # The failing request's Python frames as the failure's site (this frame left
-                # out), where the agent takes one.
-                import traceback
-                frames = [(f.name, f.filename, f.lineno or 0)
-                          for f in traceback.extract_stack()[:-1]][::-1]
-                if holder.api.alloc_failed_at is not None and frames:
-                    holder.api.alloc_failed_at(alloc_size, device, frames)
-                else:
-                    holder.api.alloc_failed(alloc_size, device, None)
+                # The failing request's Python frames as the failure's site.
+                holder.api.report_oom(alloc_size, device, holder.diff.request_frames())
 
         attach(on_oom)
         sys.modules["_fragscope_injected"] = holder

@@ -31,6 +31,20 @@ def pool_id(pool):
     return int(second) & ((1 << 64) - 1)
 
 
+def request_frames():
+    """For an OOM observer: the Python frames of the request it was called from, innermost
+    first, as (function, file, line), without the observer's frame and this one's (torch calls
+    the observer from the failing request)."""
+    import traceback
+
+    try:
+        frames = [(f.name, f.filename, f.lineno or 0) for f in traceback.extract_stack()[:-2]]
+    except Exception:
+        return []
+    frames.reverse()
+    return frames
+
+
 class AgentApi:
     """The agent's annotate functions through ctypes: `agent` is the process's global symbols
     (a preloaded agent) or a CDLL of the agent's own file (an injected one)."""
@@ -100,6 +114,14 @@ class AgentApi:
                     failed(nbytes, device, None, site_of(frames))
 
                 self.alloc_failed_at = alloc_failed_at
+
+    def report_oom(self, nbytes, device, frames):
+        """An OOM seen by PyTorch's observer: with `frames` (the request's Python frames) as its
+        site where the agent takes one, else with the caller's stack."""
+        if self.alloc_failed_at is not None and frames:
+            self.alloc_failed_at(nbytes, device, frames)
+        else:
+            self.alloc_failed(nbytes, device, None)
 
 
 class SnapshotForwarder:

@@ -207,12 +207,9 @@ def _install_fallback(torch, agent, why):
         # are at the failure go first, so the failure is judged against them.
         if forwarder is not None:
             forwarder.sync("OOM")
-        frames = _request_frames()
+        frames = _diff.request_frames()  # the request's line, not this one
         try:
-            if api.alloc_failed_at is not None and frames:
-                api.alloc_failed_at(alloc_size, device, frames)  # the request's line, not ours
-            else:
-                api.alloc_failed(alloc_size, device, None)
+            api.report_oom(alloc_size, device, frames)
         except Exception as error:  # never into PyTorch's OOM path
             _warn("could not report the OOM to fragscope: %r" % (error,))
         dump()
@@ -239,20 +236,6 @@ def _install_fallback(torch, agent, why):
     except Exception as error:
         _warn("no memory history: %r" % (error,))
     _set_state("fallback (%s): %s" % (why, ", ".join(parts) or "nothing"))
-
-
-def _request_frames():
-    """The Python frames of the request an OOM observer was called from, innermost first, as
-    (function, file, line), without the observer's own frame (the caller's caller is torch's
-    binding, which calls the observer from the failing request)."""
-    import traceback
-
-    try:
-        frames = [(f.name, f.filename, f.lineno or 0) for f in traceback.extract_stack()[:-2]]
-    except Exception:
-        return []
-    frames.reverse()
-    return frames
 
 
 def _flush_sites(extension):
@@ -292,7 +275,7 @@ def _install_python_sites(torch, extension):
         # failing request: its Python frames (this function's excluded) are the failure's site.
         _flush_sites(extension)
         try:
-            extension.report_oom(alloc_size, device, _request_frames())
+            extension.report_oom(alloc_size, device, _diff.request_frames())
         except Exception as error:  # never into PyTorch's OOM path
             _warn("could not report the OOM to fragscope: %r" % (error,))
 
