@@ -385,7 +385,9 @@ int AttachCommand(const std::vector<std::string>& args) {
   if (!trace_path.empty()) {
     server_options.trace_path = [&trace_path](const v1::Frame&, pid_t) { return trace_path; };
   }
-  server_options.on_stream_end = [&stream_ended](const CollectedStream&) { stream_ended = true; };
+  server_options.on_stream_end = [&stream_ended](const CollectedStream&, const ModelSummary&) {
+    stream_ended = true;
+  };
   auto runtime_dir = PrivateRuntimeDir();
   if (!runtime_dir.ok()) {
     std::fprintf(stderr, "fragscope attach: %s\n",

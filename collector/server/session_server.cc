@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_format.h"
@@ -151,15 +152,21 @@ void SessionServer::Serve(Live* live) {
       }
     }
   }
-  if (!is_query && options_.on_stream_end) {
-    options_.on_stream_end(dropped ? dropped->stream : live->stream);
+  // One summary of the ended stream serves both its end callback and `top`'s list of ended
+  // streams: a summary walks every segment, which is slow for a big model.
+  const CollectedStream& ended_stream = dropped ? dropped->stream : live->stream;
+  const bool show_ended = dropped && !is_query && options_.ended_streams_shown > 0;
+  std::optional<ModelSummary> final_summary;
+  if (!is_query && (options_.on_stream_end || show_ended)) {
+    final_summary = ended_stream.session->Summarize();
   }
-  if (dropped && !is_query && options_.ended_streams_shown > 0) {
+  if (!is_query && options_.on_stream_end) options_.on_stream_end(ended_stream, *final_summary);
+  if (show_ended) {
     if (std::optional<v1::Hello> hello = dropped->stream.session->hello()) {
-      LiveState ended{StreamState{dropped->stream.peer_pid, *hello, false,
-                                  dropped->stream.session->frames_applied(),
-                                  dropped->stream.session->Summarize()},
-                      dropped->query_symbolizer};
+      LiveState ended{
+          StreamState{dropped->stream.peer_pid, *hello, false,
+                      dropped->stream.session->frames_applied(), std::move(*final_summary)},
+          dropped->query_symbolizer};
       std::lock_guard<std::mutex> lock(mu_);
       ended_.push_back(std::move(ended));
       while (ended_.size() > options_.ended_streams_shown) ended_.pop_front();

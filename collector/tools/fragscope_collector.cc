@@ -160,9 +160,9 @@ int main(int argc, char** argv) {
     write_postmortems(StreamName(session.hello().value_or(fragscope::v1::Hello()), peer), summary,
                       /*final_only=*/true);
   };
-  options.on_stream_end = [&](const fragscope::CollectedStream& s) {
+  options.on_stream_end = [&](const fragscope::CollectedStream& s,
+                              const fragscope::ModelSummary& summary) {
     std::string name = StreamName(s.session->hello().value_or(fragscope::v1::Hello()), s.peer_pid);
-    fragscope::ModelSummary summary = s.session->Summarize();
     write_postmortems(name, summary, /*final_only=*/false);
     bool ok = WriteFile(dir + "/" + name + ".report.txt", Render(summary, false)) &&
               WriteFile(dir + "/" + name + ".report.json", Render(summary, true));

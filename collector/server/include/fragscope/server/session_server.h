@@ -42,8 +42,9 @@ struct SessionServerOptions {
   // After each failed allocation is applied (OOM post-mortems as they happen). Runs on the
   // stream's thread; must be thread-safe across streams.
   std::function<void(const StreamSession&, pid_t peer, const ModelSummary&)> on_failure;
-  // When a stream ends (clean or cut). Runs on the stream's thread.
-  std::function<void(const CollectedStream&)> on_stream_end;
+  // When a stream ends (clean or cut), with the stream's final summary. Runs on the stream's
+  // thread.
+  std::function<void(const CollectedStream&, const ModelSummary& final_summary)> on_stream_end;
   // Keep ended streams for Finish()/DescribeJson (run), or let them go (daemon: memory stays
   // bounded by the processes still connected).
   bool keep_ended_streams = true;
