@@ -22,7 +22,12 @@
 #define FRAGSCOPE_HAVE_TRACEBACKS 1
 #endif
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <exception>
 #include <iterator>
@@ -255,6 +260,62 @@ int FlushSites() {
 #endif
 }
 
+// New peaks of PyTorch's reserved memory. The collector names the blocks live at a device's
+// peak of reserved by their sites; blocks made and freed between two flushes would stay under
+// the tracker's C++ site there, and a training step's activations, the bulk of its peak, are
+// such blocks. So each new peak wakes the flush thread at once (sitecustomize.py waits on
+// growth_fd() with select), while those blocks are still live: a byte down a non-blocking
+// pipe, which a full pipe drops (a wake is already pending then). Per device, under that
+// device's allocator lock (the tracker's caller), so plain counters.
+uint64_t g_reserved[kMaxDevices];
+uint64_t g_peak_reserved[kMaxDevices];
+std::atomic<int> g_growth_write_fd{-1};
+std::mutex g_growth_fd_lock;  // creates the pipe once
+int g_growth_read_fd = -1;
+
+void ReservedChanged(int device, uint64_t size, bool grew) {
+  if (device < 0 || device >= kMaxDevices) return;
+  uint64_t& reserved = g_reserved[device];
+  if (!grew) {
+    reserved -= std::min(reserved, size);
+    return;
+  }
+  reserved += size;
+  if (reserved <= g_peak_reserved[device]) return;
+  g_peak_reserved[device] = reserved;
+  const int fd = g_growth_write_fd.load(std::memory_order_acquire);
+  if (fd >= 0) {
+    const char byte = 'p';
+    const int saved = errno;  // the allocator may read errno after its driver call
+    (void)!write(fd, &byte, 1);
+    errno = saved;
+  }
+}
+
+// The read end of the peak pipe: readable after each new peak of reserved memory on any device.
+// Created on the first call; -1 when no pipe can be made.
+int GrowthFd() {
+  std::lock_guard<std::mutex> lock(g_growth_fd_lock);
+  if (g_growth_read_fd < 0) {
+    int fds[2];
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return -1;
+    g_growth_read_fd = fds[0];
+    g_growth_write_fd.store(fds[1], std::memory_order_release);
+  }
+  return g_growth_read_fd;
+}
+
+// PyTorch's first symbolize imports torch._inductor and what it needs (about 900 modules, 2 s
+// here), so the flush thread runs one at its start: a flush at the first peak would otherwise
+// take that long, and the blocks live at the peak would be gone before their sites come.
+void WarmUpSites() {
+#ifdef FRAGSCOPE_HAVE_TRACEBACKS
+  std::shared_ptr<torch::CapturedTraceback> here =
+      torch::CapturedTraceback::gather(/*python=*/true, /*script=*/false, /*cpp=*/false);
+  torch::symbolize({here.get()});
+#endif
+}
+
 void OnTrace(const alloc::TraceEntry& e) {
   // addr_ is the block address for block actions; for OOM it is the device's free bytes.
   const uintptr_t address = static_cast<uintptr_t>(e.addr_);
@@ -265,9 +326,16 @@ void OnTrace(const alloc::TraceEntry& e) {
     case alloc::TraceEntry::SEGMENT_ALLOC:
       // The agent sees the segment itself as the driver call it is.
       if (mirror) mirror->AddSegment(address, e.size_);
+      ReservedChanged(e.device_, e.size_, /*grew=*/true);
       break;
     case alloc::TraceEntry::SEGMENT_FREE:
       if (mirror) mirror->DropSegment(address, e.size_);
+      ReservedChanged(e.device_, e.size_, /*grew=*/false);
+      break;
+    // Expandable segments' pages; the agent sees the mappings as the driver calls they are.
+    case alloc::TraceEntry::SEGMENT_MAP:
+    case alloc::TraceEntry::SEGMENT_UNMAP:
+      ReservedChanged(e.device_, e.size_, e.action_ == alloc::TraceEntry::SEGMENT_MAP);
       break;
     case alloc::TraceEntry::ALLOC: {
       const size_t rounded = RoundSize(e.size_);
@@ -295,7 +363,6 @@ void OnTrace(const alloc::TraceEntry& e) {
       if (!g_oom_from_observer.load()) fragscope_annotate_alloc_failed(e.size_, e.device_, stream);
       break;
     default:
-      // SEGMENT_MAP/UNMAP: the agent sees them as the driver calls they are.
       // SNAPSHOT, ANNOTATE (torch >= 2.9: user metadata on a live block): nothing to forward.
       break;
   }
@@ -361,6 +428,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sites_supported", &SitesSupported, "whether Python sites can be reported");
   m.def("flush_sites", &FlushSites,
         "give the blocks allocated since the last flush their Python sites (GIL held)");
+  m.def("warm_up_sites", &WarmUpSites, "symbolize once, so later flushes are quick (GIL held)");
+  m.def("growth_fd", &GrowthFd,
+        "a pipe's read end, readable after each new peak of PyTorch's reserved memory");
   m.def("report_oom_from_observer", &ReportOomFromObserver,
         "true: the tracker leaves OOMs to the caller's observer (report_oom)");
   m.def("report_oom", &ReportOom, "a failed allocation of the caching allocator");

@@ -31,8 +31,8 @@ Environment:
   FRAGSCOPE_TORCH_SITES     python (the tracker reports each block's Python frames, through
                             torch's own memory-history recording; the default unless the agent
                             is dormant, FRAGSCOPE_DORMANT=1) | off
-  FRAGSCOPE_TORCH_SITES_EVERY_S  seconds between site reports besides marks, OOMs and exit
-                            (default 5; 0: none)
+  FRAGSCOPE_TORCH_SITES_EVERY_S  seconds between site reports besides marks, OOMs, new
+                            peaks of reserved memory and exit (default 5; 0: none)
   FRAGSCOPE_CACHE_DIR       where built extensions are kept (default ~/.cache/fragscope)
   FRAGSCOPE_INCLUDE_DIR     folder holding fragscope/annotate.h (default: this checkout's)
   FRAGSCOPE_TORCH_SNAPSHOT  fallback snapshot path (default: FRAGSCOPE_OUTPUT + .torch.pickle;
@@ -41,12 +41,17 @@ Environment:
 
 import os
 import sys
+import threading
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 # What the adapter did, for tests and for `python -c "import sitecustomize as s; print(s.STATE)"`.
 STATE = "waiting for torch"
 CHAINED = None  # the sitecustomize module this one ran, if any
+# Set once Python sites are reported as soon as reserved memory peaks: PyTorch's symbolizer is
+# warmed up (its first use takes seconds). Never set with sites off. A program (or test) that
+# must have its first step's sites may wait on it.
+SITES_READY = threading.Event()
 
 
 def _warn(message):
@@ -288,19 +293,43 @@ def _install_python_sites(torch, extension):
     _EXTENSION = extension
     # A job that never marks would show its tensors' C++ site in `fragscope top` and the
     # daemon's reports until its first OOM: flush now and then as well (each flush costs the
-    # blocks allocated since the last one and still live, with the GIL held).
+    # blocks allocated since the last one and still live, with the GIL held). And at once after
+    # each new peak of PyTorch's reserved memory (the extension's pipe turns readable), while
+    # the blocks live at the peak, a step's activations among them, are still there to be named:
+    # the report lists the sites at the peak.
     try:
         every = float(os.environ.get("FRAGSCOPE_TORCH_SITES_EVERY_S", "5"))
     except ValueError:
         _warn("FRAGSCOPE_TORCH_SITES_EVERY_S=%r is not a number of seconds; using 5"
               % os.environ.get("FRAGSCOPE_TORCH_SITES_EVERY_S"))
         every = 5.0
-    if every > 0:
-        import threading
+    try:
+        peaks = extension.growth_fd() if hasattr(extension, "growth_fd") else -1
+    except Exception as error:
+        _warn("no site reports at new peaks: %r" % (error,))
+        peaks = -1
+    if every > 0 or peaks >= 0:
+        import select
+        import time
 
         def flush_now_and_then():
-            stop = threading.Event()
-            while not stop.wait(every):
+            try:
+                if hasattr(extension, "warm_up_sites"):
+                    extension.warm_up_sites()
+            except Exception as error:
+                _warn("could not prepare PyTorch's symbolizer: %r" % (error,))
+            SITES_READY.set()
+            while True:
+                if peaks < 0:
+                    time.sleep(every)
+                else:
+                    # select releases the GIL while it waits, like sleep.
+                    ready, _, _ = select.select([peaks], [], [], every if every > 0 else None)
+                    if ready:
+                        try:
+                            os.read(peaks, 4096)  # every peak so far: one flush serves them
+                        except BlockingIOError:
+                            pass
                 _flush_sites(extension)
 
         threading.Thread(target=flush_now_and_then, name="fragscope-sites", daemon=True).start()

@@ -278,6 +278,38 @@ class AdapterTest(unittest.TestCase):
             print(len(flushes) >= 2)
         ''', path=[os.path.dirname(torch_dir)], env={"FRAGSCOPE_TORCH_SITES_EVERY_S": "0.05"})
         self.assertEqual(r.stdout.splitlines(), ["True"])
+        # And after each new peak of reserved memory, at once: the extension's pipe turns
+        # readable (here the test writes to it, as the tracker does). No periodic flushes
+        # (FRAGSCOPE_TORCH_SITES_EVERY_S=0), so nothing happens before that.
+        r = self.run_python('''
+            import os, time, torch, sitecustomize
+            flushes = []
+            read_end, write_end = os.pipe()
+            os.set_blocking(read_end, False)
+            class Extension:
+                def sites_supported(self): return True
+                def flush_sites(self): flushes.append(time.monotonic())
+                def report_oom_from_observer(self, on): pass
+                def growth_fd(self): return read_end
+            sitecustomize._install_python_sites(torch, Extension())
+            time.sleep(0.3)
+            print("before the peak:", len(flushes))
+            os.write(write_end, b"ppp")  # three peaks before the thread wakes: one flush or more
+            deadline = time.monotonic() + 20
+            while not flushes and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.3)
+            print("after it:", len(flushes) >= 1, len(flushes) <= 3)
+            os.write(write_end, b"p")
+            deadline = time.monotonic() + 20
+            seen = len(flushes)
+            while len(flushes) == seen and time.monotonic() < deadline:
+                time.sleep(0.01)
+            print("after the next:", len(flushes) > seen)
+        ''', path=[os.path.dirname(torch_dir)], env={"FRAGSCOPE_TORCH_SITES_EVERY_S": "0"})
+        self.assertEqual(r.stdout.splitlines(),
+                         ["before the peak: 0", "after it: True True", "after the next: True"],
+                         r.stderr)
         for env, state in (({"FRAGSCOPE_TORCH_SITES": "off"},
                             "Python sites off (FRAGSCOPE_TORCH_SITES=off)"),
                            ({"FRAGSCOPE_DORMANT": "1"},

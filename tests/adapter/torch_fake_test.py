@@ -79,7 +79,7 @@ class TorchOnFakeCudaTest(unittest.TestCase):
             capture_output=True, text=True, timeout=900)
         cls.extension_error = None if r.returncode == 0 else r.stdout + r.stderr
 
-    def run_workload(self, name, extra_env):
+    def run_workload(self, name, extra_env, workload="torch_workload.py"):
         trace = os.path.join(WORK, name + ".fst")
         result_path = os.path.join(WORK, name + ".json")
         for path in (trace, result_path):
@@ -87,7 +87,7 @@ class TorchOnFakeCudaTest(unittest.TestCase):
                 os.remove(path)
         r = subprocess.run(
             [CLI, "run", "-o", trace, "--", sys.executable,
-             os.path.join(HERE, "torch_workload.py"), result_path],
+             os.path.join(HERE, workload), result_path],
             env=environment(extra_env), capture_output=True, text=True, timeout=900)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         with open(result_path) as f:
@@ -208,6 +208,63 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         by_label = {m[0]: m for m in result["marks"]}
         self.assertEqual(sum(s["live_bytes"] for s in oom["sites_at_failure"]),
                          by_label["after_oom"][2])
+
+    def peak_sites(self, name, extra_env):
+        """Runs torch_peak_workload.py; returns its sites at the peak of reserved as
+        {(function, file, line) of the innermost frame: (bytes, count)} and the two lines'
+        keys."""
+        if self.extension_error:
+            self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
+        workload = os.path.join(HERE, "torch_peak_workload.py")
+        with open(workload) as f:
+            source = f.read().splitlines()
+
+        def line_of(text):
+            found = [i + 1 for i, l in enumerate(source) if text in l]
+            self.assertEqual(len(found), 1, text)
+            return found[0]
+
+        env = {"FRAGSCOPE_TORCH_SITES_EVERY_S": "0"}
+        env.update(extra_env)
+        trace, result, _ = self.run_workload(name, env, workload="torch_peak_workload.py")
+        self.assertTrue(result["sites_ready"])
+        summary = self.report_json(trace)
+        self.assertEqual(summary["unmatched_events"], 0)
+        device = summary["devices"][0]
+        # The device's peak also counts memory outside PyTorch's cache (a 2 MiB segment of
+        # torch's own at start-up here).
+        self.assertGreaterEqual(device["peak_reserved_bytes"], result["peak_reserved"])
+        at_peak = {}
+        for site in device["sites_at_peak"]:
+            top = site["stack"][0] if site["stack"] else {}
+            key = (top.get("function"), os.path.basename(top.get("file") or ""), top.get("line"))
+            at_peak[key] = (site["live_bytes"], site["count"])
+        made = ("activation", "torch_peak_workload.py", line_of("def activation(") + 1)
+        kept = ("weights", "torch_peak_workload.py", line_of("def weights(") + 1)
+        self.assertNotIn("fragscope_annotate_block_alloc", str(at_peak))
+        return at_peak, made, kept
+
+    def test_activations_at_the_peak_have_python_sites(self):
+        """A step's activations, made and freed between two flushes, are named by their Python
+        line among the sites at the peak: each new peak of reserved memory makes the adapter
+        report sites at once, while they are live. (No marks, no periodic flushes here.)"""
+        at_peak, made, kept = self.peak_sites("peak", {})
+        # The peak is set by the driver call for the 7th 20 MiB segment (three 6 MiB tensors to
+        # a segment), for the 19th activation: 18 were live, each under the line that made it,
+        # none under the tracker's C++ site. The new segment counts as allocated at its own
+        # (C++) site until its first block is placed (collector/REPORT.md).
+        self.assertEqual(at_peak.pop(made), (18 * 6 * MiB, 18), at_peak)
+        self.assertEqual(at_peak.pop(kept), (40 * MiB, 1), at_peak)
+        self.assertEqual(list(at_peak.values()), [(20 * MiB, 1)], at_peak)
+
+    def test_activations_at_the_peak_have_python_sites_expandable(self):
+        """The same with expandable segments, whose peaks are pages mapped (SEGMENT_MAP)."""
+        at_peak, made, kept = self.peak_sites(
+            "peak-expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+        self.assertEqual(at_peak.pop(kept), (40 * MiB, 1), at_peak)
+        live_bytes, count = at_peak.pop(made)
+        self.assertEqual((live_bytes, 1 <= count <= 20), (count * 6 * MiB, True))
+        self.assertEqual(at_peak, {})
 
     def test_expandable_segments(self):
         """expandable_segments:True: PyTorch reserves address space per pool and maps 2 or

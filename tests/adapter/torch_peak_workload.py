@@ -1,0 +1,44 @@
+"""A training-like step for tests/adapter/torch_fake_test.py: weights that stay, then a forward
+pass whose activations reach the peak of reserved memory and are all freed before anything
+else happens. It never marks, so the adapter names the activations' Python line only if it
+reports sites on its own at the peak. Runs with real torch on the fake CUDA device.
+
+Writes {"peak_reserved": ..., "peak_allocated": ...} (torch.cuda's maxima) to argv[1].
+"""
+import json
+import sys
+import time
+
+import sitecustomize
+import torch
+
+MiB = 1 << 20
+
+
+def weights(nbytes):
+    return torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
+
+
+def activation(nbytes):
+    return torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
+
+
+def forward(count):
+    acts = [activation(6 * MiB) for _ in range(count)]
+    time.sleep(0.5)  # the step's kernels: the GIL is free meanwhile, as in a real step
+    return acts
+
+
+w = weights(40 * MiB)
+# Loading data and the model takes longer than the adapter's start (PyTorch's symbolizer warms
+# up in seconds): wait for it here rather than guess a time.
+sites_ready = sitecustomize.SITES_READY.wait(120)
+acts = forward(20)
+result = {"sites_ready": sites_ready,
+          "peak_reserved": torch.cuda.max_memory_reserved(),
+          "peak_allocated": torch.cuda.max_memory_allocated()}
+del acts  # the backward pass frees them
+later = activation(6 * MiB)  # from the cache: no new segment, no new peak
+torch.cuda.synchronize()
+with open(sys.argv[1], "w") as f:
+    json.dump(result, f)
