@@ -108,7 +108,7 @@ void DeviceState::AddSite(uint64_t stack_id, uint64_t bytes) { sites_.Add(stack_
 void DeviceState::RemoveSite(uint64_t stack_id, uint64_t bytes) { sites_.Remove(stack_id, bytes); }
 
 void DeviceState::MoveSite(uint64_t from, uint64_t to, uint64_t bytes, uint64_t placed_seq) {
-  sites_.Move(from, to, bytes, placed_seq != 0 && placed_seq <= peak_reserved_seq_);
+  sites_.Move(from, to, bytes, placed_seq != 0 && placed_seq <= peak_sites_seq_);
 }
 
 DeviceMetrics DeviceState::Metrics(bool with_reasons) const {
@@ -166,9 +166,15 @@ void DeviceState::AfterEvent(uint64_t seq, uint64_t time_ns) {
   const std::optional<double> fragmentation = FragmentationValue(cached, largest_free);
   if (reserved > peak_reserved_) {
     peak_reserved_ = reserved;
-    peak_reserved_seq_ = seq;
+    peak_reserved_seq_ = peak_sites_seq_ = seq;
+    sites_.Mark();
+  } else if (settle_peak_ && peak_reserved_seq_ == last_event_seq_ && reserved == peak_reserved_)
+      [[unlikely]] {
+    peak_sites_seq_ = seq;
     sites_.Mark();
   }
+  settle_peak_ = false;
+  last_event_seq_ = seq;
   peak_allocated_ = std::max(peak_allocated_, allocated);
   if (fragmentation) {
     max_fragmentation_ = std::max(max_fragmentation_.value_or(0.0), *fragmentation);

@@ -1029,6 +1029,9 @@ Segment* ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block,
   }
   BlockSite replaced;
   Segment::Placement placement = Segment::Placement::kRejected;
+  // Counted as one block at its own site until now (see Change).
+  const bool counted_whole =
+      s->kind() == SegmentKind::kDriverAllocation && s->coverage() != Coverage::kAnnotated;
   // A rejected block changes nothing, so the contribution put back is the one taken out.
   Change(*s, [&](Segment& seg) { placement = seg.AllocBlock(address, block, &replaced); });
   if (placement == Segment::Placement::kRejected) {
@@ -1042,6 +1045,9 @@ Segment* ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block,
     d.RemoveSite(replaced.stack_id, replaced.size);
   }
   d.AddSite(block.stack_id, block.size);
+  if (counted_whole) [[unlikely]] {
+    d.SettlePeakAfterFirstBlock();
+  }
   return s;
 }
 

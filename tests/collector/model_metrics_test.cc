@@ -2,6 +2,7 @@
 // feeding synthetic frames and checks the DESIGN.md definitions byte for byte.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <tuple>
 
 #include "fragscope/model/process_model.h"
@@ -619,6 +620,55 @@ TEST(ModelMetricsTest, PeakSitesAreTheSitesAtPeakReserved) {
   ASSERT_EQ(d.sites.size(), 2u);
   EXPECT_EQ(d.sites[0].stack_id, 1u);
   EXPECT_EQ(d.sites[1].stack_id, 3u);
+}
+
+std::map<uint64_t, uint64_t> BytesBySite(const std::vector<SiteEntry>& sites) {
+  std::map<uint64_t, uint64_t> out;
+  for (const SiteEntry& e : sites) out[e.stack_id] = e.live_bytes;
+  return out;
+}
+
+// A sub-allocator grows by one segment for the request that did not fit: the driver call sets
+// the peak of reserved, and the block it was made for follows. The sites at the peak are taken
+// after that block, so they list it, not the whole segment under the sub-allocator's own frame.
+TEST(ModelMetricsTest, PeakSitesIncludeTheFirstBlockOfTheSegmentThatMadeThePeak) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 2 * kGiB, 0, /*stack=*/1);
+  feed.BlockAlloc(kBase, 1 * kGiB, /*stack=*/7);
+  feed.Malloc(kBase + 2 * kGiB, 4 * kGiB, 0, 1);   // the peak: 6 GiB (seq 3)
+  feed.BlockAlloc(kBase + 2 * kGiB, 3 * kGiB, 8);  // seq 4: the block it was made for
+  const uint64_t python_site = (uint64_t{1} << 40) + 1;
+  feed.Block(v1::BlockEvent::OP_SITE, kBase + 2 * kGiB, 0, 0, python_site);
+  feed.BlockFree(kBase + 2 * kGiB, 3 * kGiB);
+  feed.BlockAlloc(kBase + 2 * kGiB, 4 * kGiB, 9);  // after the peak, reserved unchanged
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.peak_reserved_bytes, 6 * kGiB);
+  EXPECT_EQ(d.peak_reserved_seq, 3u);
+  // The block placed at the settled moment was live there: its site learned later moves it.
+  EXPECT_EQ(BytesBySite(d.sites_at_peak),
+            (std::map<uint64_t, uint64_t>{{7, 1 * kGiB}, {python_site, 3 * kGiB}}));
+  EXPECT_EQ(BytesBySite(d.sites), (std::map<uint64_t, uint64_t>{{7, 1 * kGiB}, {9, 4 * kGiB}}));
+}
+
+// Only the device's next event settles its peak, and only as the first block of a segment that
+// counted whole: another event of that device between keeps the moment of the driver call, one
+// of another device does not.
+TEST(ModelMetricsTest, PeakSitesStayAtThePeakWhenAnotherEventCameBetween) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Malloc(kBase, 2 * kGiB, 0, /*stack=*/1);
+  feed.BlockAlloc(kBase, 1 * kGiB, /*stack=*/7);
+  feed.Malloc(kBase + 2 * kGiB, 4 * kGiB, 0, 2);     // device 0's peak: 6 GiB
+  feed.BlockAlloc(kBase + 1 * kGiB, 512 * kMiB, 7);  // the second block of another segment
+  feed.BlockAlloc(kBase + 2 * kGiB, 3 * kGiB, 8);    // too late to settle the peak
+  feed.Malloc(kBase + 8 * kGiB, 1 * kGiB, 1, 3);     // device 1's peak
+  feed.BlockFree(kBase + 1 * kGiB, 512 * kMiB);      // device 0
+  feed.BlockAlloc(kBase + 8 * kGiB, 256 * kMiB, 8);  // device 1's next event: settles
+  EXPECT_EQ(BytesBySite(DeviceOf(model, 0).sites_at_peak),
+            (std::map<uint64_t, uint64_t>{{7, 1 * kGiB}, {2, 4 * kGiB}}));
+  EXPECT_EQ(BytesBySite(DeviceOf(model, 1).sites_at_peak),
+            (std::map<uint64_t, uint64_t>{{8, 256 * kMiB}}));
 }
 
 // A frame walk that leaves code without frame pointers reads one more "return address" that is

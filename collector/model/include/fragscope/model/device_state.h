@@ -109,11 +109,18 @@ class DeviceState {
   void AddSite(uint64_t stack_id, uint64_t bytes);
   void RemoveSite(uint64_t stack_id, uint64_t bytes);
   // A live block of `bytes` placed at `placed_seq` (0: not known) is `to`'s, not `from`'s (its
-  // site learned after the fact). When it was placed at or before the peak of reserved, it was
-  // live there too: the sites at peak move with it.
+  // site learned after the fact). When it was placed at or before the moment of the sites at
+  // peak (see SettlePeakAfterFirstBlock), it was live there too: the sites at peak move with it.
   void MoveSite(uint64_t from, uint64_t to, uint64_t bytes, uint64_t placed_seq);
   // Live now, and at the peak of reserved (SiteTable::AllAtMark).
   const SiteTable& sites() const { return sites_; }
+  // The event being applied placed the first block of a driver allocation that counted whole,
+  // as one block at its own site, until then: a sub-allocator's fresh segment. When the event
+  // just before it on this device set the peak of reserved (the segment's own allocation,
+  // typically), AfterEvent takes the sites at the peak after this event instead, with reserved
+  // unchanged: otherwise they would list the whole segment under the sub-allocator's own frame
+  // rather than the block that made it grow.
+  void SettlePeakAfterFirstBlock() { settle_peak_ = true; }
 
   // `with_reasons` = false skips formatting the unknown reasons (the per-event path); the
   // values are the same.
@@ -203,6 +210,9 @@ class DeviceState {
 
   uint64_t peak_reserved_ = 0;
   uint64_t peak_reserved_seq_ = 0;
+  uint64_t peak_sites_seq_ = 0;  // the moment of sites_'s mark: peak_reserved_seq_ or just after
+  uint64_t last_event_seq_ = 0;  // of the latest AfterEvent
+  bool settle_peak_ = false;     // SettlePeakAfterFirstBlock, for the event being applied
   uint64_t peak_allocated_ = 0;
   std::optional<double> max_fragmentation_;
   Timeline timeline_;
