@@ -305,9 +305,9 @@ int GrowthFd() {
   return g_growth_read_fd;
 }
 
-// PyTorch's first symbolize imports torch._inductor and what it needs (about 900 modules, 2 s
-// here), so the flush thread runs one at its start: a flush at the first peak would otherwise
-// take that long, and the blocks live at the peak would be gone before their sites come.
+// PyTorch's first symbolize imports torch._inductor (its PyCodeCache maps generated code back to
+// source) and what that needs: about 900 modules, 2 s here. sitecustomize.py runs one at CUDA's
+// initialisation so that no flush pays it (see there).
 void WarmUpSites() {
 #ifdef FRAGSCOPE_HAVE_TRACEBACKS
   std::shared_ptr<torch::CapturedTraceback> here =

@@ -48,9 +48,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 # What the adapter did, for tests and for `python -c "import sitecustomize as s; print(s.STATE)"`.
 STATE = "waiting for torch"
 CHAINED = None  # the sitecustomize module this one ran, if any
-# Set once Python sites are reported as soon as reserved memory peaks: PyTorch's symbolizer is
-# warmed up (its first use takes seconds). Never set with sites off. A program (or test) that
-# must have its first step's sites may wait on it.
+# Set once Python sites are reported as soon as reserved memory peaks: at CUDA's initialisation,
+# after PyTorch's symbolizer is warmed up (its first use takes seconds). Never set with sites
+# off.
 SITES_READY = threading.Event()
 
 
@@ -297,6 +297,17 @@ def _install_python_sites(torch, extension):
     # each new peak of PyTorch's reserved memory (the extension's pipe turns readable), while
     # the blocks live at the peak, a step's activations among them, are still there to be named:
     # the report lists the sites at the peak.
+    # PyTorch's first symbolization imports torch._inductor and its dependencies (about 900
+    # modules, 2 s here). Done here, once, on the thread that initialises CUDA: a first flush
+    # on the thread below would take that long (the blocks live at the first peak would be gone
+    # before their sites came), and importing them from a thread of ours while the program
+    # imports the same graph (torch.compile) can deadlock Python's per-module import locks.
+    try:
+        if hasattr(extension, "warm_up_sites"):
+            extension.warm_up_sites()
+    except Exception as error:
+        _warn("could not prepare PyTorch's symbolizer: %r" % (error,))
+    SITES_READY.set()
     try:
         every = float(os.environ.get("FRAGSCOPE_TORCH_SITES_EVERY_S", "5"))
     except ValueError:
@@ -313,12 +324,6 @@ def _install_python_sites(torch, extension):
         import time
 
         def flush_now_and_then():
-            try:
-                if hasattr(extension, "warm_up_sites"):
-                    extension.warm_up_sites()
-            except Exception as error:
-                _warn("could not prepare PyTorch's symbolizer: %r" % (error,))
-            SITES_READY.set()
             while True:
                 if peaks < 0:
                     time.sleep(every)

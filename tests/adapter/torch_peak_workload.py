@@ -30,9 +30,9 @@ def forward(count):
 
 
 w = weights(40 * MiB)
-# Loading data and the model takes longer than the adapter's start (PyTorch's symbolizer warms
-# up in seconds): wait for it here rather than guess a time.
-sites_ready = sitecustomize.SITES_READY.wait(120)
+# The adapter readies its site reports while CUDA initialises (the tensor above): the step
+# below needs no pause for it.
+sites_ready = sitecustomize.SITES_READY.is_set()
 acts = forward(20)
 result = {"sites_ready": sites_ready,
           "peak_reserved": torch.cuda.max_memory_reserved(),
