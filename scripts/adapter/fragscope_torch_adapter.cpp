@@ -264,7 +264,7 @@ int FlushSites() {
 // peak of reserved by their sites; blocks made and freed between two flushes would stay under
 // the tracker's C++ site there, and a training step's activations, the bulk of its peak, are
 // such blocks. So each new peak wakes the flush thread at once (sitecustomize.py waits on
-// growth_fd() with select), while those blocks are still live: a byte down a non-blocking
+// growth_fd() with poll), while those blocks are still live: a byte down a non-blocking
 // pipe, which a full pipe drops (a wake is already pending then). Per device, under that
 // device's allocator lock (the tracker's caller), so plain counters.
 uint64_t g_reserved[kMaxDevices];

@@ -324,17 +324,18 @@ def _install_python_sites(torch, extension):
         import time
 
         def flush_now_and_then():
+            if peaks >= 0:
+                # poll, not select: a program with over 1024 files open may get a larger fd.
+                poller = select.poll()
+                poller.register(peaks, select.POLLIN)
             while True:
                 if peaks < 0:
                     time.sleep(every)
-                else:
-                    # select releases the GIL while it waits, like sleep.
-                    ready, _, _ = select.select([peaks], [], [], every if every > 0 else None)
-                    if ready:
-                        try:
-                            os.read(peaks, 4096)  # every peak so far: one flush serves them
-                        except BlockingIOError:
-                            pass
+                elif poller.poll(every * 1000 if every > 0 else None):  # the GIL released
+                    try:
+                        os.read(peaks, 4096)  # every peak so far: one flush serves them
+                    except OSError:  # BlockingIOError: another wake took them
+                        pass
                 _flush_sites(extension)
 
         threading.Thread(target=flush_now_and_then, name="fragscope-sites", daemon=True).start()

@@ -300,9 +300,9 @@ class AdapterTest(unittest.TestCase):
                 time.sleep(0.01)
             time.sleep(0.3)
             print("after it:", len(flushes) >= 1, len(flushes) <= 3)
+            seen = len(flushes)
             os.write(write_end, b"p")
             deadline = time.monotonic() + 20
-            seen = len(flushes)
             while len(flushes) == seen and time.monotonic() < deadline:
                 time.sleep(0.01)
             print("after the next:", len(flushes) > seen)
