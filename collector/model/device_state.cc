@@ -107,6 +107,35 @@ void DeviceState::AddSite(uint64_t stack_id, uint64_t bytes) { sites_.Add(stack_
 
 void DeviceState::RemoveSite(uint64_t stack_id, uint64_t bytes) { sites_.Remove(stack_id, bytes); }
 
+void DeviceState::UpdatePeak(uint64_t seq, uint64_t reserved) {
+  if (reserved > peak_reserved_) {
+    peak_reserved_ = reserved;
+    peak_reserved_seq_ = peak_sites_seq_ = seq;
+    MarkSites();
+    peak_open_ = !settle_peak_;  // a peak that placed a block itself is settled
+  } else {
+    if (reserved == peak_reserved_ && settle_peak_) {
+      peak_sites_seq_ = seq;
+      MarkSites();
+    }
+    peak_open_ = reserved == peak_reserved_ && quiet_event_ && !settle_peak_;
+  }
+  settle_peak_ = quiet_event_ = false;
+}
+
+void DeviceState::MarkSites() {
+  sites_.Mark();
+  if (!freed_since_mark_.empty()) freed_since_mark_.clear();
+}
+
+bool DeviceState::MoveFreedBlockSite(uint64_t address, uint64_t size, uint64_t site) {
+  auto it = freed_since_mark_.find(address);
+  if (it == freed_since_mark_.end() || (size != 0 && size != it->second.size)) return false;
+  sites_.MoveAtMark(it->second.stack_id, site, it->second.size);
+  freed_since_mark_.erase(it);
+  return true;
+}
+
 void DeviceState::MoveSite(uint64_t from, uint64_t to, uint64_t bytes, uint64_t placed_seq) {
   sites_.Move(from, to, bytes, placed_seq != 0 && placed_seq <= peak_sites_seq_);
 }
@@ -164,17 +193,6 @@ void DeviceState::AfterEvent(uint64_t seq, uint64_t time_ns) {
   const uint64_t cached = seg_cached_;
   const uint64_t largest_free = largest_free_by_segment_.Max();
   const std::optional<double> fragmentation = FragmentationValue(cached, largest_free);
-  if (reserved > peak_reserved_) {
-    peak_reserved_ = reserved;
-    peak_reserved_seq_ = peak_sites_seq_ = seq;
-    sites_.Mark();
-  } else if (settle_peak_ && peak_reserved_seq_ == last_event_seq_ && reserved == peak_reserved_)
-      [[unlikely]] {
-    peak_sites_seq_ = seq;
-    sites_.Mark();
-  }
-  settle_peak_ = false;
-  last_event_seq_ = seq;
   peak_allocated_ = std::max(peak_allocated_, allocated);
   if (fragmentation) {
     max_fragmentation_ = std::max(max_fragmentation_.value_or(0.0), *fragmentation);
@@ -182,6 +200,13 @@ void DeviceState::AfterEvent(uint64_t seq, uint64_t time_ns) {
   timeline_.Offer([&] {
     return TimelinePoint{seq, time_ns, reserved, allocated, cached, largest_free, fragmentation};
   });
+  // Last, so that nothing is live across the call (a tail call): before the rest, it made
+  // every call save and restore registers.
+  if (reserved > peak_reserved_ || peak_open_) [[unlikely]] {
+    UpdatePeak(seq, reserved);
+    return;
+  }
+  settle_peak_ = quiet_event_ = false;
 }
 
 void DeviceState::RecordEvent(const RecentEvent& e) {

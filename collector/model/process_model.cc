@@ -190,7 +190,9 @@ class ProcessModel::Impl {
                uint64_t stack_id);
   void OnHandle(const v1::HandleEvent& e);
   void OnBlock(const v1::BlockEvent& e);
-  void OnBlockSite(const v1::BlockEvent& e);  // BlockEvent.OP_SITE (Apply dispatches it)
+  // BlockEvent.OP_SITE and OP_SITE_FREED, and ops newer than this reader (Apply dispatches
+  // them).
+  void OnBlockSite(const v1::BlockEvent& e);
   // Returns the segment holding `address` (whether or not the block could be placed in it), or
   // nullptr for an orphan.
   Segment* PlaceBlock(uint64_t address, const SubBlock& block, int device, uint64_t seq);
@@ -222,6 +224,9 @@ class ProcessModel::Impl {
   uint64_t block_syncs_ = 0;
   uint64_t last_block_sync_seq_ = 0;
   bool blocks_fresh_ = false;
+  // The stream sends blocks' sites after the fact (BlockEvent.OP_SITE, OP_SITE_FREED): from its
+  // first such event on, frees remember the blocks live at the peak (RemoveFreedBlockSite).
+  bool late_sites_ = false;
   // ModelSummary::history_from_seq.
   std::optional<uint64_t> history_from_seq_;
 
@@ -662,6 +667,7 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
       ++events_;
       snapshot_policy_.OnStateEvent();
       OnMap(frame.map());
+      for (DeviceState* d : touched_) d->KeepPeakOpen();
       FinishEvent(frame.map().seq(), frame.map().time_ns());
       blocks_fresh_ = false;
       return;
@@ -669,6 +675,7 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
       ++events_;
       snapshot_policy_.OnStateEvent();
       OnHandle(frame.handle());
+      for (DeviceState* d : touched_) d->KeepPeakOpen();
       FinishEvent(frame.handle().seq(), frame.handle().time_ns());
       blocks_fresh_ = false;
       return;
@@ -677,8 +684,9 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
       snapshot_policy_.OnStateEvent();
       // A site update is dispatched here, not in OnBlock's switch: one more case there cost
       // OnBlock the inlining of its recent-event slot (+1 % of a replay's instructions).
-      if (frame.block().op() == v1::BlockEvent::OP_SITE) [[unlikely]] {
+      if (frame.block().op() >= v1::BlockEvent::OP_SITE) [[unlikely]] {
         OnBlockSite(frame.block());
+        for (DeviceState* d : touched_) d->KeepPeakOpen();
       } else {
         OnBlock(frame.block());
       }
@@ -694,11 +702,13 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
     case v1::Frame::kMemInfo:
       ++events_;
       OnMemInfo(frame.mem_info());
+      for (DeviceState* d : touched_) d->KeepPeakOpen();
       FinishEvent(frame.mem_info().seq(), frame.mem_info().time_ns());
       return;
     case v1::Frame::kMark:
       ++events_;
       OnMark(frame.mark());
+      for (DeviceState* d : touched_) d->KeepPeakOpen();
       FinishEvent(frame.mark().seq(), frame.mark().time_ns());
       return;
     case v1::Frame::kDrops:
@@ -1029,9 +1039,6 @@ Segment* ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block,
   }
   BlockSite replaced;
   Segment::Placement placement = Segment::Placement::kRejected;
-  // Counted as one block at its own site until now (see Change).
-  const bool counted_whole =
-      s->kind() == SegmentKind::kDriverAllocation && s->coverage() != Coverage::kAnnotated;
   // A rejected block changes nothing, so the contribution put back is the one taken out.
   Change(*s, [&](Segment& seg) { placement = seg.AllocBlock(address, block, &replaced); });
   if (placement == Segment::Placement::kRejected) {
@@ -1045,9 +1052,7 @@ Segment* ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block,
     d.RemoveSite(replaced.stack_id, replaced.size);
   }
   d.AddSite(block.stack_id, block.size);
-  if (counted_whole) [[unlikely]] {
-    d.SettlePeakAfterFirstBlock();
-  }
+  d.SettlePeakAfterBlock();
   return s;
 }
 
@@ -1097,7 +1102,13 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
       if (!found) {
         if (!died()) ++unmatched_;
       } else if (!pending) {
-        Device(device).RemoveSite(freed.stack_id, freed.size);
+        // Remembering the blocks live at the peak costs a hash insert per free: only for
+        // streams that send sites after the fact.
+        if (late_sites_) [[unlikely]] {
+          Device(device).RemoveFreedBlockSite(e.address(), freed);
+        } else {
+          Device(device).RemoveSite(freed.stack_id, freed.size);
+        }
       }
       break;
     }
@@ -1109,6 +1120,19 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
 }
 
 void ProcessModel::Impl::OnBlockSite(const v1::BlockEvent& e) {
+  late_sites_ = true;
+  if (e.op() == v1::BlockEvent::OP_SITE_FREED) {
+    // Only the sites at the peak can change; a block that was not live there (or whose free
+    // this model did not see) changes nothing, and is no mismatch either.
+    if (auto d = devices_.find(e.device()); d != devices_.end()) {
+      d->second.MoveFreedBlockSite(e.address(), e.size(), e.stack_id());
+    }
+    return;
+  }
+  if (e.op() != v1::BlockEvent::OP_SITE) {
+    ++unmatched_;  // an op from a newer format
+    return;
+  }
   // Only the site moves; no figure changes, so no recent event either. A block that is no
   // longer here (freed before the adapter's update reached us) changes nothing.
   Segment* s = SegmentContaining(e.address());

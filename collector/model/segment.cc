@@ -314,12 +314,12 @@ bool Segment::FreeBlock(uint64_t address, BlockSite* freed) {
   if (it == extents_.end() || it->second.is_hole()) {
     auto zero = zero_blocks_.find(address);
     if (zero == zero_blocks_.end()) return false;
-    *freed = BlockSite{zero->second.size, zero->second.stack_id};
+    *freed = BlockSite{zero->second.size, zero->second.stack_id, zero->second.seq};
     AccountRemoved(zero->second.size, zero->second.pending_free);
     zero_blocks_.erase(zero);
     return true;  // no bytes: the free runs stay as they are
   }
-  *freed = BlockSite{it->second.size, it->second.stack_id};
+  *freed = BlockSite{it->second.size, it->second.stack_id, block_data_[it->second.block].seq};
   AccountRemoved(it->second.size, it->second.pending_free);
   ReleaseBlockData(it->second.block);  // keeps iterators: only block_data_ changes
   const uint64_t size = it->second.size;

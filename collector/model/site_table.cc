@@ -40,6 +40,22 @@ void SiteTable::Move(uint64_t from, uint64_t to, uint64_t bytes, bool live_at_ma
   ++now.marked_count;
 }
 
+void SiteTable::MoveAtMark(uint64_t from, uint64_t to, uint64_t bytes) {
+  if (from == to || mark_ == 0) return;
+  auto it = sites_.find(from);
+  if (it == sites_.end()) return;
+  Live& was = it->second;
+  SaveMarked(was);
+  if (was.marked_count == 0) return;
+  was.marked_bytes -= std::min(was.marked_bytes, bytes);
+  --was.marked_count;
+  if (was.count == 0 && was.marked_count == 0) sites_.erase(it);
+  Live& now = sites_[to];  // after the erase: a reference taken before it could dangle
+  SaveMarked(now);
+  now.marked_bytes += bytes;
+  ++now.marked_count;
+}
+
 void SiteTable::ClearKeepingMark() {
   for (auto it = sites_.begin(); it != sites_.end();) {
     Live& live = it->second;

@@ -151,3 +151,17 @@ extern "C" FRAGSCOPE_VISIBLE void fragscope_block_site(void* ptr, int device, ui
   r.seq = NextSeq();
   Submit(r);
 }
+
+extern "C" FRAGSCOPE_VISIBLE void fragscope_freed_block_site(void* ptr, size_t size, int device,
+                                                             uint64_t site) {
+  HookCall hook;
+  if (!hook.record() || !SourceStackTable::IsSourceId(site)) return;
+  EventRecord r = NewRecordWithoutStack(RecordType::kBlock, Api::k_fragscope_block_alloc);
+  r.op = static_cast<uint8_t>(BlockOp::kSiteFreed);
+  r.stack_id = site;
+  r.address = Address(ptr);
+  r.size = size;
+  r.device = device;
+  r.seq = NextSeq();
+  Submit(r);
+}

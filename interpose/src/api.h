@@ -95,13 +95,15 @@ enum class HandleOp : uint8_t {
   kImport = 5,
 };
 // BlockEvent.Op.
-// kSite: BlockEvent.OP_SITE, the block's allocation site learned after the fact (stack_id).
+// kSite: BlockEvent.OP_SITE, the block's allocation site learned after the fact (stack_id);
+// kSiteFreed: OP_SITE_FREED, the same for a block already freed.
 enum class BlockOp : uint8_t {
   kUnspecified = 0,
   kAlloc = 1,
   kFree = 2,
   kFreePending = 3,
-  kSite = 4
+  kSite = 4,
+  kSiteFreed = 5
 };
 // Drops.Reason.
 enum class DropReason : uint8_t {

@@ -327,12 +327,13 @@ void WriteStackById(uint64_t id) {
   WriteStack(id, StackTable::SlotOfId(id));
 }
 
-// A block's site learned after the fact (fragscope_block_site). Its live-table update is not
-// ordered by seq against a snapshot's scan, so it is never taken as inside a snapshot: written
-// after one, it sets what the snapshot may already say, or names a block the model no longer
-// holds, which changes nothing.
+// A block's site learned after the fact (fragscope_block_site, fragscope_freed_block_site). Its
+// live-table update is not ordered by seq against a snapshot's scan, so it is never taken as inside
+// a snapshot: written after one, it sets what the snapshot may already say, or names a block the
+// model no longer holds, which changes nothing.
 bool SiteRecord(const EventRecord& r) {
-  return r.type == RecordType::kBlock && r.op == static_cast<uint8_t>(BlockOp::kSite);
+  return r.type == RecordType::kBlock && (r.op == static_cast<uint8_t>(BlockOp::kSite) ||
+                                          r.op == static_cast<uint8_t>(BlockOp::kSiteFreed));
 }
 
 bool LiveStateRecord(const EventRecord& r) {

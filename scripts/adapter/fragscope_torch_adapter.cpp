@@ -168,6 +168,41 @@ uint64_t PoolId(const c10::MempoolId_t& pool) {
   return pool.second;
 }
 
+// New peaks of PyTorch's reserved memory. The collector names the blocks live at a device's
+// peak of reserved by their sites; blocks made and freed between two flushes would stay under
+// the tracker's C++ site there, and a training step's activations, the bulk of its peak, are
+// such blocks. So each new peak wakes the flush thread at once (sitecustomize.py waits on
+// growth_fd() with poll), while those blocks are still live: a byte down a non-blocking
+// pipe, which a full pipe drops (a wake is already pending then). Per device, under that
+// device's allocator lock (the tracker's caller), so plain counters.
+uint64_t g_reserved[kMaxDevices];
+uint64_t g_peak_reserved[kMaxDevices];
+std::atomic<int> g_growth_write_fd{-1};
+std::mutex g_growth_fd_lock;  // creates the pipe once
+int g_growth_read_fd = -1;
+
+void NewPeak(int device);  // below, with the sites it concerns
+
+void ReservedChanged(int device, uint64_t size, bool grew) {
+  if (device < 0 || device >= kMaxDevices) return;
+  uint64_t& reserved = g_reserved[device];
+  if (!grew) {
+    reserved -= std::min(reserved, size);
+    return;
+  }
+  reserved += size;
+  if (reserved <= g_peak_reserved[device]) return;
+  g_peak_reserved[device] = reserved;
+  NewPeak(device);
+  const int fd = g_growth_write_fd.load(std::memory_order_acquire);
+  if (fd >= 0) {
+    const char byte = 'p';
+    const int saved = errno;  // the allocator may read errno after its driver call
+    (void)!write(fd, &byte, 1);
+    errno = saved;
+  }
+}
+
 // Python sites. The tracker runs without the GIL, so it cannot read Python frames; PyTorch's
 // own context recording (_record_memory_history(stacks="python"), which sitecustomize turns on)
 // gathers them before the allocator takes its lock and hands each ALLOC entry the traceback.
@@ -177,31 +212,67 @@ uint64_t PoolId(const c10::MempoolId_t& pool) {
 // it before reporting the free, and FlushSites reports a site under it only for an entry still
 // there, from the same allocation. Lock order: the allocator's lock, then g_sites_lock; Python
 // holds the GIL and takes g_sites_lock, never the allocator's.
+//
+// A block live at a device's latest peak of reserved and freed before its flush (the peak's
+// own temporary, often) is kept on g_freed_at_peak instead, and FlushSites reports its site as a
+// freed block's (fragscope_freed_block_site): only the sites at the peak change, and the
+// collector checks that the block was live there.
 struct PendingSite {
   std::shared_ptr<c10::GatheredContext> context;
   int device = -1;
   uint64_t generation = 0;  // which allocation at this address
+  uint64_t size = 0;        // as reported to the agent
+};
+struct FreedSite {
+  uintptr_t address;
+  PendingSite site;
 };
 std::mutex g_sites_lock;
 std::unordered_map<uintptr_t, PendingSite> g_pending_sites;
 uint64_t g_generation = 0;
+// Per device: blocks of generation up to this one may have been live at its latest peak (the
+// allocation right after the peak's segment included: the collector takes the sites at the
+// peak after the block the segment was made for).
+uint64_t g_peak_generation[kMaxDevices];
+std::vector<FreedSite> g_freed_at_peak;
+constexpr std::size_t kMaxFreedAtPeak = 65536;
 
-void KeepContext(uintptr_t address, int device, const std::shared_ptr<c10::GatheredContext>& c) {
+void KeepContext(uintptr_t address, int device, uint64_t size,
+                 const std::shared_ptr<c10::GatheredContext>& c) {
   std::lock_guard<std::mutex> lock(g_sites_lock);
   if (c == nullptr) {
     g_pending_sites.erase(address);
     return;
   }
-  g_pending_sites[address] = PendingSite{c, device, ++g_generation};
+  g_pending_sites[address] = PendingSite{c, device, ++g_generation, size};
 }
 
 void DropContext(uintptr_t address) {
   std::lock_guard<std::mutex> lock(g_sites_lock);
-  g_pending_sites.erase(address);
+  auto it = g_pending_sites.find(address);
+  if (it == g_pending_sites.end()) return;
+  const PendingSite& site = it->second;
+  if (site.device >= 0 && site.device < kMaxDevices &&
+      site.generation <= g_peak_generation[site.device] &&
+      g_freed_at_peak.size() < kMaxFreedAtPeak) {
+    g_freed_at_peak.push_back({address, std::move(it->second)});
+  }
+  g_pending_sites.erase(it);
 }
 
-// Reports the Python site of every block allocated since the last flush and still live.
-// Called from Python (the GIL held). Returns the number of blocks given a site.
+// A new peak on `device`: blocks freed since its previous peak no longer matter there.
+void NewPeak(int device) {
+  std::lock_guard<std::mutex> lock(g_sites_lock);
+  g_peak_generation[device] = g_generation + 1;
+  g_freed_at_peak.erase(
+      std::remove_if(g_freed_at_peak.begin(), g_freed_at_peak.end(),
+                     [device](const FreedSite& f) { return f.site.device == device; }),
+      g_freed_at_peak.end());
+}
+
+// Reports the Python site of every block allocated since the last flush and still live, and of
+// those freed since that were live at their device's latest peak. Called from Python (the GIL
+// held). Returns the number of blocks given a site.
 int FlushSites() {
 #ifndef FRAGSCOPE_HAVE_TRACEBACKS
   return 0;
@@ -209,12 +280,15 @@ int FlushSites() {
   struct Taken {
     uintptr_t address;
     PendingSite site;
+    bool freed;  // from g_freed_at_peak
   };
   std::vector<Taken> taken;
   {
     std::lock_guard<std::mutex> lock(g_sites_lock);
-    taken.reserve(g_pending_sites.size());
-    for (const auto& [address, site] : g_pending_sites) taken.push_back({address, site});
+    taken.reserve(g_pending_sites.size() + g_freed_at_peak.size());
+    for (const auto& [address, site] : g_pending_sites) taken.push_back({address, site, false});
+    for (FreedSite& f : g_freed_at_peak) taken.push_back({f.address, std::move(f.site), true});
+    g_freed_at_peak.clear();
   }
   if (taken.empty()) return 0;
   std::vector<torch::CapturedTraceback*> tracebacks;
@@ -243,53 +317,53 @@ int FlushSites() {
     stack_of[of[k]] = fragscope_annotate_source_stack(frames.data(), frames.size());
   }
   int reported = 0;
+  auto report_freed = [&](uintptr_t address, const PendingSite& site, uint64_t stack) {
+    fragscope_annotate_freed_block_site(reinterpret_cast<void*>(address), site.size, site.device,
+                                        stack);
+    ++reported;
+  };
   std::lock_guard<std::mutex> lock(g_sites_lock);
+  // Blocks freed while this flush symbolized, that were live at their device's peak, are on
+  // g_freed_at_peak again: by address, to find them below.
+  std::unordered_map<uintptr_t, size_t> freed_meanwhile;
+  for (size_t j = 0; j < g_freed_at_peak.size(); ++j) {
+    freed_meanwhile[g_freed_at_peak[j].address] = j;
+  }
+  std::vector<bool> reported_freed(g_freed_at_peak.size(), false);
   for (size_t i = 0; i < taken.size(); ++i) {
-    auto it = g_pending_sites.find(taken[i].address);
-    if (it == g_pending_sites.end() || it->second.generation != taken[i].site.generation) continue;
+    const Taken& t = taken[i];
+    if (t.freed) {
+      if (stack_of[i] != 0) report_freed(t.address, t.site, stack_of[i]);
+      continue;
+    }
+    auto it = g_pending_sites.find(t.address);
+    if (it == g_pending_sites.end() || it->second.generation != t.site.generation) {
+      auto f = freed_meanwhile.find(t.address);
+      if (f != freed_meanwhile.end() &&
+          g_freed_at_peak[f->second].site.generation == t.site.generation) {
+        if (stack_of[i] != 0) report_freed(t.address, t.site, stack_of[i]);
+        reported_freed[f->second] = true;
+      }
+      continue;
+    }
     // No traceback (recorded without Python frames, e.g. autograd's backward thread): the
     // block keeps the site it was reported with.
     if (stack_of[i] != 0) {
-      fragscope_annotate_block_site(reinterpret_cast<void*>(taken[i].address), it->second.device,
+      fragscope_annotate_block_site(reinterpret_cast<void*>(t.address), it->second.device,
                                     stack_of[i]);
       ++reported;
     }
     g_pending_sites.erase(it);
   }
+  if (!freed_meanwhile.empty()) {
+    std::size_t kept = 0;
+    for (size_t j = 0; j < g_freed_at_peak.size(); ++j) {
+      if (!reported_freed[j]) g_freed_at_peak[kept++] = std::move(g_freed_at_peak[j]);
+    }
+    g_freed_at_peak.resize(kept);
+  }
   return reported;
 #endif
-}
-
-// New peaks of PyTorch's reserved memory. The collector names the blocks live at a device's
-// peak of reserved by their sites; blocks made and freed between two flushes would stay under
-// the tracker's C++ site there, and a training step's activations, the bulk of its peak, are
-// such blocks. So each new peak wakes the flush thread at once (sitecustomize.py waits on
-// growth_fd() with poll), while those blocks are still live: a byte down a non-blocking
-// pipe, which a full pipe drops (a wake is already pending then). Per device, under that
-// device's allocator lock (the tracker's caller), so plain counters.
-uint64_t g_reserved[kMaxDevices];
-uint64_t g_peak_reserved[kMaxDevices];
-std::atomic<int> g_growth_write_fd{-1};
-std::mutex g_growth_fd_lock;  // creates the pipe once
-int g_growth_read_fd = -1;
-
-void ReservedChanged(int device, uint64_t size, bool grew) {
-  if (device < 0 || device >= kMaxDevices) return;
-  uint64_t& reserved = g_reserved[device];
-  if (!grew) {
-    reserved -= std::min(reserved, size);
-    return;
-  }
-  reserved += size;
-  if (reserved <= g_peak_reserved[device]) return;
-  g_peak_reserved[device] = reserved;
-  const int fd = g_growth_write_fd.load(std::memory_order_acquire);
-  if (fd >= 0) {
-    const char byte = 'p';
-    const int saved = errno;  // the allocator may read errno after its driver call
-    (void)!write(fd, &byte, 1);
-    errno = saved;
-  }
 }
 
 // The read end of the peak pipe: readable after each new peak of reserved memory on any device.
@@ -342,7 +416,7 @@ void OnTrace(const alloc::TraceEntry& e) {
       const size_t block = mirror ? mirror->Allocate(address, rounded) : 0;
       fragscope_annotate_block_alloc(ptr, block != 0 ? block : rounded, e.device_, stream,
                                      PoolId(e.mempool_));
-      KeepContext(address, e.device_, e.context_);
+      KeepContext(address, e.device_, block != 0 ? block : rounded, e.context_);
       break;
     }
     case alloc::TraceEntry::FREE_REQUESTED:

@@ -211,8 +211,8 @@ class TorchOnFakeCudaTest(unittest.TestCase):
 
     def peak_sites(self, name, extra_env):
         """Runs torch_peak_workload.py; returns its sites at the peak of reserved as
-        {(function, file, line) of the innermost frame: (bytes, count)} and the two lines'
-        keys."""
+        {(function, file, line) of the innermost frame: (bytes, count)} and the keys of its
+        activations', weights' and temporary's lines."""
         if self.extension_error:
             self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
         workload = os.path.join(HERE, "torch_peak_workload.py")
@@ -241,27 +241,31 @@ class TorchOnFakeCudaTest(unittest.TestCase):
             at_peak[key] = (site["live_bytes"], site["count"])
         made = ("activation", "torch_peak_workload.py", line_of("def activation(") + 1)
         kept = ("weights", "torch_peak_workload.py", line_of("def weights(") + 1)
+        temporary = ("loss", "torch_peak_workload.py", line_of("logits = torch.empty("))
         self.assertNotIn("fragscope_annotate_block_alloc", str(at_peak))
-        return at_peak, made, kept
+        return at_peak, made, kept, temporary
 
     def test_activations_at_the_peak_have_python_sites(self):
         """A step's activations, made and freed between two flushes, are named by their Python
         line among the sites at the peak: each new peak of reserved memory makes the adapter
         report sites at once, while they are live. (No marks, no periodic flushes here.)"""
-        at_peak, made, kept = self.peak_sites("peak", {})
-        # The peak is set by the driver call for the 7th 20 MiB segment (three 6 MiB tensors to
-        # a segment), for the 19th activation, and the sites at the peak are taken right after
-        # that block is placed: 19 were live, each under the line that made it, none under the
-        # tracker's C++ site and no segment under PyTorch's.
-        self.assertEqual(at_peak.pop(made), (19 * 6 * MiB, 19), at_peak)
+        at_peak, made, kept, temporary = self.peak_sites("peak", {})
+        # The peak is set by the driver call for the temporary's own 30 MiB segment, and the
+        # sites at the peak are taken right after its block is placed: the 20 activations, the
+        # weights and the temporary, each under the line that made it, none under the
+        # tracker's C++ site and no segment under PyTorch's. The temporary was freed before any
+        # flush: the adapter reports its site as a freed block's.
+        self.assertEqual(at_peak.pop(made), (20 * 6 * MiB, 20), at_peak)
         self.assertEqual(at_peak.pop(kept), (40 * MiB, 1), at_peak)
+        self.assertEqual(at_peak.pop(temporary), (30 * MiB, 1), at_peak)
         self.assertEqual(at_peak, {})
 
     def test_activations_at_the_peak_have_python_sites_expandable(self):
         """The same with expandable segments, whose peaks are pages mapped (SEGMENT_MAP)."""
-        at_peak, made, kept = self.peak_sites(
+        at_peak, made, kept, temporary = self.peak_sites(
             "peak-expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
         self.assertEqual(at_peak.pop(kept), (40 * MiB, 1), at_peak)
+        self.assertEqual(at_peak.pop(temporary), (30 * MiB, 1), at_peak)
         live_bytes, count = at_peak.pop(made)
         self.assertEqual((live_bytes, 1 <= count <= 20), (count * 6 * MiB, True))
         self.assertEqual(at_peak, {})

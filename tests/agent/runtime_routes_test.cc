@@ -5,6 +5,7 @@
 
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "traced_process.h"
 
@@ -266,8 +267,12 @@ TEST_F(RuntimeRoutesTest, SourceSitesAreShippedOnceBeforeTheEventsNamingThem) {
   EXPECT_NE(ids[2], ids[0]);
   std::map<uint64_t, const v1::SymbolizedStack*> defined;
   int definitions = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> sites;  // address, stack
+  std::vector<std::pair<uint64_t, uint64_t>> sites;                   // address, stack
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> freed_sites;  // address, size, stack
   for (const v1::Frame& f : trace.frames) {
+    if (f.has_block() && f.block().op() == v1::BlockEvent::OP_SITE_FREED) {
+      freed_sites.emplace_back(f.block().address(), f.block().size(), f.block().stack_id());
+    }
     if (f.has_symbolized_stack()) {
       ++definitions;
       defined[f.symbolized_stack().id()] = &f.symbolized_stack();
@@ -281,6 +286,10 @@ TEST_F(RuntimeRoutesTest, SourceSitesAreShippedOnceBeforeTheEventsNamingThem) {
   const uint64_t segment = Value("segment");
   EXPECT_EQ(sites, (std::vector<std::pair<uint64_t, uint64_t>>{
                        {segment, ids[0]}, {segment + 8192, ids[2]}, {segment + 4096, ids[0]}}));
+  // A site learned after the block's free carries its size too (only a source id is taken).
+  EXPECT_EQ(
+      freed_sites,
+      (std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>{{segment + 8192, 4096, ids[0]}}));
   ASSERT_EQ(defined.count(ids[0]), 1u);
   const v1::SymbolizedStack& a = *defined[ids[0]];
   ASSERT_EQ(a.frames_size(), 2);

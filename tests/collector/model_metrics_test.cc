@@ -651,22 +651,87 @@ TEST(ModelMetricsTest, PeakSitesIncludeTheFirstBlockOfTheSegmentThatMadeThePeak)
   EXPECT_EQ(BytesBySite(d.sites), (std::map<uint64_t, uint64_t>{{7, 1 * kGiB}, {9, 4 * kGiB}}));
 }
 
-// Only the device's next event settles its peak, and only as the first block of a segment that
-// counted whole: another event of that device between keeps the moment of the driver call, one
-// of another device does not.
+// A site learned after the block's free (OP_SITE_FREED, a PyTorch step's short-lived tensors)
+// moves its bytes among the sites at the peak when the block was live there, and changes
+// nothing for any other block: one placed after the peak, one of another size at that address,
+// or one that was live at an earlier peak only.
+TEST(ModelMetricsTest, SitesOfFreedBlocksMoveThePeaksSitesOnlyForBlocksLiveThere) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  const uint64_t logits = (uint64_t{1} << 40) + 1, other = (uint64_t{1} << 40) + 2;
+  feed.Malloc(kBase, 8 * kGiB, 0, /*stack=*/1);
+  // A stream with sites learned after the fact (an adapter's first report): from here on the
+  // model remembers the blocks live at the peak when they are freed.
+  feed.Block(v1::BlockEvent::OP_SITE, kBase + 7 * kGiB, 0, 0, other);  // no block there
+  feed.BlockAlloc(kBase, 1 * kGiB, /*stack=*/7);                       // live at the peak
+  feed.BlockAlloc(kBase + 1 * kGiB, 2 * kGiB, 7);                      // live at the peak
+  feed.Malloc(kBase + 8 * kGiB, 2 * kGiB, 0, 2);                       // the peak: 10 GiB
+  feed.Free(kBase + 8 * kGiB);
+  feed.BlockFree(kBase, 1 * kGiB);
+  feed.BlockFree(kBase + 1 * kGiB, 2 * kGiB);
+  feed.BlockAlloc(kBase + 4 * kGiB, 1 * kGiB, 7);  // after the peak
+  feed.BlockFree(kBase + 4 * kGiB, 1 * kGiB);
+  const auto freed_site = [&](uint64_t address, uint64_t size, uint64_t site) {
+    feed.Block(v1::BlockEvent::OP_SITE_FREED, address, size, 0, site);
+  };
+  freed_site(kBase + 4 * kGiB, 1 * kGiB, other);  // not live at the peak
+  freed_site(kBase + 1 * kGiB, 1 * kGiB, other);  // a block of another size
+  freed_site(kBase, 1 * kGiB, logits);
+  freed_site(kBase, 1 * kGiB, other);  // once only
+  DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(BytesBySite(d.sites_at_peak),
+            (std::map<uint64_t, uint64_t>{{7, 2 * kGiB}, {logits, 1 * kGiB}, {2, 2 * kGiB}}));
+  EXPECT_TRUE(d.sites.empty());
+  EXPECT_EQ(model.Summarize().unmatched_events, 0u);
+  // A new peak: blocks freed before it were not live there.
+  feed.Malloc(kBase + 16 * kGiB, 4 * kGiB, 0, 3);
+  freed_site(kBase + 1 * kGiB, 2 * kGiB, logits);
+  d = DeviceOf(model, 0);
+  EXPECT_EQ(BytesBySite(d.sites_at_peak), (std::map<uint64_t, uint64_t>{{3, 4 * kGiB}}));
+}
+
+// Expandable segments: the handle created for a request sets the peak, its mapping follows,
+// then the block it was for; the sites at the peak are taken after that block. A block freed
+// in between (not a mapping or handle event) leaves them at the peak's own event.
+TEST(ModelMetricsTest, PeakSitesSettleAcrossTheMappingOfTheHandleThatMadeThePeak) {
+  for (bool free_between : {false, true}) {
+    ProcessModel model;
+    FrameFeed feed(&model);
+    const uint64_t va = kBase + 64 * kGiB;
+    feed.Map(v1::MapEvent::OP_RESERVE, va, 8 * kGiB);
+    feed.Handle(v1::HandleEvent::OP_CREATE, /*handle=*/1, 2 * kGiB);
+    feed.Map(v1::MapEvent::OP_MAP, va, 2 * kGiB, 1);
+    feed.BlockAlloc(va, 1 * kGiB, /*stack=*/7);
+    feed.Handle(v1::HandleEvent::OP_CREATE, 2, 2 * kGiB);  // the peak: 4 GiB
+    if (free_between) feed.BlockFree(va, 1 * kGiB);
+    feed.Map(v1::MapEvent::OP_MAP, va + 2 * kGiB, 2 * kGiB, 2);
+    feed.BlockAlloc(va + 2 * kGiB, 2 * kGiB, 8);
+    const DeviceSummary d = DeviceOf(model, 0);
+    EXPECT_EQ(d.peak_reserved_bytes, 4 * kGiB);
+    EXPECT_EQ(BytesBySite(d.sites_at_peak),
+              free_between ? (std::map<uint64_t, uint64_t>{{7, 1 * kGiB}})
+                           : (std::map<uint64_t, uint64_t>{{7, 1 * kGiB}, {8, 2 * kGiB}}))
+        << "free between: " << free_between;
+  }
+}
+
+// Only the device's next event settles its peak, and only when it places a block: another
+// event of that device between keeps the moment of the driver call, one of another device does
+// not.
 TEST(ModelMetricsTest, PeakSitesStayAtThePeakWhenAnotherEventCameBetween) {
   ProcessModel model;
   FrameFeed feed(&model);
   feed.Malloc(kBase, 2 * kGiB, 0, /*stack=*/1);
   feed.BlockAlloc(kBase, 1 * kGiB, /*stack=*/7);
+  feed.BlockAlloc(kBase + 1 * kGiB, 512 * kMiB, 7);
   feed.Malloc(kBase + 2 * kGiB, 4 * kGiB, 0, 2);     // device 0's peak: 6 GiB
-  feed.BlockAlloc(kBase + 1 * kGiB, 512 * kMiB, 7);  // the second block of another segment
+  feed.BlockFree(kBase + 1 * kGiB, 512 * kMiB);      // not a placement
   feed.BlockAlloc(kBase + 2 * kGiB, 3 * kGiB, 8);    // too late to settle the peak
   feed.Malloc(kBase + 8 * kGiB, 1 * kGiB, 1, 3);     // device 1's peak
-  feed.BlockFree(kBase + 1 * kGiB, 512 * kMiB);      // device 0
+  feed.BlockAlloc(kBase + 1 * kGiB, 256 * kMiB, 9);  // device 0
   feed.BlockAlloc(kBase + 8 * kGiB, 256 * kMiB, 8);  // device 1's next event: settles
   EXPECT_EQ(BytesBySite(DeviceOf(model, 0).sites_at_peak),
-            (std::map<uint64_t, uint64_t>{{7, 1 * kGiB}, {2, 4 * kGiB}}));
+            (std::map<uint64_t, uint64_t>{{7, 1536 * kMiB}, {2, 4 * kGiB}}));
   EXPECT_EQ(BytesBySite(DeviceOf(model, 1).sites_at_peak),
             (std::map<uint64_t, uint64_t>{{8, 256 * kMiB}}));
 }

@@ -398,6 +398,8 @@ std::vector<std::pair<std::string, Trace>> Traces() {
       t.frames.back().mutable_block()->set_stack_id(site);
     }
     t.Block(v1::BlockEvent::OP_FREE, kBase, 2 * kMiB);
+    t.Block(v1::BlockEvent::OP_SITE_FREED, kBase, 2 * kMiB);  // live at the peak, freed since
+    t.frames.back().mutable_block()->set_stack_id(site);
     t.Failed(30 * kMiB, true, 8 * kMiB, 16ull << 30);
     t.frames.back().mutable_failed()->set_stack_id(site);
     t.End();

@@ -384,7 +384,7 @@ class Generator {
       case 22: {
         v1::BlockEvent* e = f.mutable_block();
         Common(e);
-        e->set_op(EnumValue<v1::BlockEvent::Op>(5));  // OP_SITE included
+        e->set_op(EnumValue<v1::BlockEvent::Op>(6));  // OP_SITE and OP_SITE_FREED included
         e->set_address(Address());
         e->set_size(Size());
         e->set_device(Device());

@@ -63,7 +63,10 @@ void fragscope_blocks_synced(const char* label) __attribute__((weak));
  * fragscope_block_site says the live block at `ptr` was allocated at `site` (an id from
  * fragscope_source_stack): reports then list it under that site instead of the stack recorded
  * when the block was reported. Call it while the block is still live, ordered before its free
- * (the adapter's own lock around both does that). */
+ * (the adapter's own lock around both does that).
+ * fragscope_freed_block_site says the same of a block already freed: the block of `size` bytes
+ * (0: any) that was at `ptr`. It only changes the sites listed at the peak of reserved memory,
+ * when that block was live there; call it before another block at `ptr` is freed. */
 typedef struct fragscope_source_frame {
   const char* function; /* may be NULL */
   const char* file;     /* may be NULL */
@@ -72,6 +75,8 @@ typedef struct fragscope_source_frame {
 uint64_t fragscope_source_stack(const fragscope_source_frame* frames, size_t count)
     __attribute__((weak));
 void fragscope_block_site(void* ptr, int device, uint64_t site) __attribute__((weak));
+void fragscope_freed_block_site(void* ptr, size_t size, int device, uint64_t site)
+    __attribute__((weak));
 /* fragscope_alloc_failed for a reporter that is not where the request was made (an OOM
  * observer): `site` (from fragscope_source_stack) is the failing request's site, recorded
  * instead of the caller's stack (0: the caller's stack, as fragscope_alloc_failed). */
@@ -107,6 +112,10 @@ static inline uint64_t fragscope_annotate_source_stack(const fragscope_source_fr
 }
 static inline void fragscope_annotate_block_site(void* ptr, int device, uint64_t site) {
   if (fragscope_block_site && site != 0) fragscope_block_site(ptr, device, site);
+}
+static inline void fragscope_annotate_freed_block_site(void* ptr, size_t size, int device,
+                                                       uint64_t site) {
+  if (fragscope_freed_block_site && site != 0) fragscope_freed_block_site(ptr, size, device, site);
 }
 static inline void fragscope_annotate_alloc_failed_at(size_t size, int device, void* stream,
                                                       uint64_t site) {

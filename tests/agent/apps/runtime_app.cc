@@ -248,6 +248,8 @@ int SourceSites() {
   fragscope_annotate_alloc_failed_at(size_t{1} << 29, 0, nullptr, b);  // the request's site
   fragscope_annotate_block_free(base, 0, nullptr);
   fragscope_annotate_block_free(base + 8192, 0, nullptr);
+  fragscope_annotate_freed_block_site(base + 8192, 4096, 0, a);  // learned after its free
+  fragscope_annotate_freed_block_site(base, 4096, 0, 12345);     // not a source site: ignored
   cudaFree(segment);
   std::printf("segment %p\n", segment);
   return 0;

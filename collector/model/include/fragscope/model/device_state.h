@@ -110,17 +110,36 @@ class DeviceState {
   void RemoveSite(uint64_t stack_id, uint64_t bytes);
   // A live block of `bytes` placed at `placed_seq` (0: not known) is `to`'s, not `from`'s (its
   // site learned after the fact). When it was placed at or before the moment of the sites at
-  // peak (see SettlePeakAfterFirstBlock), it was live there too: the sites at peak move with it.
+  // peak (see SettlePeakAfterBlock), it was live there too: the sites at peak move with it.
   void MoveSite(uint64_t from, uint64_t to, uint64_t bytes, uint64_t placed_seq);
   // Live now, and at the peak of reserved (SiteTable::AllAtMark).
   const SiteTable& sites() const { return sites_; }
-  // The event being applied placed the first block of a driver allocation that counted whole,
-  // as one block at its own site, until then: a sub-allocator's fresh segment. When the event
-  // just before it on this device set the peak of reserved (the segment's own allocation,
-  // typically), AfterEvent takes the sites at the peak after this event instead, with reserved
-  // unchanged: otherwise they would list the whole segment under the sub-allocator's own frame
-  // rather than the block that made it grow.
-  void SettlePeakAfterFirstBlock() { settle_peak_ = true; }
+  // The event being applied placed a block. When the events just before it on this device set
+  // the peak of reserved and then changed no allocation (typically the segment, or the handles
+  // and mappings, a sub-allocator took for this very block; samples, marks and sites between),
+  // AfterEvent takes the sites at the peak after this event instead, with reserved unchanged: taken
+  // at the driver call, they would list a fresh segment whole under the sub-allocator's own frame,
+  // or leave out the block that made reserved grow.
+  void SettlePeakAfterBlock() { settle_peak_ = true; }
+  // The event being applied leaves the peak open to that settling (SettlePeakAfterBlock): a
+  // mapping or handle event, a MemInfo sample, a mark, a site update. Any other event closes
+  // it.
+  void KeepPeakOpen() { quiet_event_ = true; }
+  // A block at `address` freed now (Segment::FreeBlock's `freed`), in a stream whose sites are
+  // learned after the fact: its site loses it (RemoveSite), and when it was live at the moment
+  // of the sites at peak it is remembered until the next mark, so that a site learned for it
+  // after its free (BlockEvent.OP_SITE_FREED) still moves its bytes there. Memory: at most the
+  // blocks live at that moment.
+  void RemoveFreedBlockSite(uint64_t address, const BlockSite& freed) {
+    sites_.Remove(freed.stack_id, freed.size);
+    if (freed.placed_seq != 0 && freed.placed_seq <= peak_sites_seq_) {
+      freed_since_mark_[address] = freed;
+    }
+  }
+  // OP_SITE_FREED: the block of `size` bytes (0: any) freed at `address` was `site`'s. True
+  // when it was live at the moment of the sites at peak (and freed since): its bytes there
+  // move to `site`.
+  bool MoveFreedBlockSite(uint64_t address, uint64_t size, uint64_t site);
 
   // `with_reasons` = false skips formatting the unknown reasons (the per-event path); the
   // values are the same.
@@ -210,9 +229,16 @@ class DeviceState {
 
   uint64_t peak_reserved_ = 0;
   uint64_t peak_reserved_seq_ = 0;
+  // A new peak of reserved, or an event after one (peak_open_); resets settle_peak_ and
+  // quiet_event_. Out of line, so that AfterEvent's common path saves no registers.
+  [[gnu::noinline]] void UpdatePeak(uint64_t seq, uint64_t reserved);
+  void MarkSites();              // sites_.Mark(); what the previous mark kept is let go
   uint64_t peak_sites_seq_ = 0;  // the moment of sites_'s mark: peak_reserved_seq_ or just after
-  uint64_t last_event_seq_ = 0;  // of the latest AfterEvent
-  bool settle_peak_ = false;     // SettlePeakAfterFirstBlock, for the event being applied
+  bool peak_open_ = false;       // the next block placed may settle the sites at the peak
+  bool settle_peak_ = false;     // SettlePeakAfterBlock, for the event being applied
+  bool quiet_event_ = false;     // KeepPeakOpen, for the event being applied
+  // Blocks live at the mark and freed since, by address (RemoveFreedBlockSite).
+  absl::flat_hash_map<uint64_t, BlockSite> freed_since_mark_;
   uint64_t peak_allocated_ = 0;
   std::optional<double> max_fragmentation_;
   Timeline timeline_;

@@ -44,7 +44,7 @@ struct SubBlock {
 struct BlockSite {
   uint64_t size = 0;
   uint64_t stack_id = 0;
-  uint64_t placed_seq = 0;  // SubBlock::seq (SetBlockSite only)
+  uint64_t placed_seq = 0;  // SubBlock::seq
 };
 
 // Physical memory of `handle` (from `offset`) mapped at a VA range of a reservation.
@@ -162,8 +162,8 @@ class Segment {
   enum class Placement { kRejected, kPlaced, kReplaced };
   Placement AllocBlock(uint64_t address, const SubBlock& block, BlockSite* replaced);
   // Return false when the event does not match the known blocks (free of an unknown address).
-  // Only the size and site of the freed block come back: they are in the map entry the search
-  // finds, where the rest of the block would cost another cache miss.
+  // The size, site and placing seq of the freed block come back (the seq is where the rest of
+  // the block is, one more load; the model needs it to know whether it was live at the peak).
   bool FreeBlock(uint64_t address, BlockSite* freed);
   bool MarkPendingFree(uint64_t address);
   // The block at `address` was allocated at `stack_id` (learned after the fact): returns its

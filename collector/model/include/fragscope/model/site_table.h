@@ -27,6 +27,9 @@ class SiteTable {
   // fact). With `live_at_mark` (it was live at the latest Mark, and has been since), the figures
   // at the mark move as well: it was there, under the site now known. O(1).
   void Move(uint64_t from, uint64_t to, uint64_t bytes, bool live_at_mark);
+  // A block that was live at the latest Mark, and is not now, moves from site `from` to `to`
+  // there (its site learned after its free). The live figures do not change. O(1).
+  void MoveAtMark(uint64_t from, uint64_t to, uint64_t bytes);
   // Every site at count 0 (a Snapshot's fresh start); what was live at the mark stays readable.
   void ClearKeepingMark();
 
