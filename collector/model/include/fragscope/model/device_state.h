@@ -181,6 +181,11 @@ class DeviceState {
   void FillSummary(DeviceSummary* out) const;
 
  private:
+  // A new peak of reserved, or an event after one (peak_open_); resets settle_peak_ and
+  // quiet_event_. Out of line, so that AfterEvent's common path saves no registers.
+  [[gnu::noinline]] void UpdatePeak(uint64_t seq, uint64_t reserved);
+  void MarkSites();  // sites_.Mark(); what the previous mark kept is let go
+
   void RetractPool(const PoolState& p);
   void DepositPool(const PoolState& p);
   // The ring slot the next recent event goes in, or nullptr when recent events are off.
@@ -229,10 +234,6 @@ class DeviceState {
 
   uint64_t peak_reserved_ = 0;
   uint64_t peak_reserved_seq_ = 0;
-  // A new peak of reserved, or an event after one (peak_open_); resets settle_peak_ and
-  // quiet_event_. Out of line, so that AfterEvent's common path saves no registers.
-  [[gnu::noinline]] void UpdatePeak(uint64_t seq, uint64_t reserved);
-  void MarkSites();              // sites_.Mark(); what the previous mark kept is let go
   uint64_t peak_sites_seq_ = 0;  // the moment of sites_'s mark: peak_reserved_seq_ or just after
   bool peak_open_ = false;       // the next block placed may settle the sites at the peak
   bool settle_peak_ = false;     // SettlePeakAfterBlock, for the event being applied
