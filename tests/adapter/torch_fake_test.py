@@ -181,17 +181,22 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(r.stdout.split(), [str(result["marks"][-1][1]), "0"])
 
-    def check_python_sites(self, oom, result):
-        """The post-mortem names the workload's lines: the failed request's, and for the tensors
-        live at the failure the line that made each (FRAGSCOPE_TORCH_SITES=python)."""
-        workload = os.path.join(HERE, "torch_workload.py")
-        with open(workload) as f:
+    def line_finder(self, workload):
+        """line_of(text): the number of the one line of tests/adapter/<workload> holding text."""
+        with open(os.path.join(HERE, workload)) as f:
             source = f.read().splitlines()
 
         def line_of(text):
             found = [i + 1 for i, l in enumerate(source) if text in l]
             self.assertEqual(len(found), 1, text)
             return found[0]
+
+        return line_of
+
+    def check_python_sites(self, oom, result):
+        """The post-mortem names the workload's lines: the failed request's, and for the tensors
+        live at the failure the line that made each (FRAGSCOPE_TORCH_SITES=python)."""
+        line_of = self.line_finder("torch_workload.py")
 
         def where(frame):
             return (frame["function"], os.path.basename(frame["file"]), frame["line"])
@@ -215,15 +220,7 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         activations', weights' and temporary's lines."""
         if self.extension_error:
             self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
-        workload = os.path.join(HERE, "torch_peak_workload.py")
-        with open(workload) as f:
-            source = f.read().splitlines()
-
-        def line_of(text):
-            found = [i + 1 for i, l in enumerate(source) if text in l]
-            self.assertEqual(len(found), 1, text)
-            return found[0]
-
+        line_of = self.line_finder("torch_peak_workload.py")
         env = {"FRAGSCOPE_TORCH_SITES_EVERY_S": "0"}
         env.update(extra_env)
         trace, result, _ = self.run_workload(name, env, workload="torch_peak_workload.py")
