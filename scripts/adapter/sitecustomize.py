@@ -130,6 +130,15 @@ _SnapshotForwarder = _diff.SnapshotForwarder
 _FORWARDER = None  # the fallback's _SnapshotForwarder, once installed
 _EXTENSION = None  # the tracker's extension, once it reports Python sites
 
+# The program's own torch.cuda.memory._record_memory_history requests. PyTorch keeps one
+# setting, so the adapter's would replace a program's (its trace ring for _dump_snapshot, its
+# C++ stacks): the adapter watches the function instead (_watch_memory_history) and, with Python
+# sites on, adds to the program's request only what the sites need.
+_HISTORY_PARAMS = ("enabled", "context", "stacks", "max_entries", "device", "clear_history")
+_HISTORY_ASKED = None  # the latest request as keyword arguments; "other" when not readable
+_HISTORY_ORIGINAL = None  # PyTorch's function, once wrapped
+_SITES_ON = False  # Python sites installed: requests are merged from then on
+
 
 def _set_state(state):
     global STATE
@@ -231,16 +240,68 @@ def _install_fallback(torch, agent, why):
         _FORWARDER = forwarder
         parts.append("snapshot diffs")
     try:
-        try:
-            torch.cuda.memory._record_memory_history(max_entries=100000)
-        except TypeError:  # torch < 2.1: (enabled, record_context, trace_alloc_max_entries, ...)
-            torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=100000)
+        if _HISTORY_ASKED is not None:
+            parts.append("the program's memory history")  # its own: not replaced by ours
+        else:
+            try:
+                torch.cuda.memory._record_memory_history(max_entries=100000)
+            except TypeError:  # torch < 2.1: (enabled, record_context, trace_alloc_max_entries)
+                torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=100000)
+            parts.append("memory history")
         if snapshot:
             atexit.register(dump)
-        parts.append("memory history")
     except Exception as error:
         _warn("no memory history: %r" % (error,))
     _set_state("fallback (%s): %s" % (why, ", ".join(parts) or "nothing"))
+
+
+def _history_with_sites(request):
+    """A _record_memory_history request (keyword arguments) with what Python sites need kept on:
+    a context recorded for each allocation, with Python frames. None for torch < 2.1's form
+    (enabled: bool, ...), which has no such settings."""
+    enabled = request.get("enabled", "all")
+    if not (enabled is None or isinstance(enabled, str)):
+        return None
+    merged = dict(request)
+    if enabled is None:  # the program turns recording off: keep the least the sites need
+        merged["enabled"] = "state"
+    if merged.get("context", "all") in (None, "state"):
+        merged["context"] = "alloc"
+    return merged  # stacks: "python" and "all" both keep Python frames
+
+
+def _watch_memory_history(torch):
+    """Wraps torch.cuda.memory._record_memory_history to see the program's requests (before
+    CUDA initialises, when the adapter sets its own, and after), so the adapter's setting never
+    takes away what the program asked for."""
+    global _HISTORY_ORIGINAL
+    memory = getattr(getattr(torch, "cuda", None), "memory", None)
+    original = getattr(memory, "_record_memory_history", None)
+    if original is None or _HISTORY_ORIGINAL is not None:
+        return
+    import functools
+
+    _HISTORY_ORIGINAL = original
+
+    @functools.wraps(original)
+    def _record_memory_history(*args, **kwargs):
+        global _HISTORY_ASKED
+        request = None
+        if len(args) <= len(_HISTORY_PARAMS):
+            request = dict(zip(_HISTORY_PARAMS, args))
+            request.update(kwargs)
+        _HISTORY_ASKED = request if request is not None else "other"
+        sites_were_on = _SITES_ON
+        merged = _history_with_sites(request) if sites_were_on and request is not None else None
+        result = original(**merged) if merged is not None else original(*args, **kwargs)
+        if _SITES_ON and not sites_were_on and request is not None:
+            # CUDA initialised inside this call and the sites' setting went first: again, merged.
+            merged = _history_with_sites(request)
+            if merged is not None:
+                original(**merged)
+        return result
+
+    memory._record_memory_history = _record_memory_history
 
 
 def _flush_sites(extension):
@@ -256,7 +317,7 @@ def _install_python_sites(torch, extension):
     context recording gathers them before taking its allocator lock, and the extension turns the
     pending ones into sites at marks, at each OOM (before reporting it, so the post-mortem lists
     the tensors by the Python line that made them) and at exit. Returns a word for STATE."""
-    global _EXTENSION
+    global _EXTENSION, _SITES_ON
     import atexit
 
     # A dormant agent is meant to cost nothing until an attach; PyTorch's stack gathering on
@@ -268,12 +329,18 @@ def _install_python_sites(torch, extension):
             "off" if "FRAGSCOPE_TORCH_SITES" in os.environ else "off by default while dormant")
     if not getattr(extension, "sites_supported", lambda: False)():
         return "no Python sites (torch without combined_traceback.h)"
+    # "state": keep only live blocks' contexts, no trace ring; "alloc": a context per
+    # allocation; "python": Python frames only (C++ frames would need slow symbolization). A
+    # program that asked for a history of its own keeps it, with these added where it lacks them.
+    request = {"enabled": "state", "context": "alloc", "stacks": "python"}
+    programs = isinstance(_HISTORY_ASKED, dict) and _history_with_sites(_HISTORY_ASKED)
+    if programs:
+        request = programs
     try:
-        # "state": keep only live blocks' contexts, no trace ring; "alloc": a context per
-        # allocation; "python": Python frames only (C++ frames would need slow symbolization).
-        torch.cuda.memory._record_memory_history(enabled="state", context="alloc", stacks="python")
+        (_HISTORY_ORIGINAL or torch.cuda.memory._record_memory_history)(**request)
     except Exception as error:
         return "no Python sites (%s)" % (str(error).splitlines() or [repr(error)])[0]
+    _SITES_ON = True
 
     def on_oom(device, alloc_size, device_total, device_free):
         # PyTorch calls this after its OOM trace entry, with the allocator unlocked, from the
@@ -339,7 +406,7 @@ def _install_python_sites(torch, extension):
                 _flush_sites(extension)
 
         threading.Thread(target=flush_now_and_then, name="fragscope-sites", daemon=True).start()
-    return "Python sites"
+    return "Python sites, in the program's memory history" if programs else "Python sites"
 
 
 def _allocator_backend(torch):
@@ -387,6 +454,7 @@ def _on_torch_imported(torch):
         if cuda is None or not hasattr(torch._C, "_cuda_getDeviceCount"):
             _set_state("inactive: torch without CUDA")
             return
+        _watch_memory_history(torch)
         lazy_call = getattr(cuda, "_lazy_call", None)
         if lazy_call is None:
             _set_state("inactive: torch.cuda has no _lazy_call")

@@ -32,8 +32,9 @@ FAKE_TORCH = textwrap.dedent('''
     class _Memory:
         history = []
         @staticmethod
-        def _record_memory_history(**kwargs):
-            _Memory.history.append(kwargs)
+        def _record_memory_history(*args, **kwargs):  # as keywords, in torch's order
+            names = ("enabled", "context", "stacks", "max_entries")
+            _Memory.history.append(dict(zip(names, args), **kwargs))
         @staticmethod
         def _dump_snapshot(path):
             with open(path, "wb") as f:
@@ -316,6 +317,46 @@ class AdapterTest(unittest.TestCase):
                             "Python sites off (FRAGSCOPE_TORCH_SITES=off by default while dormant)")):
             r = self.run_python(code, path=[os.path.dirname(torch_dir)], env=env)
             self.assertEqual(r.stdout.splitlines(), [state, "[] 0", "[]"])
+
+
+    def test_the_programs_own_memory_history_is_kept(self):
+        # PyTorch keeps one history setting: a program's own (its trace ring for
+        # _dump_snapshot) must survive the adapter's, before CUDA starts and after.
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH)
+        code = '''
+            import torch, sitecustomize
+            class Extension:
+                def sites_supported(self): return True
+                def flush_sites(self): pass
+                def report_oom_from_observer(self, on): pass
+            sitecustomize._watch_memory_history(torch)
+            torch.cuda.memory._record_memory_history(max_entries=1000, stacks="all")
+            print(sitecustomize._install_python_sites(torch, Extension()))
+            torch.cuda.memory._record_memory_history(None)  # the program stops its recording
+            torch.cuda.memory._record_memory_history("all", None)
+            for request in torch.cuda.memory.history:
+                print(sorted(request.items()))
+        '''
+        r = self.run_python(code, path=[os.path.dirname(torch_dir)],
+                            env={"FRAGSCOPE_TORCH_SITES_EVERY_S": "0"})
+        self.assertEqual(r.stdout.splitlines(), [
+            "Python sites, in the program's memory history",
+            "[('max_entries', 1000), ('stacks', 'all')]",  # the program's
+            "[('max_entries', 1000), ('stacks', 'all')]",  # the adapter's: it has all it needs
+            # Off, as far as the program can tell (no trace ring); the sites keep their contexts
+            # (PyTorch's default context is "all").
+            "[('enabled', 'state')]",
+            "[('context', 'alloc'), ('enabled', 'all')]",
+        ], r.stderr)
+        # With sites off, the program's requests go through as they are.
+        r = self.run_python(code, path=[os.path.dirname(torch_dir)],
+                            env={"FRAGSCOPE_TORCH_SITES": "off"})
+        self.assertEqual(r.stdout.splitlines(), [
+            "Python sites off (FRAGSCOPE_TORCH_SITES=off)",
+            "[('max_entries', 1000), ('stacks', 'all')]",
+            "[('enabled', None)]",
+            "[('context', None), ('enabled', 'all')]",
+        ], r.stderr)
 
 
 class SnapshotDiffTest(unittest.TestCase):

@@ -267,6 +267,27 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.assertEqual((live_bytes, 1 <= count <= 20), (count * 6 * MiB, True))
         self.assertEqual(at_peak, {})
 
+    def test_the_programs_own_memory_history_is_kept(self):
+        """A program that records PyTorch's memory history itself (its trace ring, for its own
+        _dump_snapshot) keeps it under the adapter, whose Python sites still name its lines."""
+        if self.extension_error:
+            self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
+        workload = os.path.join(HERE, "torch_history_workload.py")
+        plain_result = os.path.join(WORK, "history-plain.json")
+        r = subprocess.run([sys.executable, workload, plain_result], env=environment({}),
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(plain_result) as f:
+            plain = json.load(f)
+        trace, result, _ = self.run_workload("history", {}, workload="torch_history_workload.py")
+        self.assertEqual(result["state"], "tracker, Python sites, in the program's memory history")
+        self.assertIn("free_completed", plain["actions"])
+        self.assertEqual(result["actions"], plain["actions"])
+        line_of = self.line_finder("torch_history_workload.py")
+        sites = self.report_json(trace)["devices"][0]["sites"]
+        tops = [(s["stack"][0]["function"], s["stack"][0]["line"]) for s in sites if s["stack"]]
+        self.assertIn(("tensor", line_of("return torch.empty(")), tops, sites)
+
     def test_expandable_segments(self):
         """expandable_segments:True: PyTorch reserves address space per pool and maps 2 or
         20 MiB pages into it as it grows (cuMemAddressReserve, cuMemCreate, cuMemMap), and on
