@@ -358,12 +358,6 @@ def _install_python_sites(torch, extension):
         _warn("no OOM observer for Python sites: %r" % (error,))
     atexit.register(_flush_sites, extension)
     _EXTENSION = extension
-    # A job that never marks would show its tensors' C++ site in `fragscope top` and the
-    # daemon's reports until its first OOM: flush now and then as well (each flush costs the
-    # blocks allocated since the last one and still live, with the GIL held). And at once after
-    # each new peak of PyTorch's reserved memory (the extension's pipe turns readable), while
-    # the blocks live at the peak, a step's activations among them, are still there to be named:
-    # the report lists the sites at the peak.
     # PyTorch's first symbolization imports torch._inductor and its dependencies (about 900
     # modules, 2 s here). Done here, once, on the thread that initialises CUDA: a first flush
     # on the thread below would take that long (the blocks live at the first peak would be gone
@@ -375,6 +369,12 @@ def _install_python_sites(torch, extension):
     except Exception as error:
         _warn("could not prepare PyTorch's symbolizer: %r" % (error,))
     SITES_READY.set()
+    # A job that never marks would show its tensors' C++ site in `fragscope top` and the
+    # daemon's reports until its first OOM: flush now and then as well (each flush costs the
+    # blocks allocated since the last one and still live, with the GIL held). And at once after
+    # each new peak of PyTorch's reserved memory (the extension's pipe turns readable), while
+    # the blocks live at the peak, a step's activations among them, are still there to be named:
+    # the report lists the sites at the peak.
     try:
         every = float(os.environ.get("FRAGSCOPE_TORCH_SITES_EVERY_S", "5"))
     except ValueError:
