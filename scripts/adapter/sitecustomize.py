@@ -257,9 +257,12 @@ def _install_fallback(torch, agent, why):
 
 def _history_with_sites(request):
     """A _record_memory_history request (keyword arguments) with what Python sites need kept on:
-    a context recorded for each allocation, with Python frames. None for torch < 2.1's form
-    (enabled: bool, ...), which has no such settings."""
+    a context recorded for each allocation, with Python frames. None for the legacy form's
+    (enabled: bool, ...) True, passed as it is; its False (off) becomes the sites' own
+    setting, which keeps no trace ring either."""
     enabled = request.get("enabled", "all")
+    if enabled is False:
+        return {"enabled": "state", "context": "alloc", "stacks": "python"}
     if not (enabled is None or isinstance(enabled, str)):
         return None
     merged = dict(request)

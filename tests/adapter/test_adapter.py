@@ -334,6 +334,7 @@ class AdapterTest(unittest.TestCase):
             print(sitecustomize._install_python_sites(torch, Extension()))
             torch.cuda.memory._record_memory_history(None)  # the program stops its recording
             torch.cuda.memory._record_memory_history("all", None)
+            torch.cuda.memory._record_memory_history(False)  # the legacy form's off
             for request in torch.cuda.memory.history:
                 print(sorted(request.items()))
         '''
@@ -347,6 +348,7 @@ class AdapterTest(unittest.TestCase):
             # (PyTorch's default context is "all").
             "[('enabled', 'state')]",
             "[('context', 'alloc'), ('enabled', 'all')]",
+            "[('context', 'alloc'), ('enabled', 'state'), ('stacks', 'python')]",
         ], r.stderr)
         # With sites off, the program's requests go through as they are.
         r = self.run_python(code, path=[os.path.dirname(torch_dir)],
@@ -356,6 +358,7 @@ class AdapterTest(unittest.TestCase):
             "[('max_entries', 1000), ('stacks', 'all')]",
             "[('enabled', None)]",
             "[('context', None), ('enabled', 'all')]",
+            "[('enabled', False)]",
         ], r.stderr)
 
 
