@@ -130,6 +130,16 @@ void TextReport::Device(const DeviceSummary& d) {
       d.free_ranges);
   out_ << "  Top sites (live now):\n";
   Sites(d.sites, "    ");
+  // What made the memory peak, for a run that did not fail (a CI job, capacity planning); an
+  // OOM's post-mortem on this device lists them itself.
+  const bool has_oom = std::any_of(s_.ooms.begin(), s_.ooms.end(), [&](const OomPostMortem& o) {
+    return o.failure.device == d.ordinal;
+  });
+  if (!has_oom && !d.sites_at_peak.empty()) {
+    out_ << absl::StrFormat("  Top sites at peak reserved (%s%s):\n",
+                            FormatBytes(d.peak_reserved_bytes), PeakSince(s_));
+    Sites(d.sites_at_peak, "    ");
+  }
   out_ << "\n";
 }
 

@@ -94,6 +94,26 @@ TEST(ReportTextTest, BlocksFromASyncEventsAgoAreMarkedAsSuch) {
                  "state at 1 sync(s) only");
 }
 
+// A run that did not fail (a CI job, capacity planning) still says what made its memory peak:
+// the device's sites at the peak, which an OOM's post-mortem lists itself otherwise.
+TEST(ReportTextTest, DeviceListsTheSitesAtThePeakWhenNoOomDoes) {
+  ProcessModel model;
+  testing::FrameFeed feed(&model);
+  feed.Device(0, 16 * kGiB);
+  feed.Malloc(0x7f0000000000, kGiB, 0, /*stack=*/1);
+  feed.Malloc(0x7f0100000000, 3 * kGiB, 0, /*stack=*/2);  // the peak: 4 GiB
+  feed.Free(0x7f0100000000);
+  std::string text = Render(model.Summarize());
+  ExpectContains(text,
+                 "  Top sites at peak reserved (4.00 GiB):\n"
+                 "    3.00 GiB in 1 allocation(s)\n");
+  feed.Failed(16 * kGiB, 0, /*from_sub_allocator=*/false, 15 * kGiB, 16 * kGiB);
+  text = Render(model.Summarize());
+  EXPECT_EQ(text.find("Top sites at peak reserved"), std::string::npos) << text;
+  ExpectContains(text,
+                 "Live at peak reserved (4.00 GiB), by site:\n    3.00 GiB in 1 allocation(s)");
+}
+
 class FakeSymbolizer : public Symbolizer {
  public:
   std::vector<SymbolizedFrame> Symbolize(uint64_t pc) override {
