@@ -218,10 +218,11 @@ void ReservedChanged(int device, uint64_t size, bool grew) {
 // freed block's (fragscope_freed_block_site): only the sites at the peak change, and the
 // collector checks that the block was live there.
 struct PendingSite {
-  std::shared_ptr<c10::GatheredContext> context;
+  std::shared_ptr<c10::GatheredContext> context;  // null: allocated in a backward pass only
   int device = -1;
   uint64_t generation = 0;  // which allocation at this address
   uint64_t size = 0;        // as reported to the agent
+  uint64_t backward = 0;    // the backward pass running when it was allocated (0: none)
 };
 struct FreedSite {
   uintptr_t address;
@@ -237,14 +238,61 @@ uint64_t g_peak_generation[kMaxDevices];
 std::vector<FreedSite> g_freed_at_peak;
 constexpr std::size_t kMaxFreedAtPeak = 65536;
 
+// Backward passes. The autograd engine allocates on threads of its own, whose contexts hold no
+// Python frames, so gradients and backward temporaries had the tracker's C++ site.
+// sitecustomize wraps torch.autograd.backward and .grad and marks each pass (BeginBackward,
+// with the Python frames of its call): a block allocated meanwhile without Python frames gets
+// "(autograd backward)" above them as its site.
+std::atomic<uint64_t> g_backward{0};  // the pass in progress, 0 for none
+std::mutex g_backward_lock;           // guards g_backward_frames; after g_sites_lock if both
+using PythonFrames = std::vector<std::tuple<std::string, std::string, int>>;
+std::map<uint64_t, PythonFrames> g_backward_frames;  // the latest kBackwardPassesKept passes
+constexpr std::size_t kBackwardPassesKept = 64;
+
 void KeepContext(uintptr_t address, int device, uint64_t size,
                  const std::shared_ptr<c10::GatheredContext>& c) {
+  const uint64_t backward = g_backward.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(g_sites_lock);
-  if (c == nullptr) {
+  if (c == nullptr && backward == 0) {
     g_pending_sites.erase(address);
     return;
   }
-  g_pending_sites[address] = PendingSite{c, device, ++g_generation, size};
+  g_pending_sites[address] = PendingSite{c, device, ++g_generation, size, backward};
+}
+
+// Called from Python (the GIL held) around each backward pass; `id` is new for each pass.
+void BeginBackward(uint64_t id, const PythonFrames& frames) {
+  {
+    std::lock_guard<std::mutex> lock(g_backward_lock);
+    g_backward_frames[id] = frames;
+    while (g_backward_frames.size() > kBackwardPassesKept) {
+      g_backward_frames.erase(g_backward_frames.begin());
+    }
+  }
+  g_backward.store(id, std::memory_order_relaxed);
+}
+
+void EndBackward(uint64_t id) {
+  uint64_t running = id;
+  g_backward.compare_exchange_strong(running, 0, std::memory_order_relaxed);
+}
+
+// The site of blocks allocated in backward pass `id` without Python frames; 0 when that pass is
+// no longer known.
+uint64_t BackwardSite(uint64_t id) {
+  PythonFrames frames;
+  {
+    std::lock_guard<std::mutex> lock(g_backward_lock);
+    auto it = g_backward_frames.find(id);
+    if (it == g_backward_frames.end()) return 0;
+    frames = it->second;
+  }
+  std::vector<fragscope_source_frame> out;
+  out.push_back({"(autograd backward)", nullptr, 0});
+  for (const auto& [function, file, line] : frames) {
+    out.push_back({function.c_str(), file.c_str(), static_cast<uint32_t>(line > 0 ? line : 0)});
+  }
+  return fragscope_annotate_source_stack(out.data(), out.size());
 }
 
 void DropContext(uintptr_t address) {
@@ -315,6 +363,15 @@ int FlushSites() {
       frames.push_back({f.funcname.c_str(), f.filename.c_str(), static_cast<uint32_t>(f.lineno)});
     }
     stack_of[of[k]] = fragscope_annotate_source_stack(frames.data(), frames.size());
+  }
+  // No Python frames (or no context) but allocated during a backward pass: the pass's site.
+  std::map<uint64_t, uint64_t> backward_sites;
+  for (size_t i = 0; i < taken.size(); ++i) {
+    const uint64_t pass = taken[i].site.backward;
+    if (stack_of[i] != 0 || pass == 0) continue;
+    auto [it, added] = backward_sites.try_emplace(pass, 0);
+    if (added) it->second = BackwardSite(pass);
+    stack_of[i] = it->second;
   }
   int reported = 0;
   auto report_freed = [&](uintptr_t address, const PendingSite& site, uint64_t stack) {
@@ -505,6 +562,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("warm_up_sites", &WarmUpSites, "symbolize once, so later flushes are quick (GIL held)");
   m.def("growth_fd", &GrowthFd,
         "a pipe's read end, readable after each new peak of PyTorch's reserved memory");
+  m.def("begin_backward", &BeginBackward,
+        "a backward pass starts: its id and the Python frames of its call (innermost first)");
+  m.def("end_backward", &EndBackward, "the backward pass `id` ended");
   m.def("report_oom_from_observer", &ReportOomFromObserver,
         "true: the tracker leaves OOMs to the caller's observer (report_oom)");
   m.def("report_oom", &ReportOom, "a failed allocation of the caching allocator");

@@ -307,6 +307,50 @@ def _watch_memory_history(torch):
     memory._record_memory_history = _record_memory_history
 
 
+def _python_frames(frame, limit=64):
+    """(function, file, line) of `frame` and its callers, innermost first."""
+    frames = []
+    while frame is not None and len(frames) < limit:
+        frames.append((frame.f_code.co_name, frame.f_code.co_filename, frame.f_lineno or 0))
+        frame = frame.f_back
+    return frames
+
+
+def _watch_backward(torch, extension):
+    """Marks each backward pass for the extension: the autograd engine allocates gradients and
+    backward temporaries on threads of its own, without Python frames; blocks allocated during
+    a pass get "(autograd backward)" above the Python frames of the call that ran it.
+    Tensor.backward goes through torch.autograd.backward."""
+    import functools
+    import itertools
+
+    autograd = getattr(torch, "autograd", None)
+    if autograd is None or not hasattr(extension, "begin_backward"):
+        return
+    passes = itertools.count(1)
+    for name in ("backward", "grad"):
+        original = getattr(autograd, name, None)
+        if original is None or getattr(original, "_fragscope_backward", False):
+            continue
+
+        def marked(*args, _original=original, **kwargs):
+            pass_id = 0
+            try:
+                pass_id = next(passes)
+                extension.begin_backward(pass_id, _python_frames(sys._getframe(1)))
+            except Exception:  # never into the program's backward pass
+                pass_id = 0
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                if pass_id:
+                    extension.end_backward(pass_id)
+
+        functools.update_wrapper(marked, original)
+        marked._fragscope_backward = True
+        setattr(autograd, name, marked)
+
+
 def _flush_sites(extension):
     try:
         extension.flush_sites()
@@ -344,6 +388,7 @@ def _install_python_sites(torch, extension):
     except Exception as error:
         return "no Python sites (%s)" % (str(error).splitlines() or [repr(error)])[0]
     _SITES_ON = True
+    _watch_backward(torch, extension)
 
     def on_oom(device, alloc_size, device_total, device_free):
         # PyTorch calls this after its OOM trace entry, with the allocator unlocked, from the

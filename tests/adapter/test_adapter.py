@@ -319,6 +319,51 @@ class AdapterTest(unittest.TestCase):
             self.assertEqual(r.stdout.splitlines(), [state, "[] 0", "[]"])
 
 
+    def test_backward_passes_are_marked_with_their_callers_frames(self):
+        # The autograd engine allocates on threads without Python frames: each backward pass is
+        # marked with the frames of its call, around it, even when it raises.
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH + textwrap.dedent('''
+            class autograd:
+                @staticmethod
+                def backward(tensors, grad_tensors=None):
+                    if tensors == "bad":
+                        raise RuntimeError("no graph")
+                    return "ran " + tensors
+                @staticmethod
+                def grad(outputs, inputs):
+                    return "grads of " + outputs
+        '''))
+        code = '''
+            import torch, sitecustomize
+            calls = []
+            class Extension:
+                def begin_backward(self, pass_id, frames):
+                    calls.append(("begin", pass_id, frames[0][0], frames[0][2]))
+                def end_backward(self, pass_id):
+                    calls.append(("end", pass_id))
+            sitecustomize._watch_backward(torch, Extension())
+            sitecustomize._watch_backward(torch, Extension())  # once only
+            def train_step():
+                return torch.autograd.backward("loss")
+            print(train_step())
+            print(torch.autograd.grad("loss", "w"))
+            try:
+                torch.autograd.backward("bad")
+            except RuntimeError as error:
+                print(error)
+            print(calls)
+            print(torch.autograd.backward.__name__)
+        '''
+        r = self.run_python(code, path=[os.path.dirname(torch_dir)])
+        self.assertEqual(r.stdout.splitlines(), [
+            "ran loss",
+            "grads of loss",
+            "no graph",
+            "[('begin', 1, 'train_step', 12), ('end', 1), ('begin', 2, '<module>', 14), "
+            "('end', 2), ('begin', 3, '<module>', 16), ('end', 3)]",
+            "backward",
+        ], r.stderr)
+
     def test_the_programs_own_memory_history_is_kept(self):
         # PyTorch keeps one history setting: a program's own (its trace ring for
         # _dump_snapshot) must survive the adapter's, before CUDA starts and after.

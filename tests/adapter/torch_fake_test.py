@@ -288,6 +288,26 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         tops = [(s["stack"][0]["function"], s["stack"][0]["line"]) for s in sites if s["stack"]]
         self.assertIn(("tensor", line_of("return torch.empty(")), tops, sites)
 
+    def test_gradients_are_named_by_the_backward_call(self):
+        """The autograd engine allocates gradients on a thread without Python frames: their site
+        is "(autograd backward)" above the Python frames of the call that ran the pass."""
+        if self.extension_error:
+            self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
+        trace, result, _ = self.run_workload("backward", {},
+                                             workload="torch_backward_workload.py")
+        line_of = self.line_finder("torch_backward_workload.py")
+        sites = self.report_json(trace)["devices"][0]["sites"]
+        self.assertNotIn("fragscope_annotate_block_alloc", json.dumps(sites))
+        backward = [s for s in sites
+                    if s["stack"] and s["stack"][0]["function"] == "(autograd backward)"]
+        self.assertEqual(len(backward), 1, sites)
+        self.assertEqual((backward[0]["live_bytes"], backward[0]["count"]),
+                         (result["grad_bytes"], 1))
+        callers = [(f["function"], os.path.basename(f["file"]), f["line"])
+                   for f in backward[0]["stack"][1:]]
+        self.assertIn(("train_step", "torch_backward_workload.py", line_of("loss.backward()")),
+                      callers)
+
     def test_expandable_segments(self):
         """expandable_segments:True: PyTorch reserves address space per pool and maps 2 or
         20 MiB pages into it as it grows (cuMemAddressReserve, cuMemCreate, cuMemMap), and on
