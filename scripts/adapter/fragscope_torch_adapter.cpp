@@ -261,7 +261,9 @@ void KeepContext(uintptr_t address, int device, uint64_t size,
 }
 
 // Called from Python (the GIL held) around each backward pass; `id` is new for each pass.
-void BeginBackward(uint64_t id, const PythonFrames& frames) {
+// Returns the pass it interrupts (a torch.autograd.grad inside a backward hook), for
+// EndBackward to restore.
+uint64_t BeginBackward(uint64_t id, const PythonFrames& frames) {
   {
     std::lock_guard<std::mutex> lock(g_backward_lock);
     g_backward_frames[id] = frames;
@@ -269,12 +271,12 @@ void BeginBackward(uint64_t id, const PythonFrames& frames) {
       g_backward_frames.erase(g_backward_frames.begin());
     }
   }
-  g_backward.store(id, std::memory_order_relaxed);
+  return g_backward.exchange(id, std::memory_order_relaxed);
 }
 
-void EndBackward(uint64_t id) {
+void EndBackward(uint64_t id, uint64_t interrupted) {
   uint64_t running = id;
-  g_backward.compare_exchange_strong(running, 0, std::memory_order_relaxed);
+  g_backward.compare_exchange_strong(running, interrupted, std::memory_order_relaxed);
 }
 
 // The site of blocks allocated in backward pass `id` without Python frames; 0 when that pass is
@@ -564,7 +566,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "a pipe's read end, readable after each new peak of PyTorch's reserved memory");
   m.def("begin_backward", &BeginBackward,
         "a backward pass starts: its id and the Python frames of its call (innermost first)");
-  m.def("end_backward", &EndBackward, "the backward pass `id` ended");
+  m.def("end_backward", &EndBackward,
+        "the backward pass `id` ended; the one it interrupted (begin_backward's result) resumes");
   m.def("report_oom_from_observer", &ReportOomFromObserver,
         "true: the tracker leaves OOMs to the caller's observer (report_oom)");
   m.def("report_oom", &ReportOom, "a failed allocation of the caching allocator");

@@ -334,17 +334,17 @@ def _watch_backward(torch, extension):
             continue
 
         def marked(*args, _original=original, **kwargs):
-            pass_id = 0
+            pass_id = interrupted = 0
             try:
                 pass_id = next(passes)
-                extension.begin_backward(pass_id, _python_frames(sys._getframe(1)))
+                interrupted = extension.begin_backward(pass_id, _python_frames(sys._getframe(1)))
             except Exception:  # never into the program's backward pass
                 pass_id = 0
             try:
                 return _original(*args, **kwargs)
             finally:
                 if pass_id:
-                    extension.end_backward(pass_id)
+                    extension.end_backward(pass_id, interrupted or 0)
 
         functools.update_wrapper(marked, original)
         marked._fragscope_backward = True

@@ -331,16 +331,22 @@ class AdapterTest(unittest.TestCase):
                     return "ran " + tensors
                 @staticmethod
                 def grad(outputs, inputs):
+                    if outputs == "penalty":  # a grad inside a backward pass (a hook's)
+                        return autograd.backward("inner")
                     return "grads of " + outputs
         '''))
         code = '''
             import torch, sitecustomize
             calls = []
             class Extension:
+                running = 0
                 def begin_backward(self, pass_id, frames):
                     calls.append(("begin", pass_id, frames[0][0], frames[0][2]))
-                def end_backward(self, pass_id):
-                    calls.append(("end", pass_id))
+                    interrupted, Extension.running = Extension.running, pass_id
+                    return interrupted
+                def end_backward(self, pass_id, interrupted):
+                    calls.append(("end", pass_id, interrupted))
+                    Extension.running = interrupted
             sitecustomize._watch_backward(torch, Extension())
             sitecustomize._watch_backward(torch, Extension())  # once only
             def train_step():
@@ -352,6 +358,9 @@ class AdapterTest(unittest.TestCase):
             except RuntimeError as error:
                 print(error)
             print(calls)
+            calls.clear()
+            print(torch.autograd.grad("penalty", "w"))
+            print([c[:3] for c in calls])
             print(torch.autograd.backward.__name__)
         '''
         r = self.run_python(code, path=[os.path.dirname(torch_dir)])
@@ -359,8 +368,11 @@ class AdapterTest(unittest.TestCase):
             "ran loss",
             "grads of loss",
             "no graph",
-            "[('begin', 1, 'train_step', 12), ('end', 1), ('begin', 2, '<module>', 14), "
-            "('end', 2), ('begin', 3, '<module>', 16), ('end', 3)]",
+            "[('begin', 1, 'train_step', 16), ('end', 1, 0), ('begin', 2, '<module>', 18), "
+            "('end', 2, 0), ('begin', 3, '<module>', 20), ('end', 3, 0)]",
+            "ran inner",
+            # The inner pass ends by resuming the one it interrupted.
+            "[('begin', 4, '<module>'), ('begin', 5, 'grad'), ('end', 5, 4), ('end', 4, 0)]",
             "backward",
         ], r.stderr)
 
