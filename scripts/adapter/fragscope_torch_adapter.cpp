@@ -222,7 +222,7 @@ struct PendingSite {
   int device = -1;
   uint64_t generation = 0;  // which allocation at this address
   uint64_t size = 0;        // as reported to the agent
-  uint64_t backward = 0;    // the backward pass running when it was allocated (0: none)
+  uint64_t backward = 0;    // the site of the backward pass it was allocated in (0: none)
 };
 struct FreedSite {
   uintptr_t address;
@@ -242,12 +242,8 @@ constexpr std::size_t kMaxFreedAtPeak = 65536;
 // Python frames, so gradients and backward temporaries had the tracker's C++ site.
 // sitecustomize wraps torch.autograd.backward and .grad and marks each pass (BeginBackward,
 // with the Python frames of its call): a block allocated meanwhile without Python frames gets
-// "(autograd backward)" above them as its site.
-std::atomic<uint64_t> g_backward{0};  // the pass in progress, 0 for none
-std::mutex g_backward_lock;           // guards g_backward_frames; after g_sites_lock if both
-using PythonFrames = std::vector<std::tuple<std::string, std::string, int>>;
-std::map<uint64_t, PythonFrames> g_backward_frames;  // the latest kBackwardPassesKept passes
-constexpr std::size_t kBackwardPassesKept = 64;
+// "(autograd backward)" above them as its site, interned at once (a step's passes share it).
+std::atomic<uint64_t> g_backward{0};  // the running pass's site, 0 for none
 
 void KeepContext(uintptr_t address, int device, uint64_t size,
                  const std::shared_ptr<c10::GatheredContext>& c) {
@@ -260,41 +256,23 @@ void KeepContext(uintptr_t address, int device, uint64_t size,
   g_pending_sites[address] = PendingSite{c, device, ++g_generation, size, backward};
 }
 
-// Called from Python (the GIL held) around each backward pass; `id` is new for each pass.
-// Returns the pass it interrupts (a torch.autograd.grad inside a backward hook), for
-// EndBackward to restore.
-uint64_t BeginBackward(uint64_t id, const PythonFrames& frames) {
-  {
-    std::lock_guard<std::mutex> lock(g_backward_lock);
-    g_backward_frames[id] = frames;
-    while (g_backward_frames.size() > kBackwardPassesKept) {
-      g_backward_frames.erase(g_backward_frames.begin());
-    }
-  }
-  return g_backward.exchange(id, std::memory_order_relaxed);
-}
-
-void EndBackward(uint64_t id, uint64_t interrupted) {
-  uint64_t running = id;
-  g_backward.compare_exchange_strong(running, interrupted, std::memory_order_relaxed);
-}
-
-// The site of blocks allocated in backward pass `id` without Python frames; 0 when that pass is
-// no longer known.
-uint64_t BackwardSite(uint64_t id) {
-  PythonFrames frames;
-  {
-    std::lock_guard<std::mutex> lock(g_backward_lock);
-    auto it = g_backward_frames.find(id);
-    if (it == g_backward_frames.end()) return 0;
-    frames = it->second;
-  }
+// Called from Python (the GIL held) when a backward pass starts, with the Python frames of its
+// call (innermost first). Returns the pass's site and the site of the pass it interrupts (a
+// torch.autograd.grad inside a backward hook), for EndBackward to restore.
+std::pair<uint64_t, uint64_t> BeginBackward(
+    const std::vector<std::tuple<std::string, std::string, int>>& frames) {
   std::vector<fragscope_source_frame> out;
   out.push_back({"(autograd backward)", nullptr, 0});
   for (const auto& [function, file, line] : frames) {
     out.push_back({function.c_str(), file.c_str(), static_cast<uint32_t>(line > 0 ? line : 0)});
   }
-  return fragscope_annotate_source_stack(out.data(), out.size());
+  const uint64_t site = fragscope_annotate_source_stack(out.data(), out.size());
+  if (site == 0) return {0, 0};  // no agent, or its table of stacks is full
+  return {site, g_backward.exchange(site, std::memory_order_relaxed)};
+}
+
+void EndBackward(uint64_t site, uint64_t interrupted) {
+  g_backward.compare_exchange_strong(site, interrupted, std::memory_order_relaxed);
 }
 
 void DropContext(uintptr_t address) {
@@ -367,13 +345,8 @@ int FlushSites() {
     stack_of[of[k]] = fragscope_annotate_source_stack(frames.data(), frames.size());
   }
   // No Python frames (or no context) but allocated during a backward pass: the pass's site.
-  std::map<uint64_t, uint64_t> backward_sites;
   for (size_t i = 0; i < taken.size(); ++i) {
-    const uint64_t pass = taken[i].site.backward;
-    if (stack_of[i] != 0 || pass == 0) continue;
-    auto [it, added] = backward_sites.try_emplace(pass, 0);
-    if (added) it->second = BackwardSite(pass);
-    stack_of[i] = it->second;
+    if (stack_of[i] == 0) stack_of[i] = taken[i].site.backward;
   }
   int reported = 0;
   auto report_freed = [&](uintptr_t address, const PendingSite& site, uint64_t stack) {
@@ -565,9 +538,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("growth_fd", &GrowthFd,
         "a pipe's read end, readable after each new peak of PyTorch's reserved memory");
   m.def("begin_backward", &BeginBackward,
-        "a backward pass starts: its id and the Python frames of its call (innermost first)");
+        "a backward pass starts, called from these Python frames (innermost first): returns "
+        "(its site, the site of the pass it interrupts)");
   m.def("end_backward", &EndBackward,
-        "the backward pass `id` ended; the one it interrupted (begin_backward's result) resumes");
+        "the pass of this site ended; the one it interrupted (begin_backward's) resumes");
   m.def("report_oom_from_observer", &ReportOomFromObserver,
         "true: the tracker leaves OOMs to the caller's observer (report_oom)");
   m.def("report_oom", &ReportOom, "a failed allocation of the caching allocator");

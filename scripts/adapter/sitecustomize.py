@@ -322,29 +322,26 @@ def _watch_backward(torch, extension):
     a pass get "(autograd backward)" above the Python frames of the call that ran it.
     Tensor.backward goes through torch.autograd.backward."""
     import functools
-    import itertools
 
     autograd = getattr(torch, "autograd", None)
     if autograd is None or not hasattr(extension, "begin_backward"):
         return
-    passes = itertools.count(1)
     for name in ("backward", "grad"):
         original = getattr(autograd, name, None)
         if original is None or getattr(original, "_fragscope_backward", False):
             continue
 
         def marked(*args, _original=original, **kwargs):
-            pass_id = interrupted = 0
+            site = interrupted = 0
             try:
-                pass_id = next(passes)
-                interrupted = extension.begin_backward(pass_id, _python_frames(sys._getframe(1)))
+                site, interrupted = extension.begin_backward(_python_frames(sys._getframe(1)))
             except Exception:  # never into the program's backward pass
-                pass_id = 0
+                site = 0
             try:
                 return _original(*args, **kwargs)
             finally:
-                if pass_id:
-                    extension.end_backward(pass_id, interrupted or 0)
+                if site:
+                    extension.end_backward(site, interrupted)
 
         functools.update_wrapper(marked, original)
         marked._fragscope_backward = True

@@ -340,12 +340,14 @@ class AdapterTest(unittest.TestCase):
             calls = []
             class Extension:
                 running = 0
-                def begin_backward(self, pass_id, frames):
-                    calls.append(("begin", pass_id, frames[0][0], frames[0][2]))
-                    interrupted, Extension.running = Extension.running, pass_id
-                    return interrupted
-                def end_backward(self, pass_id, interrupted):
-                    calls.append(("end", pass_id, interrupted))
+                sites = {}  # frames -> site, as the agent interns them
+                def begin_backward(self, frames):
+                    site = Extension.sites.setdefault(tuple(frames), len(Extension.sites) + 1)
+                    calls.append(("begin", site, frames[0][0], frames[0][2]))
+                    interrupted, Extension.running = Extension.running, site
+                    return site, interrupted
+                def end_backward(self, site, interrupted):
+                    calls.append(("end", site, interrupted))
                     Extension.running = interrupted
             sitecustomize._watch_backward(torch, Extension())
             sitecustomize._watch_backward(torch, Extension())  # once only
@@ -368,8 +370,8 @@ class AdapterTest(unittest.TestCase):
             "ran loss",
             "grads of loss",
             "no graph",
-            "[('begin', 1, 'train_step', 16), ('end', 1, 0), ('begin', 2, '<module>', 18), "
-            "('end', 2, 0), ('begin', 3, '<module>', 20), ('end', 3, 0)]",
+            "[('begin', 1, 'train_step', 18), ('end', 1, 0), ('begin', 2, '<module>', 20), "
+            "('end', 2, 0), ('begin', 3, '<module>', 22), ('end', 3, 0)]",
             "ran inner",
             # The inner pass ends by resuming the one it interrupted.
             "[('begin', 4, '<module>'), ('begin', 5, 'grad'), ('end', 5, 4), ('end', 4, 0)]",
