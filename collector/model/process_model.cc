@@ -131,6 +131,11 @@ class ProcessModel::Impl {
     touched_.push_back(d);
   }
   void FinishEvent(uint64_t seq, uint64_t time_ns);
+  // The event being applied changed no allocation: a peak just set stays open to the block it
+  // was for (DeviceState::KeepPeakOpen).
+  void KeepPeaksOpen() {
+    for (DeviceState* d : touched_) d->KeepPeakOpen();
+  }
   // The event's RecentEvent, on `device`.
   template <typename Event>
   void Record(int device, const Event& e, EventKind kind) {
@@ -667,7 +672,7 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
       ++events_;
       snapshot_policy_.OnStateEvent();
       OnMap(frame.map());
-      for (DeviceState* d : touched_) d->KeepPeakOpen();
+      KeepPeaksOpen();
       FinishEvent(frame.map().seq(), frame.map().time_ns());
       blocks_fresh_ = false;
       return;
@@ -675,7 +680,7 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
       ++events_;
       snapshot_policy_.OnStateEvent();
       OnHandle(frame.handle());
-      for (DeviceState* d : touched_) d->KeepPeakOpen();
+      KeepPeaksOpen();
       FinishEvent(frame.handle().seq(), frame.handle().time_ns());
       blocks_fresh_ = false;
       return;
@@ -686,7 +691,7 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
       // OnBlock the inlining of its recent-event slot (+1 % of a replay's instructions).
       if (frame.block().op() >= v1::BlockEvent::OP_SITE) [[unlikely]] {
         OnBlockSite(frame.block());
-        for (DeviceState* d : touched_) d->KeepPeakOpen();
+        KeepPeaksOpen();
       } else {
         OnBlock(frame.block());
       }
@@ -702,13 +707,13 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
     case v1::Frame::kMemInfo:
       ++events_;
       OnMemInfo(frame.mem_info());
-      for (DeviceState* d : touched_) d->KeepPeakOpen();
+      KeepPeaksOpen();
       FinishEvent(frame.mem_info().seq(), frame.mem_info().time_ns());
       return;
     case v1::Frame::kMark:
       ++events_;
       OnMark(frame.mark());
-      for (DeviceState* d : touched_) d->KeepPeakOpen();
+      KeepPeaksOpen();
       FinishEvent(frame.mark().seq(), frame.mark().time_ns());
       return;
     case v1::Frame::kDrops:

@@ -27,17 +27,8 @@ void SiteTable::Remove(uint64_t stack_id, uint64_t bytes) {
 void SiteTable::Move(uint64_t from, uint64_t to, uint64_t bytes, bool live_at_mark) {
   if (from == to) return;
   Remove(from, bytes);
-  Add(to, bytes);  // both now hold their figures at the mark (SaveMarked), unless never live
-  if (!live_at_mark || mark_ == 0) return;
-  auto it = sites_.find(from);
-  if (it == sites_.end() || it->second.mark != mark_ || it->second.marked_count == 0) return;
-  Live& was = it->second;
-  was.marked_bytes -= std::min(was.marked_bytes, bytes);
-  --was.marked_count;
-  if (was.count == 0 && was.marked_count == 0) sites_.erase(it);
-  Live& now = sites_[to];  // after the erase: a reference taken before it could dangle
-  now.marked_bytes += bytes;
-  ++now.marked_count;
+  Add(to, bytes);
+  if (live_at_mark) MoveAtMark(from, to, bytes);
 }
 
 void SiteTable::MoveAtMark(uint64_t from, uint64_t to, uint64_t bytes) {
