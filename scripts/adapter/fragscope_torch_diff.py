@@ -31,18 +31,24 @@ def pool_id(pool):
     return int(second) & ((1 << 64) - 1)
 
 
+def stack_frames(frame, limit=128):
+    """(function, file, line) of `frame` and its callers, innermost first: at most `limit`
+    (the agent keeps 128 frames of a source stack)."""
+    frames = []
+    while frame is not None and len(frames) < limit:
+        frames.append((frame.f_code.co_name, frame.f_code.co_filename, frame.f_lineno or 0))
+        frame = frame.f_back
+    return frames
+
+
 def request_frames():
     """For an OOM observer: the Python frames of the request it was called from, innermost
     first, as (function, file, line), without the observer's frame and this one's (torch calls
     the observer from the failing request)."""
-    import traceback
-
     try:
-        frames = [(f.name, f.filename, f.lineno or 0) for f in traceback.extract_stack()[:-2]]
+        return stack_frames(sys._getframe(2))
     except Exception:
         return []
-    frames.reverse()
-    return frames
 
 
 class AgentApi:

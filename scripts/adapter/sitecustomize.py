@@ -307,15 +307,6 @@ def _watch_memory_history(torch):
     memory._record_memory_history = _record_memory_history
 
 
-def _python_frames(frame, limit=64):
-    """(function, file, line) of `frame` and its callers, innermost first."""
-    frames = []
-    while frame is not None and len(frames) < limit:
-        frames.append((frame.f_code.co_name, frame.f_code.co_filename, frame.f_lineno or 0))
-        frame = frame.f_back
-    return frames
-
-
 def _watch_backward(torch, extension):
     """Marks each backward pass for the extension: the autograd engine allocates gradients and
     backward temporaries on threads of its own, without Python frames; blocks allocated during
@@ -334,7 +325,8 @@ def _watch_backward(torch, extension):
         def marked(*args, _original=original, **kwargs):
             site = interrupted = 0
             try:
-                site, interrupted = extension.begin_backward(_python_frames(sys._getframe(1)))
+                frames = _diff.stack_frames(sys._getframe(1), limit=64)
+                site, interrupted = extension.begin_backward(frames)
             except Exception:  # never into the program's backward pass
                 site = 0
             try:
