@@ -48,8 +48,8 @@ std::vector<Moment> MomentsOf(const DeviceSummary& d, const ModelSummary& s, Gat
     for (const TimelinePoint& p : d.timeline) {
       if (best == nullptr || p.reserved_bytes > best->reserved_bytes) best = &p;
     }
-    if (best == nullptr) {
-      end();
+    if (best == nullptr) {  // no samples: the end is all there is (once)
+      if (!Has(at, GateMoment::kEnd)) end();
       return;
     }
     out.push_back(Moment{absl::StrFormat("at peak (seq %d)", best->seq), best->reserved_bytes,
@@ -65,26 +65,19 @@ std::vector<Moment> MomentsOf(const DeviceSummary& d, const ModelSummary& s, Gat
                            o.figures.opaque_bytes, !o.figures.blocks_synced_at_seq.has_value()});
     }
   };
-  switch (at) {
-    case GateMoment::kPeak:
-      peak();
-      break;
-    case GateMoment::kEnd:
-      end();
-      break;
-    case GateMoment::kOom:
-      ooms();
-      break;
-    case GateMoment::kAll:
-      for (const TimelinePoint& p : d.timeline) {
-        out.push_back(Moment{absl::StrFormat("at seq %d", p.seq), p.reserved_bytes, p.cached_bytes,
-                             p.largest_free_range_bytes, d.opaque_segments, d.opaque_bytes,
-                             between_syncs_known});
-      }
-      end();
-      ooms();
-      break;
+  // In time order where it matters to a reader: the samples (which hold the peak), the peak
+  // alone otherwise, the end, then the OOMs.
+  if (Has(at, GateMoment::kSamples)) {
+    for (const TimelinePoint& p : d.timeline) {
+      out.push_back(Moment{absl::StrFormat("at seq %d", p.seq), p.reserved_bytes, p.cached_bytes,
+                           p.largest_free_range_bytes, d.opaque_segments, d.opaque_bytes,
+                           between_syncs_known});
+    }
+  } else if (Has(at, GateMoment::kPeak)) {
+    peak();
   }
+  if (Has(at, GateMoment::kEnd)) end();
+  if (Has(at, GateMoment::kOom)) ooms();
   return out;
 }
 
@@ -111,7 +104,8 @@ std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimit
   }
   // The run's peak (and maximum) are not in a stream that begins mid-run.
   const std::optional<uint64_t> from = summary.partial_history_from();
-  const bool judges_peak = limits.at == GateMoment::kPeak || limits.at == GateMoment::kAll;
+  const bool judges_peak =
+      Has(limits.at, GateMoment::kPeak) || Has(limits.at, GateMoment::kSamples);
   const bool judges_history = !limits.allow_partial_history && (judges_peak || limits.max_increase);
   if (judges_history && summary.imported) {
     checks.push_back(GateCheck{

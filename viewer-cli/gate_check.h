@@ -13,7 +13,23 @@
 
 namespace fragscope::cli {
 
-enum class GateMoment { kPeak, kEnd, kOom, kAll };
+// The moments a gate judges, as bits (`--at` takes a comma-separated list of them).
+enum class GateMoment : unsigned {
+  kPeak = 1,     // the peak of reserved memory on each device
+  kEnd = 2,      // the end of the trace
+  kOom = 4,      // every OOM post-mortem, with the figures at the failure
+  kSamples = 8,  // every timeline point (the peak among them)
+  kAll = kPeak | kEnd | kOom | kSamples,
+};
+constexpr GateMoment operator|(GateMoment a, GateMoment b) {
+  return static_cast<GateMoment>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+constexpr bool Has(GateMoment set, GateMoment m) {
+  return (static_cast<unsigned>(set) & static_cast<unsigned>(m)) != 0;
+}
+// The default: the peak, and every OOM, where a run that died of fragmentation shows it (its
+// peak may hold no cache at all, so the peak alone would pass it).
+inline constexpr GateMoment kDefaultGateMoments = GateMoment::kPeak | GateMoment::kOom;
 
 struct GateLimits {
   std::optional<double> max_fragmentation;  // 0..1
@@ -22,7 +38,7 @@ struct GateLimits {
   // A fragmentation limit applies only where cached memory is at least this much: on a nearly
   // empty cache the ratio is noise.
   uint64_t min_cached_bytes = uint64_t{64} << 20;
-  GateMoment at = GateMoment::kPeak;
+  GateMoment at = kDefaultGateMoments;
   bool allow_opaque = false;
   // A stream that knows the sub-allocator's blocks at syncs only (ModelSummary::block_syncs):
   // stranded bytes and fragmentation at a moment between syncs are not known, and fail a

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_split.h"
 #include "arg_reader.h"
 #include "commands.h"
 #include "exit_codes.h"
@@ -17,12 +18,13 @@ namespace {
 constexpr char kUsage[] =
     "usage: fragscope gate TRACE [--max-fragmentation F] [--max-stranded BYTES]\n"
     "                            [--max-reserved BYTES] [--min-cached BYTES]\n"
-    "                            [--at peak|end|oom|all] [--baseline OLD.json --max-increase D]\n"
+    "                            [--at peak,end,oom|all] [--baseline OLD.json --max-increase D]\n"
     "                            [--allow-opaque] [--allow-coarse-blocks]\n"
     "                            [--allow-partial-history] [--junit OUT.xml]\n"
     "  F and D are fractions (0.25 = 25 %); BYTES take K/M/G suffixes (powers of 1024).\n"
-    "  --at peak (default): the moment of peak reserved memory on each device; all: every\n"
-    "  sample, the end and every OOM. Opaque segments fail the gate unless --allow-opaque;\n"
+    "  --at: which moments to judge, comma-separated; peak,oom (default): the peak of\n"
+    "  reserved memory on each device and every OOM (at the failure); end: the end; all:\n"
+    "  every sample, the end and every OOM. Opaque segments fail the gate unless --allow-opaque;\n"
     "  blocks known at syncs only (PyTorch's snapshot diffs) fail it between syncs unless\n"
     "  --allow-coarse-blocks; a trace that begins mid-run, or an imported PyTorch snapshot\n"
     "  (one moment), fails peak and baseline checks unless --allow-partial-history.\n"
@@ -37,6 +39,27 @@ bool ParseFraction(const std::string& s, double* out) {
   return true;
 }
 
+// "peak,oom" -> GateMoment bits; false for an empty list or an unknown word.
+bool ParseMoments(const std::string& text, GateMoment* out) {
+  unsigned bits = 0;
+  for (absl::string_view word : absl::StrSplit(text, ',')) {
+    if (word == "peak") {
+      bits |= static_cast<unsigned>(GateMoment::kPeak);
+    } else if (word == "end") {
+      bits |= static_cast<unsigned>(GateMoment::kEnd);
+    } else if (word == "oom") {
+      bits |= static_cast<unsigned>(GateMoment::kOom);
+    } else if (word == "all") {
+      bits |= static_cast<unsigned>(GateMoment::kAll);
+    } else {
+      return false;
+    }
+  }
+  if (bits == 0) return false;
+  *out = static_cast<GateMoment>(bits);
+  return true;
+}
+
 int Usage(const std::string& message) {
   std::fprintf(stderr, "fragscope gate: %s\n%s", message.c_str(), kUsage);
   return kExitUsage;
@@ -45,8 +68,8 @@ int Usage(const std::string& message) {
 }  // namespace
 
 int GateCommand(const std::vector<std::string>& args) {
-  std::string max_frag, max_stranded, max_reserved, min_cached, at = "peak", baseline, max_increase,
-                                                                junit;
+  std::string max_frag, max_stranded, max_reserved, min_cached, at = "peak,oom", baseline,
+                                                                max_increase, junit;
   bool allow_opaque = false;
   bool allow_coarse_blocks = false;
   bool allow_partial_history = false;
@@ -88,16 +111,8 @@ int GateCommand(const std::vector<std::string>& args) {
     if (!b) return Usage("--min-cached '" + min_cached + "' is not a byte count (e.g. 64M)");
     limits.min_cached_bytes = *b;
   }
-  if (at == "peak") {
-    limits.at = GateMoment::kPeak;
-  } else if (at == "end") {
-    limits.at = GateMoment::kEnd;
-  } else if (at == "oom") {
-    limits.at = GateMoment::kOom;
-  } else if (at == "all") {
-    limits.at = GateMoment::kAll;
-  } else {
-    return Usage("--at '" + at + "' must be peak, end, oom or all");
+  if (!ParseMoments(at, &limits.at)) {
+    return Usage("--at '" + at + "' must be a comma-separated list of peak, end, oom or all");
   }
   if (baseline.empty() != max_increase.empty()) {
     return Usage("--baseline and --max-increase go together");

@@ -173,6 +173,17 @@ TEST_F(CliEndToEnd, GateFailsOnFragmentationAtTheOomAndPassesWithinLimits) {
   EXPECT_NE(Slurp(dir_ + "/gate.xml").find("<failure"), std::string::npos);
   Result pass = Shell(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.99 --at oom");
   EXPECT_EQ(pass.exit_code, 0) << pass.output;
+  // The demo's peak holds no cache (everything in use), so the peak alone passes; the default
+  // also judges the OOMs, where the run died of fragmentation.
+  Result peak = Shell(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.5 --at peak");
+  EXPECT_EQ(peak.exit_code, 0) << peak.output;
+  Result by_default = Shell(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.5");
+  EXPECT_EQ(by_default.exit_code, 1) << by_default.output;
+  EXPECT_NE(by_default.output.find("fragmentation 0.960 > limit 0.500 at OOM"), std::string::npos)
+      << by_default.output;
+  EXPECT_EQ(
+      Shell(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.5 --at peak,oom").exit_code,
+      1);
   // The live JSON report is a valid baseline; compared with itself nothing rose.
   Result base = Shell(Fragscope() + " gate " + Trace() + " --baseline " + dir_ +
                       "/live.json --max-increase 0");
@@ -205,6 +216,13 @@ TEST_F(CliEndToEnd, UsageErrorsExit2AndBadInputExits3) {
   EXPECT_EQ(Shell(Fragscope() + " report " + Trace() + " --format xml").exit_code, 2);
   EXPECT_EQ(Shell(Fragscope() + " gate " + Trace()).exit_code, 2) << "no limit given";
   EXPECT_EQ(Shell(Fragscope() + " gate " + Trace() + " --max-fragmentation 1.5").exit_code, 2);
+  for (const char* at : {"peak,soon", ",", "", "Peak"}) {
+    Result bad =
+        Shell(Fragscope() + " gate " + Trace() + " --max-fragmentation 0.5 --at '" + at + "'");
+    EXPECT_EQ(bad.exit_code, 2) << at;
+    EXPECT_NE(bad.output.find("comma-separated list of peak, end, oom or all"), std::string::npos)
+        << bad.output;
+  }
   Result missing = Shell(Fragscope() + " report /nonexistent.fst");
   EXPECT_EQ(missing.exit_code, 3);
   EXPECT_NE(missing.output.find("/nonexistent.fst"), std::string::npos) << missing.output;

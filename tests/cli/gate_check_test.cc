@@ -156,6 +156,46 @@ TEST(GateCheck, BlocksKnownAtSyncsOnlyAreJudgedOnlyWhereKnown) {
   EXPECT_NE(checks[0].reason.find("fragmentation 0.750 > limit 0.700"), std::string::npos);
 }
 
+// A run that died of fragmentation may hold no cache at its peak (the peak is the moment
+// everything was in use), so a gate that judged the peak alone would pass it.
+TEST(GateCheck, TheDefaultJudgesEveryOomBesideThePeak) {
+  ModelSummary s = OneDevice();  // 0.75 at the peak
+  OomPostMortem oom;
+  oom.failure.device = 0;
+  oom.failure.seq = 99;
+  oom.figures.cached_bytes = 1000 * kMiB;
+  oom.figures.largest_free_range_bytes = 40 * kMiB;  // 0.96
+  s.ooms.push_back(oom);
+  GateLimits limits;
+  limits.max_fragmentation = 0.9;
+  auto checks = EvaluateGate(s, limits);
+  ASSERT_EQ(checks.size(), 2u);
+  EXPECT_EQ(checks[0].name, "device 0 fragmentation at peak (seq 20)");
+  EXPECT_TRUE(checks[0].passed);
+  EXPECT_EQ(checks[1].name, "device 0 fragmentation at OOM (seq 99)");
+  EXPECT_FALSE(checks[1].passed);
+  limits.at = GateMoment::kPeak;
+  checks = EvaluateGate(s, limits);
+  ASSERT_EQ(checks.size(), 1u);
+  EXPECT_TRUE(checks[0].passed) << "the peak alone, when asked for";
+  limits.at = GateMoment::kAll;
+  checks = EvaluateGate(s, limits);
+  EXPECT_EQ(checks.size(), 4u) << "two samples (the peak among them), the end and the OOM";
+  EXPECT_EQ(Failures(checks), 1);
+}
+
+// Without samples the peak falls back to the end: asked for both, the end is judged once.
+TEST(GateCheck, PeakAndEndWithoutSamplesJudgeTheEndOnce) {
+  ModelSummary s = OneDevice();
+  s.devices[0].timeline.clear();
+  GateLimits limits;
+  limits.max_reserved_bytes = 1024 * kMiB;
+  limits.at = GateMoment::kPeak | GateMoment::kEnd;
+  auto checks = EvaluateGate(s, limits);
+  ASSERT_EQ(checks.size(), 1u);
+  EXPECT_EQ(checks[0].name, "device 0 reserved at end");
+}
+
 TEST(GateCheck, AnOomIsJudgedOnlyWhenItsBlocksAreFresh) {
   ModelSummary s = OneDevice();
   s.block_syncs = 2;
