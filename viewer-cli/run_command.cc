@@ -4,8 +4,14 @@
 // pointed at it, and prints the report (with any OOM post-mortem) when CMD exits. CMD's exit
 // status is passed through (128+N when a signal N killed it), so `fragscope run` can replace
 // the command in a job script unchanged.
+//
+// With --daemon (to a running fragscope-collector) or --dormant (for a later `fragscope
+// attach`) there is no embedded collector: `run` sets up the same environment (agent, PyTorch
+// adapter) and execs CMD in its place, so CMD keeps this process's pid, signals and status.
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +31,7 @@
 #include "commands.h"
 #include "exit_codes.h"
 #include "fragscope/server/session_server.h"
+#include "fragscope/server/socket_listener.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
 #include "fragscope/trace/output_file.h"
 #include "install_layout.h"
@@ -48,7 +55,13 @@ constexpr char kUsage[] =
     "  --backend preload|cupti|auto   capture backend (default auto = preload; CUPTI allows one\n"
     "                         subscriber, so it would break torch.profiler or Nsight)\n"
     "  --no-adapter           do not put the PyTorch adapter on PYTHONPATH\n"
-    "  --linger-ms N          wait this long for processes that outlive CMD (default 2000)\n";
+    "  --linger-ms N          wait this long for processes that outlive CMD (default 2000)\n"
+    "  --daemon               send to the running fragscope-collector instead (its reports and\n"
+    "                         traces go to its --dir); CMD runs in place of this command\n"
+    "  --socket PATH          that collector's socket (default: fragscope-collector's default)\n"
+    "  --dormant              start the agent dormant for a later `fragscope attach PID`\n"
+    "                         (nothing collected until then); CMD runs in place of this command\n"
+    "  (-o, --format, --report, --quiet and --linger-ms are for the embedded collector only)\n";
 
 volatile sig_atomic_t g_child_pid = 0;
 
@@ -67,10 +80,76 @@ bool ParseInt(const std::string& s, long lo, long hi, long* out) {
 
 }  // namespace
 
+// What the program's environment gets, in the embedded-collector child and in place alike.
+struct AgentSetup {
+  std::string agent;  // absolute path of the library
+  bool use_cupti = false;
+  bool adapter = true;
+  std::string socket;  // FRAGSCOPE_SOCKET; empty: none
+  bool dormant = false;
+  std::string stack_depth, ring_mb;
+  bool no_free_stacks = false;
+};
+
+void SetAgentEnvironment(const AgentSetup& setup) {
+  if (setup.use_cupti) {
+    // CUPTI's injection hook loads the library itself once the program initialises CUDA.
+    setenv("CUDA_INJECTION64_PATH", setup.agent.c_str(), 1);
+  } else {
+    std::string preload = setup.agent;
+    if (const char* old = getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') {
+      preload += std::string(":") + old;
+    }
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+  }
+  if (setup.adapter) {
+    // The adapter is inert unless the program imports torch; it chains any sitecustomize
+    // already on the path.
+    if (std::string dir = AdapterDir(); !dir.empty()) {
+      const char* old = getenv("PYTHONPATH");
+      std::string path = dir + (old != nullptr && old[0] != '\0' ? ":" + std::string(old) : "");
+      setenv("PYTHONPATH", path.c_str(), 1);
+    }
+  }
+  if (!setup.socket.empty()) {
+    setenv("FRAGSCOPE_SOCKET", setup.socket.c_str(), 1);
+  } else {
+    unsetenv("FRAGSCOPE_SOCKET");
+  }
+  unsetenv("FRAGSCOPE_OUTPUT");  // the socket (or a later attach) is this run's only output
+  if (setup.dormant) {
+    setenv("FRAGSCOPE_DORMANT", "1", 1);
+  } else {
+    unsetenv("FRAGSCOPE_DORMANT");
+  }
+  if (!setup.stack_depth.empty()) setenv("FRAGSCOPE_STACK_DEPTH", setup.stack_depth.c_str(), 1);
+  if (!setup.ring_mb.empty()) setenv("FRAGSCOPE_RING_MB", setup.ring_mb.c_str(), 1);
+  if (setup.no_free_stacks) setenv("FRAGSCOPE_FREE_STACKS", "0", 1);
+}
+
+// Replaces this process with CMD (the --daemon and --dormant modes); returns only on failure.
+int ExecInPlace(std::vector<std::string> cmd) {
+  std::vector<char*> argv;
+  for (std::string& a : cmd) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "fragscope run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+  return 127;
+}
+
+// Whether a collector's socket is at `path` (a daemon started later is fine too: the agent
+// retries, so this only decides a warning). Not a test connection: the daemon would take it
+// for an agent that died before it said anything, and say so in its log.
+bool SocketExists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 int RunCommand(const std::vector<std::string>& args) {
-  std::string trace_path, format_name = "text", report_path, stack_depth, ring_mb, agent,
-                          linger = "2000", backend = "auto";
-  bool quiet = false, no_adapter = false, no_free_stacks = false;
+  // Empty: not given (the embedded collector's defaults apply: text, 2000 ms).
+  std::string trace_path, format_name, report_path, stack_depth, ring_mb, agent, linger,
+      backend = "auto", socket_path;
+  bool quiet = false, no_adapter = false, no_free_stacks = false, daemon = false, dormant = false;
   ArgReader reader("run", args);
   reader.Option("output", "o", &trace_path);
   reader.Option("format", "f", &format_name);
@@ -83,7 +162,36 @@ int RunCommand(const std::vector<std::string>& args) {
   reader.Flag("no-adapter", &no_adapter);
   reader.Flag("no-free-stacks", &no_free_stacks);
   reader.Flag("quiet", &quiet);
+  reader.Flag("daemon", &daemon);
+  reader.Option("socket", "", &socket_path);
+  reader.Flag("dormant", &dormant);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
+  if (!socket_path.empty()) daemon = true;
+  const bool in_place = daemon || dormant;
+  if (daemon && dormant) {
+    std::fprintf(stderr,
+                 "fragscope run: --dormant and --daemon/--socket exclude each other (a dormant "
+                 "agent is woken by `fragscope attach`, which brings its own collector)\n%s",
+                 kUsage);
+    return kExitUsage;
+  }
+  if (in_place) {
+    for (auto [given, flag] :
+         {std::pair{!trace_path.empty(), "-o"}, std::pair{!format_name.empty(), "--format"},
+          std::pair{!report_path.empty(), "--report"}, std::pair{quiet, "--quiet"},
+          std::pair{!linger.empty(), "--linger-ms"}}) {
+      if (!given) continue;
+      std::fprintf(stderr,
+                   "fragscope run: %s is for the embedded collector; with %s the %s writes the "
+                   "trace and reports\n%s",
+                   flag, dormant ? "--dormant" : "--daemon",
+                   dormant ? "`fragscope attach` that wakes the agent" : "fragscope-collector",
+                   kUsage);
+      return kExitUsage;
+    }
+  }
+  if (format_name.empty()) format_name = "text";
+  if (linger.empty()) linger = "2000";
   ReportFormat format;
   if (!ParseReportFormat(format_name, &format)) {
     std::fprintf(stderr, "fragscope run: unknown --format '%s' (text or json)\n%s",
@@ -134,6 +242,46 @@ int RunCommand(const std::vector<std::string>& args) {
     }
   }
 
+  AgentSetup setup;
+  setup.agent = agent;
+  setup.use_cupti = use_cupti;
+  setup.adapter = !no_adapter;
+  setup.stack_depth = stack_depth;
+  setup.ring_mb = ring_mb;
+  setup.no_free_stacks = no_free_stacks;
+  if (in_place) {
+    if (daemon) {
+      // fragscope-collector's own default when no --socket is given.
+      absl::StatusOr<std::string> runtime = PrivateRuntimeDir();
+      const std::string default_socket = runtime.ok() ? *runtime + "/collector.sock" : "";
+      if (socket_path.empty()) {
+        if (!runtime.ok()) {
+          std::fprintf(stderr, "fragscope run: %s\n",
+                       std::string(runtime.status().message()).c_str());
+          return kExitBadInput;
+        }
+        socket_path = default_socket;
+      }
+      if (!SocketExists(socket_path)) {
+        const std::string start = socket_path == default_socket ? "" : " --socket " + socket_path;
+        std::fprintf(stderr,
+                     "fragscope run: warning: no fragscope-collector socket at %s yet; the agent "
+                     "keeps trying, so start one (fragscope-collector --dir DIR%s) before the "
+                     "program's memory matters\n",
+                     socket_path.c_str(), start.c_str());
+      }
+      setup.socket = socket_path;
+    } else {
+      setup.dormant = true;
+      std::fprintf(stderr,
+                   "fragscope run: the agent in pid %d is dormant; `fragscope attach %d` wakes "
+                   "it\n",
+                   static_cast<int>(getpid()), static_cast<int>(getpid()));
+    }
+    SetAgentEnvironment(setup);
+    return ExecInPlace(reader.after_dashdash());
+  }
+
   // Before CMD runs: both files are written at its end, maybe hours later, and a bad path
   // found then would cost the report or the trace of the whole run.
   if (!OutputsWritable("run", {{"--report", &report_path}, {"-o", &trace_path}})) {
@@ -181,31 +329,8 @@ int RunCommand(const std::vector<std::string>& args) {
     return kExitBadInput;
   }
   if (child == 0) {
-    if (use_cupti) {
-      // CUPTI's injection hook loads the library itself once the program initialises CUDA.
-      setenv("CUDA_INJECTION64_PATH", agent.c_str(), 1);
-    } else {
-      std::string preload = agent;
-      if (const char* old = getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') {
-        preload += std::string(":") + old;
-      }
-      setenv("LD_PRELOAD", preload.c_str(), 1);
-    }
-    if (!no_adapter) {
-      // The adapter is inert unless the program imports torch; it chains any sitecustomize
-      // already on the path.
-      if (std::string dir = AdapterDir(); !dir.empty()) {
-        const char* old = getenv("PYTHONPATH");
-        std::string path = dir + (old != nullptr && old[0] != '\0' ? ":" + std::string(old) : "");
-        setenv("PYTHONPATH", path.c_str(), 1);
-      }
-    }
-    setenv("FRAGSCOPE_SOCKET", (*collector)->socket_path().c_str(), 1);
-    unsetenv("FRAGSCOPE_OUTPUT");  // the socket is this run's only output
-    unsetenv("FRAGSCOPE_DORMANT");
-    if (!stack_depth.empty()) setenv("FRAGSCOPE_STACK_DEPTH", stack_depth.c_str(), 1);
-    if (!ring_mb.empty()) setenv("FRAGSCOPE_RING_MB", ring_mb.c_str(), 1);
-    if (no_free_stacks) setenv("FRAGSCOPE_FREE_STACKS", "0", 1);
+    setup.socket = (*collector)->socket_path();
+    SetAgentEnvironment(setup);
     std::vector<char*> argv;
     for (std::string& a : cmd) argv.push_back(a.data());
     argv.push_back(nullptr);

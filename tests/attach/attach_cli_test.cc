@@ -56,6 +56,35 @@ TEST(AttachCliTest, CollectsUntilTheProcessEndsAndMatchesTheDriver) {
   EXPECT_EQ(again.exit_code, 0) << again.err;
 }
 
+// `fragscope run --dormant -- CMD` is the README's way to start a job for a later attach: it
+// becomes CMD (so the pid a shell's $! gives is the program's) with its agent dormant.
+TEST(AttachCliTest, RunDormantBecomesTheProgramThatAttachWakes) {
+  TempDir dir;
+  LiveProcess app(
+      kCli, {"run", "--dormant", "--", AppPath("agent_attach_app")},
+      RunOptions{false,
+                 {{"XDG_RUNTIME_DIR", dir.path()}, {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}});
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string control = AgentSocket(dir, app.pid());
+  ASSERT_TRUE(WaitForFile(control)) << "no agent in pid " << app.pid() << ": " << app.err();
+  EXPECT_EQ(Status(control).rfind("ok dormant", 0), 0u);
+  EXPECT_NE(app.err().find("`fragscope attach " + std::to_string(app.pid()) + "` wakes it"),
+            std::string::npos)
+      << app.err();
+  LiveProcess attach(kCli, {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst")},
+                     Cli(dir));
+  ASSERT_TRUE(WaitForStatus(control, "ok streaming")) << attach.err();
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 2"));
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 3"));
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  EXPECT_EQ(Replay(trace), GroundTruth(dir.File("truth")));
+}
+
 TEST(AttachCliTest, DurationDetachesAndLeavesTheAgentDormant) {
   TempDir dir;
   LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));

@@ -213,6 +213,27 @@ TEST_F(CliEndToEnd, UsageErrorsExit2AndBadInputExits3) {
   EXPECT_NE(deep.output.find("0..64"), std::string::npos) << deep.output;
   EXPECT_EQ(Shell(Fragscope() + " run --quiet --stack-depth 64 -- /bin/true").exit_code, 0);
   EXPECT_EQ(Shell(Fragscope() + " report").exit_code, 2);
+  // --daemon and --dormant exec the program in place: the embedded collector's options, or both
+  // modes at once, are refused before anything runs.
+  for (const char* opts : {"--dormant -o x.fst", "--daemon --report r.txt", "--dormant --quiet",
+                           "--socket s --format json", "--dormant --daemon", "--dormant --socket s",
+                           "--daemon --linger-ms 5"}) {
+    Result bad = Shell(Fragscope() + " run " + opts + " -- echo ran");
+    EXPECT_EQ(bad.exit_code, 2) << opts;
+    EXPECT_EQ(bad.output.find("ran\n"), std::string::npos) << opts << ": " << bad.output;
+  }
+  Result no_daemon = Shell(Fragscope() + " run --socket " + dir_ +
+                           "/nobody.sock -- sh -c 'echo \"$FRAGSCOPE_SOCKET $FRAGSCOPE_DORMANT\"'");
+  EXPECT_EQ(no_daemon.exit_code, 0) << no_daemon.output;
+  EXPECT_NE(no_daemon.output.find("no fragscope-collector socket at " + dir_ + "/nobody.sock"),
+            std::string::npos)
+      << no_daemon.output;
+  EXPECT_NE(no_daemon.output.find(dir_ + "/nobody.sock \n"), std::string::npos)
+      << "the agent is pointed at the socket, not dormant: " << no_daemon.output;
+  Result dormant = Shell(Fragscope() + " run --dormant -- sh -c 'echo \"[$FRAGSCOPE_SOCKET] " +
+                         "$FRAGSCOPE_DORMANT\"; exit 7'");
+  EXPECT_EQ(dormant.exit_code, 7) << dormant.output;
+  EXPECT_NE(dormant.output.find("[] 1\n"), std::string::npos) << dormant.output;
   EXPECT_EQ(Shell(Fragscope() + " report " + Trace() + " --format xml").exit_code, 2);
   EXPECT_EQ(Shell(Fragscope() + " gate " + Trace()).exit_code, 2) << "no limit given";
   EXPECT_EQ(Shell(Fragscope() + " gate " + Trace() + " --max-fragmentation 1.5").exit_code, 2);

@@ -153,6 +153,29 @@ TEST_F(CollectorDaemon, ManyProcessesEachGetTraceReportsAndPostMortems) {
   EXPECT_NE(log.find("class: fragmentation ->"), std::string::npos) << log;
 }
 
+// `fragscope run --daemon` sets up what a job under the daemon needs (agent, adapter, socket)
+// and becomes the program: same pid, same exit status, and its files in the daemon's folder.
+TEST_F(CollectorDaemon, RunDaemonBecomesTheProgramAndSendsItsStreamHere) {
+  std::string out;
+  int status = ShellStatus(
+      "FAKECUDA_CAPACITY=4G " + std::string(FRAGSCOPE_CLI_BIN) + " run --daemon --socket " +
+          socket_ + " -- sh -c 'echo pid $$; exec " + FRAGSCOPE_DEMO_BIN + " >/dev/null'",
+      &out);
+  EXPECT_EQ(status, 1) << "the demo dies of its second OOM with status 1\n" << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("pid ([0-9]+)"))) << out;
+  WaitForLog(" ended ", 1);
+  const std::string report = dir_ + "/out/fragmenting_training-" + m[1].str() + ".report.json";
+  ASSERT_TRUE(fs::exists(report)) << "run should exec the program in its own place\n"
+                                  << Slurp(log_);
+  auto j = nlohmann::json::parse(Slurp(report));
+  ASSERT_EQ(j["ooms"].size(), 2u);
+  EXPECT_EQ(j["ooms"][0]["class"], "fragmentation");
+  std::string log = Slurp(log_);
+  EXPECT_EQ(log.find("DISCONNECTED"), std::string::npos) << "no stray connection: " << log;
+  EXPECT_EQ(out.find("warning"), std::string::npos) << "the socket was there: " << out;
+}
+
 TEST_F(CollectorDaemon, TopShowsALiveProcessAndACrashIsReportedNotFatal) {
   // A process that holds 96 MiB until its stdin closes.
   int holder_stdin = -1;
