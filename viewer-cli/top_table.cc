@@ -1,6 +1,7 @@
 #include "top_table.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "fragscope/model/format_bytes.h"
@@ -10,6 +11,30 @@ namespace {
 
 std::string Fmt(const nlohmann::json& v) {
   return v.is_number_unsigned() ? FormatBytes(v.get<uint64_t>()) : std::string("unknown");
+}
+
+// A C++ function for a one-line column: a long name's parameter list becomes "(...)"
+// (`c10::...::DeviceCachingAllocator::record_trace(c10::CachingDeviceAllocator::TraceEntry::
+// Action, unsigned long, ...)` is a line of its own). Short names keep theirs, which tell
+// overloads apart.
+std::string ShortFunction(const std::string& name) {
+  constexpr size_t kLong = 60;
+  if (name.size() <= kLong) return name;
+  size_t close = name.size();
+  for (const char* suffix : {" const", " &&", " &"}) {  // qualifiers after the parameters
+    const size_t n = std::strlen(suffix);
+    if (close >= n && name.compare(close - n, n, suffix) == 0) close -= n;
+  }
+  if (close == 0 || name[close - 1] != ')') return name;
+  int depth = 0;
+  for (size_t i = close; i-- > 0;) {
+    if (name[i] == ')') ++depth;
+    if (name[i] == '(' && --depth == 0) {
+      if (i + 1 == close - 1) return name;  // "()": nothing to shorten
+      return name.substr(0, i) + "(...)" + name.substr(close);
+    }
+  }
+  return name;
 }
 
 // The frame a site is known by: the first that is not fragscope's own (annotate.h's inline
@@ -25,7 +50,12 @@ std::string SiteName(const nlohmann::json& site) {
     const std::string function = f.value("function", std::string());
     std::string module = f.value("module", std::string());
     module = module.substr(module.rfind('/') + 1);
-    if (function.rfind("fragscope_", 0) == 0 || module.rfind("libfragscope", 0) == 0) continue;
+    // The agent, and the PyTorch adapter's extension (fragscope_torch_adapter_*.so), whose
+    // trace callback is the innermost frame of a tensor not named by its Python line yet.
+    if (function.rfind("fragscope_", 0) == 0 || module.rfind("libfragscope", 0) == 0 ||
+        module.rfind("fragscope_", 0) == 0) {
+      continue;
+    }
     chosen = &f;
     break;
   }
@@ -37,7 +67,7 @@ std::string SiteName(const nlohmann::json& site) {
     name += " (" + file.substr(file.rfind('/') + 1) + (line > 0 ? ":" + std::to_string(line) : "") +
             ")";
   }
-  return name.empty() ? chosen->value("text", std::string("?")) : name;
+  return name.empty() ? chosen->value("text", std::string("?")) : ShortFunction(name);
 }
 
 }  // namespace

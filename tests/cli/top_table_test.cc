@@ -70,6 +70,37 @@ TEST(TopTable, TopSiteIsTheFirstFrameOutsideFragscope) {
   EXPECT_EQ(table.find("fragscope_annotate"), std::string::npos) << table;
 }
 
+// A PyTorch tensor not yet named by its Python line: the adapter's extension is fragscope's own
+// (skipped like the agent), and the long C++ name that follows loses its parameters.
+TEST(TopTable, AdapterFramesAreSkippedAndLongNamesShortened) {
+  TopRates rates;
+  nlohmann::json doc = {{"streams", {Stream(41, 100), Stream(42, 5)}}};
+  const std::string ext = "/root/.cache/fragscope/fragscope_torch_adapter_2_15_0_cu132.so";
+  doc["streams"][0]["report"]["devices"][0]["sites"] = {
+      {{"stack",
+        {{{"function", "fragscope_annotate_block_alloc"}, {"module", ext}},
+         {{"function",
+           "(anonymous namespace)::OnTrace(c10::CachingDeviceAllocator::TraceEntry "
+           "const&)"},
+          {"module", ext}},
+         {{"function",
+           "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::record_trace(c10::"
+           "CachingDeviceAllocator::TraceEntry::Action, unsigned long, unsigned long) const"},
+          {"module", "/venv/torch/lib/libc10_cuda.so"}}}}}};
+  doc["streams"][1]["report"]["devices"][0]["sites"] = {
+      {{"stack",
+        {{{"function", "std::vector<int, std::allocator<int> >::_M_realloc_insert<int const&>()"},
+          {"module", "/opt/app/bin/train"}}}}}};
+  const std::string table = TopTable(doc, 0, &rates, 1.0);
+  EXPECT_NE(table.find("  c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::"
+                       "record_trace(...) const\n"),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("OnTrace"), std::string::npos) << table;
+  EXPECT_NE(table.find("_M_realloc_insert<int const&>()\n"), std::string::npos)
+      << "no parameters to shorten: " << table;
+}
+
 // A PyTorch tensor's Python site (a text frame, no pc): the function with its file and line.
 TEST(TopTable, PythonSiteShowsItsFileAndLine) {
   TopRates rates;
