@@ -48,6 +48,7 @@ table { border-collapse: collapse; margin: 4px 0; } td, th { padding: 2px 10px 2
   text-align: left; vertical-align: top; } th { font-size: 12px; color: var(--muted); }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 code, .site { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
+.site { overflow-wrap: anywhere; }  /* a C++ frame can be wider than the page */
 svg { display: block; width: 100%; height: auto; }
 .segment-map text { font: 10px ui-monospace, Menlo, Consolas, monospace; fill: var(--muted); }
 .segment-map rect { stroke: #fff; stroke-width: 0.3; }
