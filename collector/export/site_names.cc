@@ -15,8 +15,9 @@ const std::string& SiteNames::Name(uint64_t stack_id) {
   } else {
     std::vector<SymbolizedFrame> frames = SymbolizeStack(summary_, stack_id, symbolizer_);
     if (frames.empty()) name = absl::StrFormat("(stack %d not in the stream)", stack_id);
-    for (std::size_t i = 0; i < frames.size() && i < max_frames_; ++i) {
-      if (i > 0) name += " < ";
+    const std::size_t first = LeadingOwnFrames(frames);  // fragscope's own, no site
+    for (std::size_t i = first; i < frames.size() && i < first + max_frames_; ++i) {
+      if (i > first) name += " < ";
       name += FormatFrame(frames[i]);
     }
   }

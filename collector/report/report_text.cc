@@ -62,10 +62,14 @@ void TextReport::Stack(uint64_t stack_id, std::string_view indent) {
     out_ << indent << absl::StrFormat("(stack %d not in the stream)\n", stack_id);
     return;
   }
-  const std::size_t shown = std::min(frames.size(), options_.max_stack_frames);
-  for (std::size_t i = 0; i < shown; ++i) out_ << indent << "at " << FormatFrame(frames[i]) << "\n";
-  if (shown < frames.size()) {
-    out_ << indent << absl::StrFormat("... %d more frames\n", frames.size() - shown);
+  // fragscope's own frames (annotate.h's inline functions, the PyTorch adapter's callback) name
+  // no site of the program's: the site starts below them.
+  const std::size_t first = LeadingOwnFrames(frames);
+  const std::size_t end = std::min(frames.size(), first + options_.max_stack_frames);
+  for (std::size_t i = first; i < end; ++i)
+    out_ << indent << "at " << FormatFrame(frames[i]) << "\n";
+  if (end < frames.size()) {
+    out_ << indent << absl::StrFormat("... %d more frames\n", frames.size() - end);
   }
 }
 

@@ -54,6 +54,18 @@ std::string FormatFrame(const SymbolizedFrame& frame) {
   return absl::StrFormat("0x%x", frame.pc);
 }
 
+std::size_t LeadingOwnFrames(const std::vector<SymbolizedFrame>& frames) {
+  auto own = [](const SymbolizedFrame& f) {
+    if (f.function.starts_with("fragscope_")) return true;
+    const std::string_view module = BaseName(f.module);
+    return module.starts_with("libfragscope") ||
+           (module.starts_with("fragscope_") && module.ends_with(".so"));
+  };
+  std::size_t n = 0;
+  while (n + 1 < frames.size() && own(frames[n])) ++n;
+  return n;
+}
+
 std::vector<SymbolizedFrame> SymbolizeStack(const ModelSummary& summary, uint64_t stack_id,
                                             Symbolizer& symbolizer) {
   std::vector<SymbolizedFrame> frames;

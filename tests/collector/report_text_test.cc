@@ -170,6 +170,47 @@ TEST(ReportTextTest, FreeRangesAtTheFailureBySize) {
                  "  ... 2 smaller, 1.07 MiB in all\n");
 }
 
+// A site starts below fragscope's own frames: annotate.h's inline functions in the program's
+// allocator, the agent, the PyTorch adapter's extension. Only a leading run counts, a program
+// whose own module is called fragscope_* keeps its frames, and one frame always stays.
+TEST(SymbolizerTest, LeadingOwnFramesAreFragscopesOnly) {
+  auto frame = [](std::string function, std::string module) {
+    SymbolizedFrame f;
+    f.function = std::move(function);
+    f.module = std::move(module);
+    return f;
+  };
+  const std::string ext = "/root/.cache/fragscope_torch_adapter_2_15_0_cu132.so";
+  EXPECT_EQ(LeadingOwnFrames({frame("fragscope_annotate_block_alloc", "/opt/train"),
+                              frame("Pool::Allocate(unsigned long)", "/opt/train")}),
+            1u);
+  EXPECT_EQ(LeadingOwnFrames({frame("fragscope_annotate_block_alloc", ext),
+                              frame("(anonymous namespace)::OnTrace(...)", ext),
+                              frame("std::_Function_handler<...>::_M_invoke(...)", ext),
+                              frame("c10::...::record_trace(...)", "/venv/lib/libc10_cuda.so"),
+                              frame("helper", ext)}),
+            3u);
+  EXPECT_EQ(LeadingOwnFrames({frame("", "/opt/fs/lib/libfragscope.so"), frame("main", "/a")}), 1u);
+  EXPECT_EQ(LeadingOwnFrames({frame("main", "/opt/bin/fragscope_tool"), frame("f", "/a")}), 0u)
+      << "an executable named fragscope_* is the program's own";
+  EXPECT_EQ(LeadingOwnFrames({frame("fragscope_mark", "/a"), frame("fragscope_x", "/a")}), 1u)
+      << "one frame always stays";
+  EXPECT_EQ(LeadingOwnFrames({}), 0u);
+}
+
+TEST(ReportTextTest, SitesStartBelowFragscopesOwnFrames) {
+  ModelSummary s = testing::FragmentationOomSummary();
+  // The failing call (stack 30) as a sub-allocator reports it: annotate.h's inline function,
+  // then the allocator.
+  s.stacks[30] = StackInfo{
+      {},
+      {{"fragscope_annotate_alloc_failed", "annotate.h", 101}, {"Pool::Allocate", "pool.cc", 12}}};
+  std::ostringstream out;
+  RenderText(s, out);
+  EXPECT_EQ(out.str().find("fragscope_annotate_alloc_failed"), std::string::npos) << out.str();
+  ExpectContains(out.str(), "at Pool::Allocate (pool.cc:12)");
+}
+
 TEST(SymbolizerTest, ModuleOffsetFallback) {
   ModuleOffsetSymbolizer symbolizer(
       {{"/lib/libb.so", "", 0x2000, 0x1000}, {"/lib/liba.so", "", 0x1000, 0x800}});

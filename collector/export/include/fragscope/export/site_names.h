@@ -20,7 +20,8 @@ class SiteNames {
   SiteNames(const ModelSummary& summary, Symbolizer& symbolizer, std::size_t max_frames = 3)
       : summary_(summary), symbolizer_(symbolizer), max_frames_(max_frames) {}
 
-  // Up to max_frames frames, innermost first, joined by " < "; "(no stack recorded)" for 0,
+  // Up to max_frames frames, innermost first below fragscope's own (LeadingOwnFrames), joined
+  // by " < "; "(no stack recorded)" for 0,
   // "(stack N not in the stream)" for an id the stream never defined.
   const std::string& Name(uint64_t stack_id);
 

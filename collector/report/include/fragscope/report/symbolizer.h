@@ -5,6 +5,7 @@
 #ifndef FRAGSCOPE_REPORT_SYMBOLIZER_H_
 #define FRAGSCOPE_REPORT_SYMBOLIZER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,6 +47,12 @@ class ModuleOffsetSymbolizer : public Symbolizer {
 
 // "function (file:line)", or "module+0xoffset", or "0xpc" — the one-line form reports print.
 std::string FormatFrame(const SymbolizedFrame& frame);
+
+// How many of `frames`, from the innermost, are fragscope's own code: annotate.h's inline
+// functions (`fragscope_*`, compiled into the program's allocator), the agent
+// (`libfragscope*.so`) and the PyTorch adapter's extension (`fragscope_*.so`). Reports begin a
+// site below them; at least one frame is always left.
+std::size_t LeadingOwnFrames(const std::vector<SymbolizedFrame>& frames);
 
 // The frames of stack `stack_id` in `summary` (source frames of a converted stream, or its pcs
 // through `symbolizer`), innermost first; empty for stack 0 or an unknown id.
