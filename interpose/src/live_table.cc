@@ -42,6 +42,20 @@ bool LiveTable::HoldsKey(const Slot& slot, LiveClass cls, uint64_t key) {
          (__atomic_load_n(&slot.header, __ATOMIC_RELAXED) & 0xff) == static_cast<uint64_t>(cls);
 }
 
+bool LiveTable::WaitForBusy(const void* outer, int attempt) {
+  // A handler that interrupted this thread's own claim (outer) holds that slot busy while it
+  // waits. Two such handlers on two threads, each waiting for the slot the other's interrupted
+  // code holds, would wait forever (seen: a stress run with handlers that allocate hung at
+  // 100 % CPU). So a waiter that holds a slot gives up after a while and passes the busy slot
+  // over, as if another key were there. What that can cost: an insert lands further down its
+  // chain, or a release misses its entry and reaches the collector as an unmatched free, which
+  // reports count. Holders that hold nothing wait as before; every cycle has a waiter that
+  // holds a slot, so none is left.
+  if (outer != nullptr && attempt >= kNestedWaitAttempts) return false;
+  Backoff(attempt);
+  return true;
+}
+
 void LiveTable::Backoff(int attempt) {
   if (attempt < 64) return;  // a writer holds a slot for a few instructions
   if (attempt < 1024) {
@@ -65,7 +79,7 @@ LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* cla
       if (kind == kEmpty) return nullptr;  // end of the probe chain
       if (kind == kTombstone) break;
       if (kind == kBusy) {  // being written; look again once it settles
-        Backoff(spin);
+        if (!WaitForBusy(outer, spin)) break;
         continue;
       }
       if (!HoldsKey(slot, cls, key)) break;
@@ -94,7 +108,7 @@ bool LiveTable::InsertWithSeq(const LiveEntry& entry, uint64_t seq, size_t* inde
       uint64_t s = slot.state.load(std::memory_order_acquire);
       uint64_t kind = s & 3;
       if (kind == kBusy) {
-        Backoff(spin);
+        if (!WaitForBusy(outer, spin)) break;  // passed over: next slot
         continue;
       }
       bool replace = kind == kLive && HoldsKey(slot, entry.cls, entry.address);

@@ -89,7 +89,9 @@ inline bool HasDeferredFields(const LiveEntry& e) {
 // The slot this thread is claiming or holds busy, if any. A signal handler that interrupts the
 // holder on the same thread and uses the table itself (its CUDA calls are recorded) must not
 // wait for that slot: the holder cannot finish before the handler returns. It passes over it
-// instead, as if another key were there. initial-exec: no allocation in a handler.
+// instead, as if another key were there, and waits only a bounded time for slots other threads
+// hold (WaitForBusy: their holders may be under handlers waiting for ours). initial-exec: no
+// allocation in a handler.
 inline thread_local constinit const void* t_live_slot_held
     __attribute__((tls_model("initial-exec"))) = nullptr;
 
@@ -266,6 +268,12 @@ class LiveTable {
   // Waits a little before attempt `attempt` at a slot another thread is changing: spins, then
   // yields, then sleeps (that thread may have been preempted).
   static void Backoff(int attempt);
+  // Attempts (Backoff's) a waiter that itself holds a slot makes before passing a busy slot
+  // over: past the spinning and yielding, about 2 ms of sleeps.
+  static constexpr int kNestedWaitAttempts = 1024 + 40;
+  // Backs off once for a busy slot; false when the waiter, holding `outer` (a signal handler's
+  // operation over its thread's own claim), should stop waiting and pass the slot over.
+  static bool WaitForBusy(const void* outer, int attempt);
   static bool HoldsKey(const Slot& slot, LiveClass cls, uint64_t key);
   // Claims the live slot holding (cls, key): state becomes busy. Returns it or nullptr. Leaves
   // t_live_slot_held naming it (or the last slot tried): the caller restores the value it had.

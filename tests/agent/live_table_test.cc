@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <thread>
 #include <vector>
@@ -43,6 +44,52 @@ TEST(LiveTableTest, InsertFindEraseByClassAndKey) {
   EXPECT_FALSE(t.Find(LiveClass::kAllocation, 0x1000, &out));
   EXPECT_TRUE(t.Find(LiveClass::kBlock, 0x1000, &out));
   EXPECT_EQ(t.CountLive(), 1u);
+}
+
+// Signal handlers that allocate, on two threads, each over its own thread's claim: each
+// waits for the slot the other's interrupted code holds. Waiting without bound hung a stress
+// run forever; a waiter that holds a slot gives up and passes the busy slot over.
+TEST(LiveTableTest, HandlersOverClaimsOnTwoThreadsDoNotWaitForEachOther) {
+  LiveTable t;
+  ASSERT_TRUE(t.Init(256));
+  constexpr uint64_t kA = 0x7f0000100000, kB = 0x7f0000900000;
+  ASSERT_TRUE(t.Insert(Alloc(kA, 1, 1)));
+  ASSERT_TRUE(t.Insert(Alloc(kB, 2, 2)));
+  std::atomic<int> holding{0};
+  std::atomic<int> finished{0};
+  std::atomic<int> erased{0};
+  // Update holds its key's slot busy while fn runs, as the interrupted code of a handler does.
+  auto handler_over_claim = [&](uint64_t own, uint64_t other) {
+    t.Update(LiveClass::kAllocation, own, [&](LiveEntry&) {
+      holding.fetch_add(1);
+      while (holding.load() < 2) std::this_thread::yield();
+      LiveEntry out;
+      if (t.Erase(LiveClass::kAllocation, other, &out)) erased.fetch_add(1);
+      return true;
+    });
+    finished.fetch_add(1);
+  };
+  std::thread a(handler_over_claim, kA, kB);
+  std::thread b(handler_over_claim, kB, kA);
+  // A watchdog, not a timing assertion: without the bound the threads never finish.
+  for (int i = 0; i < 3000 && finished.load() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (finished.load() < 2) {
+    ADD_FAILURE() << "the two handlers wait for each other's slot forever";
+    std::_Exit(1);  // the threads cannot be joined
+  }
+  a.join();
+  b.join();
+  // The first to give up passes the other's slot over and lets its own go; the other, still
+  // waiting, may then find its entry. Never both.
+  EXPECT_LE(erased.load(), 1);
+  EXPECT_EQ(t.CountLive(), 2u - static_cast<size_t>(erased.load()));
+  LiveEntry out;
+  const uint64_t left = t.Find(LiveClass::kAllocation, kA, &out) ? kA : kB;
+  ASSERT_TRUE(t.Find(LiveClass::kAllocation, left, &out));
+  // Outside a handler, a release still waits for a busy slot and finds its entry.
+  EXPECT_TRUE(t.Erase(LiveClass::kAllocation, left, &out));
 }
 
 TEST(LiveTableTest, InsertReplacesAnExistingKey) {
