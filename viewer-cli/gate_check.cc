@@ -106,7 +106,8 @@ std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimit
   const std::optional<uint64_t> from = summary.partial_history_from();
   const bool judges_peak =
       Has(limits.at, GateMoment::kPeak) || Has(limits.at, GateMoment::kSamples);
-  const bool judges_history = !limits.allow_partial_history && (judges_peak || limits.max_increase);
+  const bool judges_history = !limits.allow_partial_history &&
+                              (judges_peak || limits.max_increase || limits.max_reserved_increase);
   if (judges_history && summary.imported) {
     checks.push_back(GateCheck{
         "history", false,
@@ -194,6 +195,29 @@ std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimit
             "%s max fragmentation %.3f rose by %.3f over baseline %.3f (limit +%.3f)", dev,
             *d.max_fragmentation.value, *d.max_fragmentation.value - base->second, base->second,
             *limits.max_increase);
+      }
+      checks.push_back(c);
+    }
+    if (limits.max_reserved_increase) {
+      // Reserved memory comes from the driver: known whether or not blocks are.
+      auto base = limits.baseline_peak_reserved.find(d.ordinal);
+      GateCheck c{absl::StrFormat("%s peak reserved vs baseline", dev), true, ""};
+      if (base != limits.baseline_peak_reserved.end()) {
+        const double allowed =
+            static_cast<double>(base->second) * (1.0 + *limits.max_reserved_increase);
+        if (static_cast<double>(d.peak_reserved_bytes) > allowed) {
+          c.passed = false;
+          const double rise = base->second == 0 ? 0.0
+                                                : static_cast<double>(d.peak_reserved_bytes) /
+                                                          static_cast<double>(base->second) -
+                                                      1.0;
+          c.reason =
+              absl::StrFormat("%s peak reserved %s rose %s over baseline %s (limit +%.1f %%)", dev,
+                              Bytes(d.peak_reserved_bytes),
+                              base->second == 0 ? std::string("from nothing")
+                                                : absl::StrFormat("by %.1f %%", 100.0 * rise),
+                              Bytes(base->second), 100.0 * *limits.max_reserved_increase);
+        }
       }
       checks.push_back(c);
     }

@@ -51,6 +51,10 @@ struct GateLimits {
   // Baseline comparison: per device max_fragmentation from an earlier JSON report.
   std::map<int, double> baseline_max_fragmentation;
   std::optional<double> max_increase;  // absolute (0.05 = five percentage points)
+  // Baseline comparison: per device peak reserved bytes from the same report, and the rise
+  // allowed, relative (0.05 = 5 % more than the baseline's peak).
+  std::map<int, uint64_t> baseline_peak_reserved;
+  std::optional<double> max_reserved_increase;
 };
 
 struct GateCheck {

@@ -18,7 +18,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: fragscope gate TRACE [--max-fragmentation F] [--max-stranded BYTES]\n"
     "                            [--max-reserved BYTES] [--min-cached BYTES]\n"
-    "                            [--at peak,end,oom|all] [--baseline OLD.json --max-increase D]\n"
+    "                            [--at peak,end,oom|all] [--baseline OLD.json\n"
+    "                            [--max-increase D] [--max-reserved-increase R]]\n"
     "                            [--allow-opaque] [--allow-coarse-blocks]\n"
     "                            [--allow-partial-history] [--junit OUT.xml]\n"
     "  F and D are fractions (0.25 = 25 %); BYTES take K/M/G suffixes (powers of 1024).\n"
@@ -29,7 +30,8 @@ constexpr char kUsage[] =
     "  --allow-coarse-blocks; a trace that begins mid-run, or an imported PyTorch snapshot\n"
     "  (one moment), fails peak and baseline checks unless --allow-partial-history.\n"
     "  Baseline: a `fragscope report --format json` file; D bounds the rise of each device's\n"
-    "  max fragmentation. Exit: 0 pass, 1 fail, 2 usage, 3 bad input.\n";
+    "  max fragmentation (0.05 = five points), R the rise of its peak reserved memory,\n"
+    "  relative (0.05 = 5 %). Exit: 0 pass, 1 fail, 2 usage, 3 bad input.\n";
 
 bool ParseFraction(const std::string& s, double* out) {
   char* end = nullptr;
@@ -68,8 +70,8 @@ int Usage(const std::string& message) {
 }  // namespace
 
 int GateCommand(const std::vector<std::string>& args) {
-  std::string max_frag, max_stranded, max_reserved, min_cached, at = "peak,oom", baseline,
-                                                                max_increase, junit;
+  std::string max_frag, max_stranded, max_reserved, min_cached,
+      at = "peak,oom", baseline, max_increase, max_reserved_increase, junit;
   bool allow_opaque = false;
   bool allow_coarse_blocks = false;
   bool allow_partial_history = false;
@@ -81,6 +83,7 @@ int GateCommand(const std::vector<std::string>& args) {
   reader.Option("at", "", &at);
   reader.Option("baseline", "", &baseline);
   reader.Option("max-increase", "", &max_increase);
+  reader.Option("max-reserved-increase", "", &max_reserved_increase);
   reader.Option("junit", "", &junit);
   reader.Flag("allow-opaque", &allow_opaque);
   reader.Flag("allow-coarse-blocks", &allow_coarse_blocks);
@@ -114,14 +117,28 @@ int GateCommand(const std::vector<std::string>& args) {
   if (!ParseMoments(at, &limits.at)) {
     return Usage("--at '" + at + "' must be a comma-separated list of peak, end, oom or all");
   }
-  if (baseline.empty() != max_increase.empty()) {
-    return Usage("--baseline and --max-increase go together");
+  const bool compares = !max_increase.empty() || !max_reserved_increase.empty();
+  if (baseline.empty() == compares) {
+    return Usage(baseline.empty()
+                     ? "--max-increase and --max-reserved-increase need --baseline OLD.json"
+                     : "--baseline needs --max-increase or --max-reserved-increase");
   }
   if (!max_increase.empty()) {
     if (!ParseFraction(max_increase, &f)) {
       return Usage("--max-increase '" + max_increase + "' must be a fraction between 0 and 1");
     }
     limits.max_increase = f;
+  }
+  if (!max_reserved_increase.empty()) {
+    char* end = nullptr;
+    const double r = std::strtod(max_reserved_increase.c_str(), &end);
+    if (*end != '\0' || !(r >= 0.0 && r <= 100.0)) {
+      return Usage("--max-reserved-increase '" + max_reserved_increase +
+                   "' must be a relative rise of at least 0 (0.05 = 5 %)");
+    }
+    limits.max_reserved_increase = r;
+  }
+  if (!baseline.empty()) {
     std::ifstream in(baseline);
     if (!in) {
       std::fprintf(stderr, "fragscope gate: %s: cannot read baseline\n", baseline.c_str());
@@ -141,10 +158,14 @@ int GateCommand(const std::vector<std::string>& args) {
         limits.baseline_max_fragmentation[d["device"].get<int>()] =
             d["max_fragmentation"].get<double>();
       }
+      if (d.contains("peak_reserved_bytes") && d["peak_reserved_bytes"].is_number_unsigned()) {
+        limits.baseline_peak_reserved[d["device"].get<int>()] =
+            d["peak_reserved_bytes"].get<uint64_t>();
+      }
     }
   }
   if (!limits.max_fragmentation && !limits.max_stranded_bytes && !limits.max_reserved_bytes &&
-      !limits.max_increase) {
+      !limits.max_increase && !limits.max_reserved_increase) {
     return Usage("give at least one limit");
   }
 

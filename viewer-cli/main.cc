@@ -12,6 +12,7 @@ constexpr char kUsage[] =
     "usage: fragscope COMMAND [ARGS...]\n"
     "commands:\n"
     "  run [opts] -- CMD ARGS...   run CMD with the agent preloaded; report when it exits\n"
+    "                              (--daemon: to a fragscope-collector; --dormant: for attach)\n"
     "  attach PID [--duration S]  collect from a running process started with its agent dormant\n"
     "  top [PID] [--once]         live view of processes a fragscope-collector collects from\n"
     "  report TRACE                summary, segment metrics and OOM post-mortems of a trace\n"

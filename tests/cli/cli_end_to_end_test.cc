@@ -188,6 +188,30 @@ TEST_F(CliEndToEnd, GateFailsOnFragmentationAtTheOomAndPassesWithinLimits) {
   Result base = Shell(Fragscope() + " gate " + Trace() + " --baseline " + dir_ +
                       "/live.json --max-increase 0");
   EXPECT_EQ(base.exit_code, 0) << base.output;
+  Result same = Shell(Fragscope() + " gate " + Trace() + " --baseline " + dir_ +
+                      "/live.json --max-reserved-increase 0");
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  // A baseline whose peak was 1 GiB lower: the demo's 3.44 GiB peak is a regression.
+  json smaller = json::parse(Slurp(dir_ + "/live.json"));
+  smaller["devices"][0]["peak_reserved_bytes"] =
+      smaller["devices"][0]["peak_reserved_bytes"].get<uint64_t>() - 1024 * kMiB;
+  std::ofstream(dir_ + "/smaller.json") << smaller.dump();
+  Result grew = Shell(Fragscope() + " gate " + Trace() + " --baseline " + dir_ +
+                      "/smaller.json --max-reserved-increase 0.10");
+  EXPECT_EQ(grew.exit_code, 1) << grew.output;
+  EXPECT_NE(grew.output.find("device 0 peak reserved 3.44 GiB rose by 41.0 % over baseline "
+                             "2.44 GiB (limit +10.0 %)"),
+            std::string::npos)
+      << grew.output;
+  EXPECT_EQ(Shell(Fragscope() + " gate " + Trace() + " --max-reserved-increase 0.1").exit_code, 2)
+      << "no baseline to compare with";
+  EXPECT_EQ(
+      Shell(Fragscope() + " gate " + Trace() + " --baseline " + dir_ + "/live.json").exit_code, 2)
+      << "a baseline and nothing to compare";
+  EXPECT_EQ(Shell(Fragscope() + " gate " + Trace() + " --baseline " + dir_ +
+                  "/live.json --max-reserved-increase -1")
+                .exit_code,
+            2);
 }
 
 TEST_F(CliEndToEnd, ImportedPyTorchSnapshotReportsTheIndependentFigures) {

@@ -231,6 +231,37 @@ TEST(GateCheck, MaxIncreaseNeedsBlocksFollowedOverTheRun) {
   EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0) << "0.75 - 0.74 = 0.01 <= 0.05";
 }
 
+// The regression a platform team gates on: the peak of reserved memory, against the same
+// device's in a baseline report, relative; a device the baseline lacks passes.
+TEST(GateCheck, PeakReservedAgainstTheBaseline) {
+  ModelSummary s = OneDevice();
+  s.devices[0].peak_reserved_bytes = 1050 * kMiB;
+  GateLimits limits;
+  limits.max_reserved_increase = 0.05;
+  limits.baseline_peak_reserved[0] = 1000 * kMiB;  // +5 %: at the limit
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0);
+  s.devices[0].peak_reserved_bytes = 1051 * kMiB;
+  auto checks = EvaluateGate(s, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_EQ(checks[0].name, "device 0 peak reserved vs baseline");
+  EXPECT_EQ(checks[0].reason,
+            "device 0 peak reserved 1.03 GiB rose by 5.1 % over baseline 1000.00 MiB (limit "
+            "+5.0 %)");
+  limits.baseline_peak_reserved = {{1, 10 * kMiB}};
+  EXPECT_EQ(Failures(EvaluateGate(s, limits)), 0) << "device 0 is not in the baseline";
+  limits.baseline_peak_reserved = {{0, 0}};
+  checks = EvaluateGate(s, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_NE(checks[0].reason.find("rose from nothing"), std::string::npos) << checks[0].reason;
+  // A stream that begins mid-run does not know the run's peak.
+  s.history_from_seq = 70;
+  limits.at = GateMoment::kEnd;
+  limits.baseline_peak_reserved = {{0, 2000 * kMiB}};
+  checks = EvaluateGate(s, limits);
+  ASSERT_EQ(Failures(checks), 1);
+  EXPECT_EQ(checks[0].name, "history");
+}
+
 // A flight-recorder segment (or a late connect, an attach) begins with a snapshot: the run's
 // peak may lie before it.
 TEST(GateCheck, ATraceThatBeginsMidRunDoesNotJudgeTheRunsPeak) {
