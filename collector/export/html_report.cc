@@ -12,6 +12,7 @@
 #include "fragscope.pb.h"
 #include "fragscope/export/site_names.h"
 #include "fragscope/model/format_bytes.h"
+#include "fragscope/report/free_range_sizes.h"
 #include "fragscope/report/report_caveats.h"
 #include "nlohmann/json.hpp"
 
@@ -220,6 +221,7 @@ class HtmlReport {
   void SiteTable(const std::vector<SiteEntry>& sites);
   void Failures();
   void Oom(const OomPostMortem& o, std::size_t index);
+  void FreeRangesAtFailure(const OomPostMortem& o);
   std::string DataJson() const;
 
   const ExportInput& in_;
@@ -474,6 +476,32 @@ void HtmlReport::Failures() {
   }
 }
 
+// The free ranges at the failure by size, as the text report lists them.
+void HtmlReport::FreeRangesAtFailure(const OomPostMortem& o) {
+  if (o.segments_at_failure == nullptr) return;
+  const FreeRangeCensus census = CensusOfFreeRanges(*o.segments_at_failure);
+  if (census.ranges == 0) return;
+  out_ << absl::StrFormat(
+      "<h4>Free ranges at the failure</h4>\n<p class=\"free-ranges\">%d, in %d of %d "
+      "segments%s; by size:</p>\n<table class=\"free-range-sizes\">\n",
+      census.ranges, census.segments_with_free, census.segments,
+      o.segments_left_out > 0
+          ? absl::StrFormat(" (the largest; %d more not looked at)", o.segments_left_out)
+          : "");
+  const FreeRangeSizes sizes = GroupFreeRangeSizes(census);
+  for (const auto& [shown, count] : sizes.lines) {
+    out_ << "<tr><td class=\"num\">" << Esc(shown) << "</td><td class=\"num\">&times; " << count
+         << "</td></tr>\n";
+  }
+  if (sizes.rest > 0) {
+    out_ << absl::StrFormat(
+        "<tr><td class=\"num\">%d smaller</td><td class=\"num\">%s in all"
+        "</td></tr>\n",
+        sizes.rest, Esc(FormatBytes(sizes.rest_bytes)));
+  }
+  out_ << "</table>\n";
+}
+
 void HtmlReport::Oom(const OomPostMortem& o, std::size_t index) {
   const OomFigures& f = o.figures;
   out_ << "<section class=\"oom\" id=\"oom-" << index << "\" data-class=\""
@@ -512,6 +540,14 @@ void HtmlReport::Oom(const OomPostMortem& o, std::size_t index) {
   out_ << "<p>Failing call site: <span class=\"site\">" << Esc(sites_.Name(o.failure.stack_id))
        << "</span></p>\n<h4>Live at the failure, by site</h4>\n";
   SiteTable(o.sites_at_failure);
+  // What held the memory when the cache was largest, as of this failure (the text report's
+  // section of the same name).
+  if (!o.sites_at_peak.empty()) {
+    out_ << "<h4>Live at peak reserved (" << Esc(FormatBytes(o.peak_reserved_bytes))
+         << Esc(PeakSince(s_)) << "), by site</h4>\n";
+    SiteTable(o.sites_at_peak);
+  }
+  FreeRangesAtFailure(o);
   // The cache as it was when the request failed: where the free bytes were, and why no range
   // was large enough (the map of the device above is the end's).
   out_ << "<h4>Segment map at the failure</h4>\n";

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "fragscope.pb.h"
 #include "fragscope/model/format_bytes.h"
+#include "fragscope/report/free_range_sizes.h"
 #include "fragscope/report/report_caveats.h"
 
 namespace fragscope {
@@ -181,27 +182,13 @@ void TextReport::FreeRangesAtFailure(const OomPostMortem& o) {
       o.segments_left_out > 0
           ? absl::StrFormat(" (the largest; %d more not looked at)", o.segments_left_out)
           : "");
-  // Sizes that print alike (2 MiB and 2 MiB less 512 bytes) are one line: sorted, they are
-  // neighbours.
-  std::vector<std::pair<std::string, uint64_t>> lines;
-  uint64_t rest = 0;
-  uint64_t rest_bytes = 0;
-  for (const auto& [size, count] : census.by_size) {
-    std::string shown = FormatBytes(size);
-    if (!lines.empty() && lines.back().first == shown) {
-      lines.back().second += count;
-    } else if (lines.size() < kSizesShown) {
-      lines.emplace_back(std::move(shown), count);
-    } else {
-      rest += count;
-      rest_bytes += size * count;
-    }
-  }
-  for (const auto& [shown, count] : lines) {
+  const FreeRangeSizes sizes = GroupFreeRangeSizes(census, kSizesShown);
+  for (const auto& [shown, count] : sizes.lines) {
     out_ << absl::StrFormat("  %14s x %d\n", shown, count);
   }
-  if (rest > 0) {
-    out_ << absl::StrFormat("  ... %d smaller, %s in all\n", rest, FormatBytes(rest_bytes));
+  if (sizes.rest > 0) {
+    out_ << absl::StrFormat("  ... %d smaller, %s in all\n", sizes.rest,
+                            FormatBytes(sizes.rest_bytes));
   }
 }
 

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_format.h"
+#include "fragscope/model/format_bytes.h"
 
 #include "export_test_trace.h"
 
@@ -85,6 +86,21 @@ TEST(HtmlReportTest, PageHoldsEveryPartAndNothingFromTheNetwork) {
   EXPECT_EQ(Count(oom, "<rect class=\"block "), 5);
   EXPECT_EQ(Count(oom, "<rect class=\"free\""), 4);
   EXPECT_EQ(Count(oom, "<rect class=\"exact\""), 1);
+  // What was live at the peak as of the failure, as in the text report.
+  ASSERT_FALSE(in.summary.ooms[0].sites_at_peak.empty());
+  EXPECT_NE(oom.find(absl::StrFormat("<h4>Live at peak reserved (%s), by site</h4>",
+                                     FormatBytes(in.summary.ooms[0].peak_reserved_bytes))),
+            std::string_view::npos);
+  // Its free ranges by size, as the text report lists them: A's 8 and 12 MiB, C's 16 and 48.
+  EXPECT_NE(oom.find("<p class=\"free-ranges\">4, in 2 of 3 segments; by size:</p>"),
+            std::string_view::npos);
+  const std::size_t largest =
+      oom.find("<td class=\"num\">48.00 MiB</td><td class=\"num\">&times; 1</td>");
+  const std::size_t smallest =
+      oom.find("<td class=\"num\">8.00 MiB</td><td class=\"num\">&times; 1</td>");
+  ASSERT_NE(largest, std::string_view::npos);
+  ASSERT_NE(smallest, std::string_view::npos);
+  EXPECT_LT(largest, smallest) << "largest first";
   // Its blocks' sites are named, as on the device's map.
   EXPECT_NE(oom.find("site: attention (model.py:77)"), std::string_view::npos);
   // One hatch pattern for the page: ids are the page's.
