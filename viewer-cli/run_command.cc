@@ -9,9 +9,7 @@
 // attach`) there is no embedded collector: `run` sets up the same environment (agent, PyTorch
 // adapter) and execs CMD in its place, so CMD keeps this process's pid, signals and status.
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,8 +76,6 @@ bool ParseInt(const std::string& s, long lo, long hi, long* out) {
   return true;
 }
 
-}  // namespace
-
 // What the program's environment gets, in the embedded-collector child and in place alike.
 struct AgentSetup {
   std::string agent;  // absolute path of the library
@@ -144,6 +140,8 @@ bool SocketExists(const std::string& path) {
   struct stat st {};
   return stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
+
+}  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
   // Empty: not given (the embedded collector's defaults apply: text, 2000 ms).
@@ -331,12 +329,7 @@ int RunCommand(const std::vector<std::string>& args) {
   if (child == 0) {
     setup.socket = (*collector)->socket_path();
     SetAgentEnvironment(setup);
-    std::vector<char*> argv;
-    for (std::string& a : cmd) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr, "fragscope run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
-    _exit(127);
+    _exit(ExecInPlace(cmd));
   }
   g_child_pid = child;
   // Ctrl-C reaches the whole process group; we stay to print the report. TERM/HUP are passed
