@@ -221,6 +221,14 @@ int RunCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   const bool use_cupti = backend == "cupti";
+  if (dormant && use_cupti) {
+    // The CUPTI library has no control socket to be woken through.
+    std::fprintf(stderr,
+                 "fragscope run: --dormant needs the preload backend (the CUPTI backend cannot be "
+                 "woken; `fragscope attach` can still inject an agent later)\n%s",
+                 kUsage);
+    return kExitUsage;
+  }
   if (agent.empty()) {
     agent = AgentLibraryPath();
     if (use_cupti) agent = agent.substr(0, agent.rfind('/')) + "/libfragscope_cupti.so";

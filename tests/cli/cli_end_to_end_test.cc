@@ -237,11 +237,11 @@ TEST_F(CliEndToEnd, UsageErrorsExit2AndBadInputExits3) {
   EXPECT_NE(deep.output.find("0..64"), std::string::npos) << deep.output;
   EXPECT_EQ(Shell(Fragscope() + " run --quiet --stack-depth 64 -- /bin/true").exit_code, 0);
   EXPECT_EQ(Shell(Fragscope() + " report").exit_code, 2);
-  // --daemon and --dormant exec the program in place: the embedded collector's options, or both
-  // modes at once, are refused before anything runs.
+  // --daemon and --dormant exec the program in place: the embedded collector's options, both
+  // modes at once, or a dormant CUPTI backend (nothing to wake) are refused before anything runs.
   for (const char* opts : {"--dormant -o x.fst", "--daemon --report r.txt", "--dormant --quiet",
                            "--socket s --format json", "--dormant --daemon", "--dormant --socket s",
-                           "--daemon --linger-ms 5"}) {
+                           "--daemon --linger-ms 5", "--dormant --backend cupti"}) {
     Result bad = Shell(Fragscope() + " run " + opts + " -- echo ran");
     EXPECT_EQ(bad.exit_code, 2) << opts;
     EXPECT_EQ(bad.output.find("ran\n"), std::string::npos) << opts << ": " << bad.output;
