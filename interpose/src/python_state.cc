@@ -192,7 +192,8 @@ except BaseException as error:
 )PY";
 
 // A sync (an attach's start or detach), run like the import: the forwarder the import primed
-// (its OOM observer's), or the adapter fallback's, forwards PyTorch's blocks as they are now.
+// (its OOM observer's), or the adapter fallback's, forwards PyTorch's blocks as they are now;
+// with the adapter's C++ extension instead, its pending Python sites are reported.
 // Leaves `result`: b"+N" (N block events), b"-why" (nothing to sync) or b"!error".
 constexpr char kSyncCode[] = R"PY(
 def _fragscope_torch_sync():
@@ -203,6 +204,14 @@ def _fragscope_torch_sync():
     if forwarder is None:
         forwarder = getattr(sys.modules.get("sitecustomize"), "_FORWARDER", None)
     if forwarder is None or not hasattr(forwarder, "events"):
+        adapter = sys.modules.get("sitecustomize")
+        extension = getattr(adapter, "_EXTENSION", None)
+        if extension is not None and getattr(adapter, "_SITES_ON", False):
+            # The C++ extension follows every block; what it has not reported yet is the Python
+            # sites of blocks made since its last flush (every 5 s, at new peaks): report them
+            # now, so the tensors made just before a detach are named too.
+            adapter._flush_sites(extension)
+            return b"-the adapter's C++ extension follows every block (Python sites reported)"
         return (b"-no PyTorch snapshot diff in this process (no import, and the adapter's "
                 b"fallback is not running)")
     before = forwarder.events

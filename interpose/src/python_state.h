@@ -41,7 +41,9 @@ void ImportTorchState(uint32_t wait_ms, const char* adapter_dir, FragscopeTorchI
 // the process's snapshot diff, the forwarder an injected import primed (the one its OOM
 // observer uses) or else the PyTorch adapter's fallback (sitecustomize._FORWARDER, in a
 // process started with the agent), so the attach's figures there are PyTorch's. The diff ends
-// with a blocks_synced mark labelled with `why` (a word). The same GIL wait. *out: status
+// with a blocks_synced mark labelled with `why` (a word). A process whose adapter runs its C++
+// extension with Python sites has no diff to run: its pending sites are reported instead (the
+// tensors made since its last flush), so a detach names them. The same GIL wait. *out: status
 // (kFragscopeTorchImported when the diff was forwarded, kFragscopeTorchNoTorch when the process
 // has no such forwarder), synced_events, message.
 void SyncTorchState(uint32_t wait_ms, const char* why, FragscopeTorchImport* out);

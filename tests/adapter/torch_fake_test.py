@@ -22,6 +22,7 @@ usage: torch_fake_test.py FRAGSCOPE_CLI TRACE_MARKS FAKECUDA_LIB_DIR ADAPTER_DIR
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import unittest
@@ -307,6 +308,69 @@ class TorchOnFakeCudaTest(unittest.TestCase):
                    for f in backward[0]["stack"][1:]]
         self.assertIn(("train_step", "torch_backward_workload.py", line_of("loss.backward()")),
                       callers)
+
+    def attach_to_dormant(self, name, extra_env):
+        """Starts torch_dormant_workload.py under `fragscope run --dormant`, attaches once its
+        weights are made, has it make one tensor during the attach, detaches; returns the
+        attach's sites ({(function, file, line) of the top frame, or None: (bytes, count)})."""
+        if self.extension_error:
+            self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
+        run_dir = os.path.join(WORK, name)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.makedirs(run_dir)
+        env = environment(dict(extra_env, XDG_RUNTIME_DIR=run_dir))
+        app = subprocess.Popen(
+            [CLI, "run", "--dormant", "--", sys.executable,
+             os.path.join(HERE, "torch_dormant_workload.py")],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        try:
+            ready = app.stdout.readline()
+            if ready != "ready\n":
+                app.kill()
+                self.fail("the workload did not start: " + app.stderr.read())
+            report = os.path.join(run_dir, "report.json")
+            attach = subprocess.Popen(
+                [CLI, "attach", str(app.pid), "-o", os.path.join(run_dir, "t.fst"), "--format",
+                 "json", "--report", report], env=env, stderr=subprocess.PIPE, text=True)
+            # `run --dormant` became the program: its pid is the one to attach to.
+            self.assertIn("collecting from pid %d" % app.pid, attach.stderr.readline())
+            app.stdin.write("go\n")
+            app.stdin.flush()
+            self.assertEqual(app.stdout.readline(), "made\n")
+            attach.send_signal(signal.SIGINT)  # detach
+            _, err = attach.communicate(timeout=120)
+            self.assertEqual(attach.returncode, 0, err)
+        finally:
+            app.stdin.close()
+            app.wait(timeout=120)
+            app.stdout.close()
+            app.stderr.close()
+        with open(report) as f:
+            device = json.load(f)["devices"][0]
+        sites = {}
+        for site in device["sites"]:
+            top = site["stack"][0] if site["stack"] else None
+            key = (top["function"], os.path.basename(top.get("file") or ""),
+                   top.get("line")) if top else None
+            sites[key] = (site["live_bytes"], site["count"])
+        return sites
+
+    def test_an_attach_names_tensors_from_before_it_when_sites_were_asked_for(self):
+        """A dormant agent records no Python sites by default (they cost PyTorch's stack
+        gathering on every allocation); asked for with FRAGSCOPE_TORCH_SITES=python, the
+        attach's report names the tensors made before the attach and during it by their line."""
+        line_of = self.line_finder("torch_dormant_workload.py")
+        weights = ("weights", "torch_dormant_workload.py", line_of("24 * MiB // 4"))
+        activation = ("activation", "torch_dormant_workload.py", line_of("6 * MiB // 4"))
+        named = self.attach_to_dormant("dormant-sites", {"FRAGSCOPE_TORCH_SITES": "python"})
+        self.assertEqual(named.get(weights), (24 * MiB, 1), named)
+        self.assertEqual(named.get(activation), (6 * MiB, 1), named)
+        self.assertNotIn(None, named, "every block has a site")
+        default = self.attach_to_dormant("dormant-default", {})
+        self.assertNotIn(weights, default)
+        self.assertNotIn(activation, default)
+        self.assertEqual(default.get(None), (24 * MiB, 1), "made while dormant: no stack")
 
     def test_expandable_segments(self):
         """expandable_segments:True: PyTorch reserves address space per pool and maps 2 or
