@@ -22,6 +22,17 @@ const std::string kCli = FRAGSCOPE_CLI_BIN;
 
 RunOptions Cli(const TempDir& dir) { return RunOptions{false, {{"XDG_RUNTIME_DIR", dir.path()}}}; }
 
+// Once the attach streams, takes agent_attach_app through its phases 2 and 3 and lets both end.
+void RunPhasesUnderTheAttach(LiveProcess& app, LiveProcess& attach, const std::string& control) {
+  ASSERT_TRUE(WaitForStatus(control, "ok streaming")) << attach.err();
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 2"));
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 3"));
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+}
+
 TEST(AttachCliTest, CollectsUntilTheProcessEndsAndMatchesTheDriver) {
   TempDir dir;
   LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
@@ -32,13 +43,7 @@ TEST(AttachCliTest, CollectsUntilTheProcessEndsAndMatchesTheDriver) {
                      {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst"), "--format",
                       "json", "--report", dir.File("report.json")},
                      Cli(dir));
-  ASSERT_TRUE(WaitForStatus(control, "ok streaming")) << attach.err();
-  app.Send("go");
-  ASSERT_TRUE(app.WaitForLine("ready 2"));
-  app.Send("go");
-  ASSERT_TRUE(app.WaitForLine("ready 3"));
-  ASSERT_EQ(app.Finish(), 0) << app.err();
-  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  ASSERT_NO_FATAL_FAILURE(RunPhasesUnderTheAttach(app, attach, control));
   EXPECT_NE(attach.err().find("the process ended"), std::string::npos) << attach.err();
 
   Trace trace = ReadTrace(dir.File("t.fst"));
@@ -73,13 +78,7 @@ TEST(AttachCliTest, RunDormantBecomesTheProgramThatAttachWakes) {
       << app.err();
   LiveProcess attach(kCli, {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst")},
                      Cli(dir));
-  ASSERT_TRUE(WaitForStatus(control, "ok streaming")) << attach.err();
-  app.Send("go");
-  ASSERT_TRUE(app.WaitForLine("ready 2"));
-  app.Send("go");
-  ASSERT_TRUE(app.WaitForLine("ready 3"));
-  ASSERT_EQ(app.Finish(), 0) << app.err();
-  ASSERT_EQ(attach.Finish(), 0) << attach.err();
+  ASSERT_NO_FATAL_FAILURE(RunPhasesUnderTheAttach(app, attach, control));
   Trace trace = ReadTrace(dir.File("t.fst"));
   ASSERT_TRUE(trace.clean) << trace.error;
   EXPECT_EQ(Replay(trace), GroundTruth(dir.File("truth")));

@@ -26,6 +26,17 @@ ModelSummary OneDevice() {
   return s;
 }
 
+// An OOM on device 0 at `seq` whose cache held `cached` bytes, the largest free range
+// `largest`.
+OomPostMortem OomOnDevice0(uint64_t seq, uint64_t cached, uint64_t largest) {
+  OomPostMortem oom;
+  oom.failure.device = 0;
+  oom.failure.seq = seq;
+  oom.figures.cached_bytes = cached;
+  oom.figures.largest_free_range_bytes = largest;
+  return oom;
+}
+
 int Failures(const std::vector<GateCheck>& checks) {
   int n = 0;
   for (const auto& c : checks) n += c.passed ? 0 : 1;
@@ -93,13 +104,8 @@ TEST(GateCheck, OpaqueFailsUnlessAllowed) {
 
 TEST(GateCheck, OomMomentsUseFiguresAtTheFailure) {
   ModelSummary s = OneDevice();
-  OomPostMortem oom;
-  oom.failure.device = 0;
-  oom.failure.seq = 99;
-  oom.figures.reserved_bytes = 2048 * kMiB;
-  oom.figures.cached_bytes = 1000 * kMiB;
-  oom.figures.largest_free_range_bytes = 40 * kMiB;  // 0.96
-  s.ooms.push_back(oom);
+  s.ooms.push_back(OomOnDevice0(99, 1000 * kMiB, 40 * kMiB));  // 0.96
+  s.ooms[0].figures.reserved_bytes = 2048 * kMiB;
   GateLimits limits;
   limits.max_fragmentation = 0.9;
   limits.at = GateMoment::kOom;
@@ -159,13 +165,8 @@ TEST(GateCheck, BlocksKnownAtSyncsOnlyAreJudgedOnlyWhereKnown) {
 // A run that died of fragmentation may hold no cache at its peak (the peak is the moment
 // everything was in use), so a gate that judged the peak alone would pass it.
 TEST(GateCheck, TheDefaultJudgesEveryOomBesideThePeak) {
-  ModelSummary s = OneDevice();  // 0.75 at the peak
-  OomPostMortem oom;
-  oom.failure.device = 0;
-  oom.failure.seq = 99;
-  oom.figures.cached_bytes = 1000 * kMiB;
-  oom.figures.largest_free_range_bytes = 40 * kMiB;  // 0.96
-  s.ooms.push_back(oom);
+  ModelSummary s = OneDevice();                                // 0.75 at the peak
+  s.ooms.push_back(OomOnDevice0(99, 1000 * kMiB, 40 * kMiB));  // 0.96
   GateLimits limits;
   limits.max_fragmentation = 0.9;
   auto checks = EvaluateGate(s, limits);
@@ -200,12 +201,7 @@ TEST(GateCheck, AnOomIsJudgedOnlyWhenItsBlocksAreFresh) {
   ModelSummary s = OneDevice();
   s.block_syncs = 2;
   s.last_block_sync_seq = 98;
-  OomPostMortem oom;
-  oom.failure.device = 0;
-  oom.failure.seq = 99;
-  oom.figures.cached_bytes = 1000 * kMiB;
-  oom.figures.largest_free_range_bytes = 500 * kMiB;  // 0.5
-  s.ooms.push_back(oom);
+  s.ooms.push_back(OomOnDevice0(99, 1000 * kMiB, 500 * kMiB));  // 0.5
   GateLimits limits;
   limits.max_fragmentation = 0.9;
   limits.at = GateMoment::kOom;
