@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "fragscope/model/format_bytes.h"
+#include "fragscope/report/symbolizer.h"
 
 namespace fragscope::cli {
 namespace {
@@ -47,13 +48,9 @@ std::string SiteName(const nlohmann::json& site) {
   const nlohmann::json* chosen = nullptr;
   for (const auto& f : site["stack"]) {
     if (!f.is_object()) continue;
-    const std::string function = f.value("function", std::string());
-    std::string module = f.value("module", std::string());
-    module = module.substr(module.rfind('/') + 1);
-    // The agent, and the PyTorch adapter's extension (fragscope_torch_adapter_*.so), whose
-    // trace callback is the innermost frame of a tensor not named by its Python line yet.
-    if (function.rfind("fragscope_", 0) == 0 || module.rfind("libfragscope", 0) == 0 ||
-        module.rfind("fragscope_", 0) == 0) {
+    // annotate.h's functions, the agent, and the PyTorch adapter's extension, whose trace
+    // callback is the innermost frame of a tensor not named by its Python line yet.
+    if (IsOwnFrame(f.value("function", std::string()), f.value("module", std::string()))) {
       continue;
     }
     chosen = &f;

@@ -54,15 +54,16 @@ std::string FormatFrame(const SymbolizedFrame& frame) {
   return absl::StrFormat("0x%x", frame.pc);
 }
 
+bool IsOwnFrame(std::string_view function, std::string_view module) {
+  if (function.starts_with("fragscope_")) return true;
+  module = BaseName(module);
+  return module.starts_with("libfragscope") ||
+         (module.starts_with("fragscope_") && module.ends_with(".so"));
+}
+
 std::size_t LeadingOwnFrames(const std::vector<SymbolizedFrame>& frames) {
-  auto own = [](const SymbolizedFrame& f) {
-    if (f.function.starts_with("fragscope_")) return true;
-    const std::string_view module = BaseName(f.module);
-    return module.starts_with("libfragscope") ||
-           (module.starts_with("fragscope_") && module.ends_with(".so"));
-  };
   std::size_t n = 0;
-  while (n + 1 < frames.size() && own(frames[n])) ++n;
+  while (n + 1 < frames.size() && IsOwnFrame(frames[n].function, frames[n].module)) ++n;
   return n;
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fragscope/model/model_summary.h"
@@ -48,9 +49,12 @@ class ModuleOffsetSymbolizer : public Symbolizer {
 // "function (file:line)", or "module+0xoffset", or "0xpc" — the one-line form reports print.
 std::string FormatFrame(const SymbolizedFrame& frame);
 
-// How many of `frames`, from the innermost, are fragscope's own code: annotate.h's inline
-// functions (`fragscope_*`, compiled into the program's allocator), the agent
-// (`libfragscope*.so`) and the PyTorch adapter's extension (`fragscope_*.so`). Reports begin a
+// Whether a frame is fragscope's own code: annotate.h's inline functions (`fragscope_*`,
+// compiled into the program's allocator), the agent (`libfragscope*.so`) or the PyTorch
+// adapter's extension (`fragscope_*.so`). `module` may be a path.
+bool IsOwnFrame(std::string_view function, std::string_view module);
+
+// How many of `frames`, from the innermost, are fragscope's own (IsOwnFrame). Reports begin a
 // site below them; at least one frame is always left.
 std::size_t LeadingOwnFrames(const std::vector<SymbolizedFrame>& frames);
 
