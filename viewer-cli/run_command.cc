@@ -67,6 +67,12 @@ void ForwardSignal(int sig) {
   if (g_child_pid > 0) kill(static_cast<pid_t>(g_child_pid), sig);
 }
 
+// A usage error: the reason, then the options.
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "fragscope run: %s\n%s", message.c_str(), kUsage);
+  return kExitUsage;
+}
+
 bool ParseInt(const std::string& s, long lo, long hi, long* out) {
   char* end = nullptr;
   errno = 0;
@@ -167,11 +173,9 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!socket_path.empty()) daemon = true;
   const bool in_place = daemon || dormant;
   if (daemon && dormant) {
-    std::fprintf(stderr,
-                 "fragscope run: --dormant and --daemon/--socket exclude each other (a dormant "
-                 "agent is woken by `fragscope attach`, which brings its own collector)\n%s",
-                 kUsage);
-    return kExitUsage;
+    return Usage(
+        "--dormant and --daemon/--socket exclude each other (a dormant agent is woken by "
+        "`fragscope attach`, which brings its own collector)");
   }
   if (in_place) {
     for (auto [given, flag] :
@@ -179,26 +183,20 @@ int RunCommand(const std::vector<std::string>& args) {
           std::pair{!report_path.empty(), "--report"}, std::pair{quiet, "--quiet"},
           std::pair{!linger.empty(), "--linger-ms"}}) {
       if (!given) continue;
-      std::fprintf(stderr,
-                   "fragscope run: %s is for the embedded collector; with %s the %s writes the "
-                   "trace and reports\n%s",
-                   flag, dormant ? "--dormant" : "--daemon",
-                   dormant ? "`fragscope attach` that wakes the agent" : "fragscope-collector",
-                   kUsage);
-      return kExitUsage;
+      return Usage(absl::StrFormat(
+          "%s is for the embedded collector; with %s the %s writes the trace and reports", flag,
+          dormant ? "--dormant" : "--daemon",
+          dormant ? "`fragscope attach` that wakes the agent" : "fragscope-collector"));
     }
   }
   if (format_name.empty()) format_name = "text";
   if (linger.empty()) linger = "2000";
   ReportFormat format;
   if (!ParseReportFormat(format_name, &format)) {
-    std::fprintf(stderr, "fragscope run: unknown --format '%s' (text or json)\n%s",
-                 format_name.c_str(), kUsage);
-    return kExitUsage;
+    return Usage("unknown --format '" + format_name + "' (text or json)");
   }
   if (!reader.positionals().empty() || reader.after_dashdash().empty()) {
-    std::fprintf(stderr, "fragscope run: put the command after '--'\n%s", kUsage);
-    return kExitUsage;
+    return Usage("put the command after '--'");
   }
   long value = 0, linger_ms = 2000;
   // The agent keeps at most 64 frames (and ignores a larger FRAGSCOPE_STACK_DEPTH, falling back
@@ -216,18 +214,14 @@ int RunCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   if (backend != "preload" && backend != "cupti" && backend != "auto") {
-    std::fprintf(stderr, "fragscope run: --backend '%s' must be preload, cupti or auto\n%s",
-                 backend.c_str(), kUsage);
-    return kExitUsage;
+    return Usage("--backend '" + backend + "' must be preload, cupti or auto");
   }
   const bool use_cupti = backend == "cupti";
   if (dormant && use_cupti) {
     // The CUPTI library has no control socket to be woken through.
-    std::fprintf(stderr,
-                 "fragscope run: --dormant needs the preload backend (the CUPTI backend cannot be "
-                 "woken; `fragscope attach` can still inject an agent later)\n%s",
-                 kUsage);
-    return kExitUsage;
+    return Usage(
+        "--dormant needs the preload backend (the CUPTI backend cannot be woken; `fragscope "
+        "attach` can still inject an agent later)");
   }
   if (agent.empty()) {
     agent = AgentLibraryPath();
