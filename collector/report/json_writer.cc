@@ -103,6 +103,23 @@ void JsonWriter::BeforeValue() {
   Newline();
 }
 
+void JsonWriter::RawValue(std::string_view json) {
+  BeforeValue();
+  while (!json.empty() && (json.back() == '\n' || json.back() == ' ')) json.remove_suffix(1);
+  if (!pretty_) {
+    out_ << json;
+    return;
+  }
+  const std::string indent(2 * levels_.size(), ' ');
+  for (std::size_t start = 0; start < json.size();) {
+    std::size_t nl = json.find('\n', start);
+    if (nl == std::string_view::npos) nl = json.size();
+    if (start > 0) out_ << '\n' << indent;
+    out_ << json.substr(start, nl - start);
+    start = nl + 1;
+  }
+}
+
 void JsonWriter::BeginObject() {
   BeforeValue();
   out_ << '{';

@@ -29,6 +29,9 @@ class JsonWriter {
   void Double(double value);  // non-finite values are written as null
   void Bool(bool value);
   void Null();
+  // A value rendered elsewhere (one complete JSON value, e.g. another writer's object), copied
+  // as it is; when pretty, its lines are indented to this level.
+  void RawValue(std::string_view json);
 
   // Key + value shorthands.
   void Field(std::string_view key, std::string_view value) {

@@ -1,0 +1,98 @@
+// What a job of several processes (the ranks of a multi-GPU run, a launcher's children, the
+// traces a fragscope-collector wrote) looks like as a whole: one row per process and device, and
+// which OOM came first. When one rank of a data-parallel job runs out of memory, the others
+// usually fail a moment later waiting for it (a collective that never completes, a launcher
+// that kills them), so the rank whose OOM came first is the one to read.
+//
+// Plain values built from the processes' ModelSummary; nothing refers back into them. Units:
+// bytes, nanoseconds (CLOCK_MONOTONIC of each process's host: times compare only within one
+// host, so the first OOM is decided per host).
+#ifndef FRAGSCOPE_REPORT_JOB_SUMMARY_H_
+#define FRAGSCOPE_REPORT_JOB_SUMMARY_H_
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "fragscope/model/model_summary.h"
+
+namespace fragscope {
+
+// One process of the job as the caller read it.
+struct JobMember {
+  std::string trace;  // where it came from: a trace path; empty for a stream not kept
+  const ModelSummary* summary = nullptr;  // not owned; must outlive BuildJobSummary only
+  // Set when the input was damaged and `summary` covers only part of it (a truncated trace).
+  std::string damage;
+};
+
+// An OOM of one member: the failure that counts as one (FailedAllocation::CountsAsOom).
+struct JobOom {
+  std::size_t member = 0;  // index into JobSummary::members
+  int device = -1;
+  uint64_t seq = 0;
+  uint64_t time_ns = 0;
+  uint64_t requested_bytes = 0;
+  std::optional<OomClass> oom_class;  // unset: no post-mortem was kept for it
+  std::string headline;               // the post-mortem's, or built from the failure
+};
+
+struct JobRow {
+  std::size_t member = 0;
+  int device = -1;  // -1: the process touched no device (or its events named none)
+  uint64_t peak_reserved_bytes = 0;
+  Measured<double> max_fragmentation;
+  uint64_t oom_count = 0;
+  std::optional<JobOom> first_oom;  // of this process on this device
+};
+
+struct JobMemberInfo {
+  std::string trace;
+  uint32_t pid = 0;
+  std::string host;
+  std::string exe;
+  std::optional<int> exit_status;
+  bool stream_ended = false;
+  bool history_complete = true;
+  std::string damage;
+  uint64_t oom_count = 0;  // over all devices
+};
+
+// The first OOM on one host, and how many OOMs of other processes of that host came after it.
+struct HostFirstOom {
+  std::string host;
+  JobOom oom;
+  uint64_t later_ooms_elsewhere = 0;    // OOMs of the host's other processes
+  uint64_t last_other_after_ns = 0;     // how long after it the last of those came
+  std::size_t processes_with_oom = 0;   // on this host
+  // False when some OOM of the host has no time (0): `oom` is then the first of those with one
+  // (or the first listed), and the order is not known for certain.
+  bool time_order_known = true;
+};
+
+struct JobSummary {
+  std::vector<JobMemberInfo> members;  // in the caller's order
+  std::vector<JobRow> rows;            // members in order, each member's devices by ordinal
+  uint64_t oom_count = 0;
+  std::size_t processes_with_oom = 0;
+  // One per host that had an OOM, the host of the earliest-listed member first.
+  std::vector<HostFirstOom> first_ooms;
+};
+
+JobSummary BuildJobSummary(const std::vector<JobMember>& members);
+
+// The job table and the first OOM, as text (what `fragscope run` prints after the processes'
+// reports when it traced more than one, and `fragscope report` for several traces).
+void RenderJobSummaryText(const JobSummary& job, std::ostream& out);
+
+// Writes the job summary as the JSON object documented in collector/REPORT.md ("Several
+// processes"), with `processes[i].report` the member's own report (rendered by the caller,
+// one JSON object each, in members' order).
+void RenderJobJson(const JobSummary& job, const std::vector<std::string>& member_reports,
+                   std::ostream& out);
+
+}  // namespace fragscope
+
+#endif  // FRAGSCOPE_REPORT_JOB_SUMMARY_H_

@@ -1,0 +1,148 @@
+#include "fragscope/report/job_summary.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_format.h"
+#include "fragscope/model/format_bytes.h"
+
+namespace fragscope {
+namespace {
+
+// Whether a device row is worth a line: a device the process used, or one its failures name.
+bool DeviceUsed(const DeviceSummary& d) {
+  return d.peak_reserved_bytes > 0 || d.reserved_bytes > 0 || d.oom_count > 0 ||
+         d.peak_allocated_bytes > 0;
+}
+
+std::vector<JobOom> OomsOf(const ModelSummary& s, std::size_t member) {
+  std::vector<JobOom> ooms;
+  for (const FailedAllocation& f : s.failed_allocations) {
+    if (!f.CountsAsOom()) continue;
+    JobOom o;
+    o.member = member;
+    o.device = f.device;
+    o.seq = f.seq;
+    o.time_ns = f.time_ns;
+    o.requested_bytes = f.requested_bytes;
+    auto pm = std::find_if(s.ooms.begin(), s.ooms.end(),
+                           [&](const OomPostMortem& p) { return p.failure.seq == f.seq; });
+    if (pm != s.ooms.end()) {
+      o.oom_class = pm->oom_class;
+      o.headline = pm->headline;
+    } else {
+      o.headline = absl::StrFormat("OOM on device %d: requested %s (no post-mortem kept)",
+                                   f.device, FormatBytes(f.requested_bytes));
+    }
+    ooms.push_back(std::move(o));
+  }
+  return ooms;  // in seq order, as failed_allocations are
+}
+
+// Earlier in time; OOMs without a time (0: not recorded) after every timed one; ties by member
+// order, then seq, so the answer does not depend on how the caller sorted anything else.
+bool EarlierOom(const JobOom& a, const JobOom& b) {
+  const bool at = a.time_ns != 0, bt = b.time_ns != 0;
+  if (at != bt) return at;
+  if (a.time_ns != b.time_ns) return a.time_ns < b.time_ns;
+  if (a.member != b.member) return a.member < b.member;
+  return a.seq < b.seq;
+}
+
+}  // namespace
+
+JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
+  JobSummary job;
+  std::vector<JobOom> all;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const ModelSummary& s = *members[i].summary;
+    JobMemberInfo info;
+    info.trace = members[i].trace;
+    info.pid = s.pid;
+    info.host = s.host;
+    info.exe = s.exe;
+    info.exit_status = s.exit_status;
+    info.stream_ended = s.stream_ended;
+    info.history_complete = s.history_complete && !s.partial_history_from().has_value();
+    info.damage = members[i].damage;
+
+    std::vector<JobOom> ooms = OomsOf(s, i);
+    info.oom_count = ooms.size();
+    if (!ooms.empty()) ++job.processes_with_oom;
+    job.oom_count += ooms.size();
+    job.members.push_back(std::move(info));
+
+    const std::size_t first_row = job.rows.size();
+    for (const DeviceSummary& d : s.devices) {
+      const bool has_oom = std::any_of(ooms.begin(), ooms.end(),
+                                       [&](const JobOom& o) { return o.device == d.ordinal; });
+      if (!DeviceUsed(d) && !has_oom) continue;
+      JobRow row;
+      row.member = i;
+      row.device = d.ordinal;
+      row.peak_reserved_bytes = d.peak_reserved_bytes;
+      row.max_fragmentation = d.max_fragmentation;
+      job.rows.push_back(std::move(row));
+    }
+    // OOMs of a device the summary has no entry for (the agent could not tell the device).
+    for (const JobOom& o : ooms) {
+      const bool listed = std::any_of(job.rows.begin() + first_row, job.rows.end(),
+                                      [&](const JobRow& r) { return r.device == o.device; });
+      if (listed) continue;
+      JobRow row;
+      row.member = i;
+      row.device = o.device;
+      row.max_fragmentation = Measured<double>::Unknown("no events on this device");
+      job.rows.push_back(std::move(row));
+    }
+    if (job.rows.size() == first_row) {  // still one line: the process is part of the job
+      JobRow row;
+      row.member = i;
+      row.max_fragmentation = Measured<double>::Unknown("no device memory");
+      job.rows.push_back(std::move(row));
+    }
+    for (auto r = job.rows.begin() + first_row; r != job.rows.end(); ++r) {
+      for (const JobOom& o : ooms) {
+        if (o.device != r->device) continue;
+        ++r->oom_count;
+        if (!r->first_oom || EarlierOom(o, *r->first_oom)) r->first_oom = o;
+      }
+    }
+    all.insert(all.end(), ooms.begin(), ooms.end());
+  }
+
+  // The first OOM per host, hosts in the order their first member with an OOM was listed.
+  std::vector<std::string> hosts;
+  std::map<std::string, std::vector<const JobOom*>> by_host;
+  for (const JobOom& o : all) {
+    const std::string& host = job.members[o.member].host;
+    if (by_host.find(host) == by_host.end()) hosts.push_back(host);
+    by_host[host].push_back(&o);
+  }
+  for (const std::string& host : hosts) {
+    const std::vector<const JobOom*>& ooms = by_host[host];
+    const JobOom* first = *std::min_element(
+        ooms.begin(), ooms.end(), [](const JobOom* a, const JobOom* b) { return EarlierOom(*a, *b); });
+    HostFirstOom h;
+    h.host = host;
+    h.oom = *first;
+    h.time_order_known = true;
+    std::vector<std::size_t> processes;
+    for (const JobOom* o : ooms) {
+      if (o->time_ns == 0) h.time_order_known = false;
+      if (std::find(processes.begin(), processes.end(), o->member) == processes.end()) {
+        processes.push_back(o->member);
+      }
+      if (o->member == first->member) continue;
+      ++h.later_ooms_elsewhere;
+      if (o->time_ns != 0 && first->time_ns != 0 && o->time_ns > first->time_ns) {
+        h.last_other_after_ns = std::max(h.last_other_after_ns, o->time_ns - first->time_ns);
+      }
+    }
+    h.processes_with_oom = processes.size();
+    job.first_ooms.push_back(std::move(h));
+  }
+  return job;
+}
+
+}  // namespace fragscope

@@ -1,0 +1,135 @@
+// RenderJobSummaryText: the job table and the first OOM per host.
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "fragscope/model/format_bytes.h"
+#include "fragscope/report/job_summary.h"
+
+namespace fragscope {
+namespace {
+
+// "412 us", "3.2 ms", "1.50 s": how long after the first OOM another came.
+std::string FormatDelay(uint64_t ns) {
+  if (ns < 1000000) return absl::StrFormat("%d us", ns / 1000);
+  if (ns < 1000000000) return absl::StrFormat("%.1f ms", ns / 1e6);
+  return absl::StrFormat("%.2f s", ns / 1e9);
+}
+
+std::string Basename(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string Shorten(std::string s, std::size_t width) {
+  if (s.size() > width) s = s.substr(0, width - 3) + "...";
+  return s;
+}
+
+// How the process's stream ended: its exit status when the agent learned it, "ended" when it
+// closed its stream without one, "no end" when it never closed it (crashed, killed, running).
+std::string EndText(const JobMemberInfo& m) {
+  if (m.exit_status) return absl::StrFormat("exit %d", *m.exit_status);
+  return m.stream_ended ? "ended" : "no end";
+}
+
+std::string FirstOomCell(const JobRow& row, const JobSummary& job) {
+  if (!row.first_oom) return "-";
+  const JobOom& o = *row.first_oom;
+  std::string s = absl::StrFormat("%s %s, seq %d",
+                                  o.oom_class ? OomClassName(*o.oom_class) : "(no post-mortem)",
+                                  FormatBytes(o.requested_bytes), o.seq);
+  const std::string& host = job.members[o.member].host;
+  for (const HostFirstOom& h : job.first_ooms) {
+    if (h.host != host || o.time_ns == 0 || h.oom.time_ns == 0) continue;
+    if (h.oom.member == o.member && h.oom.seq == o.seq) {
+      s += job.first_ooms.size() > 1 || job.processes_with_oom > 1 ? ", first" : "";
+    } else if (o.time_ns >= h.oom.time_ns) {
+      s += ", +" + FormatDelay(o.time_ns - h.oom.time_ns);
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
+  out << absl::StrFormat("==== job: %d process%s, %d OOM%s in %d of them ====\n",
+                         job.members.size(), job.members.size() == 1 ? "" : "es", job.oom_count,
+                         job.oom_count == 1 ? "" : "s", job.processes_with_oom);
+  std::size_t host_width = 4, exe_width = 3;
+  for (const JobMemberInfo& m : job.members) {
+    host_width = std::max(host_width, std::min<std::size_t>(m.host.size(), 16));
+    exe_width = std::max(exe_width, std::min<std::size_t>(Basename(m.exe).size(), 24));
+  }
+  out << absl::StrFormat("  %-8s %-*s %-*s %4s %14s %9s %7s %5s  %s\n", "pid", host_width, "host",
+                         exe_width, "exe", "dev", "peak reserved", "max frag", "stream", "OOMs",
+                         "first OOM on the device (class, request, seq, when)");
+  for (const JobRow& row : job.rows) {
+    const JobMemberInfo& m = job.members[row.member];
+    out << absl::StrFormat(
+        "  %-8d %-*s %-*s %4s %14s %9s %7s %5d  %s\n", m.pid, host_width,
+        Shorten(m.host, host_width), exe_width, Shorten(Basename(m.exe), exe_width),
+        row.device < 0 ? std::string("-") : absl::StrFormat("%d", row.device),
+        FormatBytes(row.peak_reserved_bytes),
+        row.max_fragmentation.known() ? FormatPercent(*row.max_fragmentation.value) : "n/a",
+        EndText(m), row.oom_count, FirstOomCell(row, job));
+  }
+  // What the table cannot say in a cell.
+  for (const JobMemberInfo& m : job.members) {
+    if (!m.damage.empty()) {
+      out << absl::StrFormat("  pid %d: damaged input, figures up to the damage only: %s\n",
+                             m.pid, m.damage);
+    }
+    if (!m.history_complete) {
+      out << absl::StrFormat(
+          "  pid %d: the trace begins mid-run (attach, flight recorder, late connect): its peak "
+          "and OOMs before that are not in it\n",
+          m.pid);
+    }
+    if (!m.stream_ended) {
+      out << absl::StrFormat(
+          "  pid %d: its stream did not end (the process crashed, was killed or is still "
+          "running): figures up to its last event\n",
+          m.pid);
+    }
+  }
+  std::string traces;
+  for (const JobMemberInfo& m : job.members) {
+    if (!m.trace.empty()) absl::StrAppendFormat(&traces, "\n    pid %-8d %s", m.pid, m.trace);
+  }
+  if (!traces.empty()) out << "  traces:" << traces << "\n";
+
+  if (job.oom_count == 0) {
+    out << "No OOM in any process.\n";
+    return;
+  }
+  if (job.first_ooms.size() > 1) {
+    out << absl::StrFormat(
+        "OOMs on %d hosts: times of different hosts do not compare, so the first is given per "
+        "host.\n",
+        job.first_ooms.size());
+  }
+  for (const HostFirstOom& h : job.first_ooms) {
+    const JobMemberInfo& m = job.members[h.oom.member];
+    out << absl::StrFormat("First OOM%s: pid %d (%s), device %d, seq %d\n",
+                           job.first_ooms.size() > 1 ? " on " + h.host : "", m.pid,
+                           Basename(m.exe), h.oom.device, h.oom.seq);
+    out << "  " << h.oom.headline << "\n";
+    if (!h.time_order_known) {
+      out << "  Some OOMs of this host carry no time, so which came first is not certain.\n";
+    }
+    if (h.processes_with_oom > 1) {
+      out << absl::StrFormat(
+          "  %d OOM%s in %d other process%s came %s; read pid %d's report first: when one rank "
+          "fails, the others often fail next, waiting for it.\n",
+          h.later_ooms_elsewhere, h.later_ooms_elsewhere == 1 ? "" : "s",
+          h.processes_with_oom - 1, h.processes_with_oom == 2 ? "" : "es",
+          !h.time_order_known          ? std::string("too")
+          : h.last_other_after_ns > 0 ? "within " + FormatDelay(h.last_other_after_ns) + " after it"
+                                      : std::string("at the same time"),
+          m.pid);
+    }
+  }
+}
+
+}  // namespace fragscope

@@ -1,0 +1,220 @@
+// The job summary over several processes: which OOM came first (per host, by time), the rows per
+// process and device, and the text and JSON that carry them.
+#include "fragscope/report/job_summary.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fragscope/report/report_json.h"
+
+namespace fragscope {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kMs = 1000000;
+
+DeviceSummary Device(int ordinal, uint64_t peak_reserved) {
+  DeviceSummary d;
+  d.ordinal = ordinal;
+  d.peak_reserved_bytes = peak_reserved;
+  return d;
+}
+
+// One process with a sub-allocator OOM of `class` on `device` at `time_ns` (0: no time).
+ModelSummary Rank(uint32_t pid, const std::string& host, int device, uint64_t time_ns,
+                  std::optional<OomClass> oom_class) {
+  ModelSummary s;
+  s.pid = pid;
+  s.host = host;
+  s.exe = "/usr/bin/python3.11";
+  s.stream_ended = true;
+  for (int d = 0; d <= device; ++d) s.devices.push_back(Device(d, d == device ? 900 * kMiB : 0));
+  if (oom_class) {
+    FailedAllocation f;
+    f.seq = 40 + pid % 7;
+    f.time_ns = time_ns;
+    f.device = device;
+    f.requested_bytes = 300 * kMiB;
+    f.is_oom = true;
+    f.from_sub_allocator = true;
+    f.has_postmortem = true;
+    s.failed_allocations.push_back(f);
+    s.devices.back().oom_count = 1;
+    OomPostMortem pm;
+    pm.failure = f;
+    pm.oom_class = *oom_class;
+    pm.headline = "OOM on device " + std::to_string(device) + ": requested 300.00 MiB — class: " +
+                  OomClassName(*oom_class);
+    s.ooms.push_back(pm);
+  }
+  return s;
+}
+
+std::vector<JobMember> Members(const std::vector<ModelSummary>& summaries) {
+  std::vector<JobMember> members;
+  for (const ModelSummary& s : summaries) {
+    members.push_back({"rank-" + std::to_string(s.pid) + ".fst", &s, ""});
+  }
+  return members;
+}
+
+TEST(JobSummary, TheFirstOomIsTheEarliestInTimeNotTheFirstListed) {
+  // Rank 3 fails first (t = 5 ms); ranks 1 and 2 fail 2 and 7 ms after it; rank 0 has none.
+  std::vector<ModelSummary> ranks = {
+      Rank(100, "node1", 0, 0, std::nullopt),
+      Rank(101, "node1", 1, 7 * kMs, OomClass::kCapacity),
+      Rank(102, "node1", 2, 12 * kMs, OomClass::kCapacity),
+      Rank(103, "node1", 3, 5 * kMs, OomClass::kFragmentation),
+  };
+  ranks[0].devices.clear();  // a process of the job that never touched a GPU
+  JobSummary job = BuildJobSummary(Members(ranks));
+  EXPECT_EQ(job.members.size(), 4u);
+  EXPECT_EQ(job.oom_count, 3u);
+  EXPECT_EQ(job.processes_with_oom, 3u);
+  ASSERT_EQ(job.first_ooms.size(), 1u);
+  const HostFirstOom& first = job.first_ooms[0];
+  EXPECT_EQ(first.host, "node1");
+  EXPECT_EQ(first.oom.member, 3u);
+  EXPECT_EQ(first.oom.device, 3);
+  ASSERT_TRUE(first.oom.oom_class.has_value());
+  EXPECT_EQ(*first.oom.oom_class, OomClass::kFragmentation);
+  EXPECT_TRUE(first.time_order_known);
+  EXPECT_EQ(first.processes_with_oom, 3u);
+  EXPECT_EQ(first.later_ooms_elsewhere, 2u);
+  EXPECT_EQ(first.last_other_after_ns, 7 * kMs);
+
+  // One row per used device: rank 0 used none, so it keeps one row of its own.
+  ASSERT_EQ(job.rows.size(), 4u);
+  EXPECT_EQ(job.rows[0].member, 0u);
+  EXPECT_EQ(job.rows[0].device, -1);
+  EXPECT_FALSE(job.rows[0].first_oom.has_value());
+  EXPECT_EQ(job.rows[3].device, 3);
+  EXPECT_EQ(job.rows[3].peak_reserved_bytes, 900 * kMiB);
+  EXPECT_EQ(job.rows[3].oom_count, 1u);
+
+  std::ostringstream text;
+  RenderJobSummaryText(job, text);
+  EXPECT_NE(text.str().find("4 processes, 3 OOMs in 3 of them"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("First OOM: pid 103 (python3.11), device 3"), std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("class: fragmentation"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("2 OOMs in 2 other processes came within 7.0 ms after it"),
+            std::string::npos)
+      << text.str();
+  // Each later OOM says how long after the first it came.
+  EXPECT_NE(text.str().find("capacity 300.00 MiB, seq 43, +2.0 ms"), std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("rank-103.fst"), std::string::npos) << text.str();
+}
+
+TEST(JobSummary, HostsAreOrderedApartBecauseTheirClocksDoNotCompare) {
+  // node2's OOM has the smaller time, but its clock is another machine's.
+  std::vector<ModelSummary> ranks = {
+      Rank(200, "node1", 0, 900 * kMs, OomClass::kCapacity),
+      Rank(201, "node2", 0, 1 * kMs, OomClass::kExternal),
+      Rank(202, "node2", 0, 3 * kMs, OomClass::kCapacity),
+  };
+  JobSummary job = BuildJobSummary(Members(ranks));
+  ASSERT_EQ(job.first_ooms.size(), 2u);
+  EXPECT_EQ(job.first_ooms[0].host, "node1");
+  EXPECT_EQ(job.first_ooms[0].oom.member, 0u);
+  EXPECT_EQ(job.first_ooms[0].later_ooms_elsewhere, 0u);
+  EXPECT_EQ(job.first_ooms[1].host, "node2");
+  EXPECT_EQ(job.first_ooms[1].oom.member, 1u);
+  EXPECT_EQ(job.first_ooms[1].last_other_after_ns, 2 * kMs);
+  std::ostringstream text;
+  RenderJobSummaryText(job, text);
+  EXPECT_NE(text.str().find("OOMs on 2 hosts"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("First OOM on node2: pid 201"), std::string::npos) << text.str();
+}
+
+TEST(JobSummary, OomsWithoutATimeMakeTheOrderUncertainAndSaySo) {
+  std::vector<ModelSummary> ranks = {
+      Rank(300, "node1", 0, 0, OomClass::kCapacity),
+      Rank(301, "node1", 0, 8 * kMs, OomClass::kFragmentation),
+  };
+  JobSummary job = BuildJobSummary(Members(ranks));
+  ASSERT_EQ(job.first_ooms.size(), 1u);
+  EXPECT_FALSE(job.first_ooms[0].time_order_known);
+  EXPECT_EQ(job.first_ooms[0].oom.member, 1u);  // the timed one
+  std::ostringstream text;
+  RenderJobSummaryText(job, text);
+  EXPECT_NE(text.str().find("not certain"), std::string::npos) << text.str();
+}
+
+TEST(JobSummary, RecoveredDriverFailuresAreNotOoms) {
+  ModelSummary s = Rank(400, "node1", 0, 0, std::nullopt);
+  FailedAllocation retried;
+  retried.seq = 9;
+  retried.time_ns = 4 * kMs;
+  retried.device = 0;
+  retried.requested_bytes = 64 * kMiB;
+  retried.is_oom = true;
+  retried.recovered = true;  // PyTorch freed its cache and the retry succeeded
+  s.failed_allocations.push_back(retried);
+  std::vector<ModelSummary> ranks = {s};
+  JobSummary job = BuildJobSummary(Members(ranks));
+  EXPECT_EQ(job.oom_count, 0u);
+  EXPECT_TRUE(job.first_ooms.empty());
+  std::ostringstream text;
+  RenderJobSummaryText(job, text);
+  EXPECT_NE(text.str().find("No OOM in any process."), std::string::npos) << text.str();
+}
+
+TEST(JobSummary, DamageAndUnendedStreamsAreSpelledOut) {
+  std::vector<ModelSummary> ranks = {Rank(500, "node1", 0, 2 * kMs, OomClass::kCapacity),
+                                     Rank(501, "node1", 0, 0, std::nullopt)};
+  ranks[1].stream_ended = false;
+  std::vector<JobMember> members = Members(ranks);
+  members[1].damage = "rank-501.fst: truncated at byte 4096";
+  JobSummary job = BuildJobSummary(members);
+  std::ostringstream text;
+  RenderJobSummaryText(job, text);
+  EXPECT_NE(text.str().find("pid 501: damaged input"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("truncated at byte 4096"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("pid 501: its stream did not end"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("no end"), std::string::npos) << text.str();
+}
+
+TEST(JobSummary, JsonHoldsTheJobAndEveryProcessReport) {
+  std::vector<ModelSummary> ranks = {
+      Rank(600, "node1", 0, 9 * kMs, OomClass::kCapacity),
+      Rank(601, "node1", 1, 4 * kMs, OomClass::kUnusableCache),
+  };
+  std::vector<JobMember> members = Members(ranks);
+  members[0].trace = "";  // a stream whose trace was not kept
+  JobSummary job = BuildJobSummary(members);
+  std::vector<std::string> reports;
+  for (const ModelSummary& s : ranks) {
+    std::ostringstream one;
+    RenderJson(s, one);
+    reports.push_back(one.str());
+  }
+  std::ostringstream out;
+  RenderJobJson(job, reports, out);
+  nlohmann::json j = nlohmann::json::parse(out.str(), nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << out.str();
+  EXPECT_EQ(j["schema_version"], kJsonReportSchemaVersion);
+  EXPECT_EQ(j["job"]["processes"], 2);
+  EXPECT_EQ(j["job"]["oom_count"], 2);
+  ASSERT_EQ(j["job"]["first_ooms"].size(), 1u);
+  EXPECT_EQ(j["job"]["first_ooms"][0]["oom"]["pid"], 601);
+  EXPECT_EQ(j["job"]["first_ooms"][0]["oom"]["class"], "unusable_cache");
+  EXPECT_EQ(j["job"]["first_ooms"][0]["last_other_after_ns"], 5 * kMs);
+  ASSERT_EQ(j["job"]["rows"].size(), 2u);  // the device each used; rank 601's device 0 was idle
+  EXPECT_EQ(j["job"]["rows"][1]["device"], 1);
+  ASSERT_EQ(j["processes"].size(), 2u);
+  EXPECT_TRUE(j["processes"][0]["trace"].is_null());
+  EXPECT_EQ(j["processes"][1]["trace"], "rank-601.fst");
+  // The nested reports are the processes' own, whole.
+  EXPECT_EQ(j["processes"][0]["report"]["process"]["pid"], 600);
+  EXPECT_EQ(j["processes"][1]["report"]["process"]["pid"], 601);
+  EXPECT_EQ(j["processes"][1]["report"]["ooms"][0]["class"], "unusable_cache");
+}
+
+}  // namespace
+}  // namespace fragscope
