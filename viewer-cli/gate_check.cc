@@ -226,26 +226,36 @@ std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimit
 }
 
 std::string GateJunitXml(const std::vector<GateCheck>& checks, const std::string& trace) {
+  return GateJunitXml(std::vector<GateSuite>{{trace, checks}});
+}
+
+std::string GateJunitXml(const std::vector<GateSuite>& suites) {
   auto esc = [](const std::string& s) {
     return absl::StrReplaceAll(
         s, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&quot;"}, {"'", "&apos;"}});
   };
-  int failures = 0;
-  for (const GateCheck& c : checks) failures += c.passed ? 0 : 1;
-  std::string xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  xml += absl::StrFormat(
-      "<testsuites><testsuite name=\"fragscope gate\" tests=\"%d\" failures=\"%d\">\n",
-      checks.size(), failures);
-  for (const GateCheck& c : checks) {
-    xml += absl::StrFormat("  <testcase classname=\"fragscope.gate\" name=\"%s\" file=\"%s\"",
-                           esc(c.name), esc(trace));
-    if (c.passed) {
-      xml += "/>\n";
-    } else {
-      xml += absl::StrFormat(">\n    <failure message=\"%s\"/>\n  </testcase>\n", esc(c.reason));
+  std::string xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>";
+  for (const GateSuite& suite : suites) {
+    int failures = 0;
+    for (const GateCheck& c : suite.checks) failures += c.passed ? 0 : 1;
+    // One trace keeps the suite name it always had; several are told apart by their trace.
+    const std::string name =
+        suites.size() == 1 ? "fragscope gate" : "fragscope gate: " + suite.trace;
+    xml += absl::StrFormat("<testsuite name=\"%s\" tests=\"%d\" failures=\"%d\">\n", esc(name),
+                           suite.checks.size(), failures);
+    for (const GateCheck& c : suite.checks) {
+      xml += absl::StrFormat("  <testcase classname=\"fragscope.gate\" name=\"%s\" file=\"%s\"",
+                             esc(c.name), esc(suite.trace));
+      if (c.passed) {
+        xml += "/>\n";
+      } else {
+        xml += absl::StrFormat(">\n    <failure message=\"%s\"/>\n  </testcase>\n",
+                               esc(c.reason));
+      }
     }
+    xml += "</testsuite>";
   }
-  xml += "</testsuite></testsuites>\n";
+  xml += "</testsuites>\n";
   return xml;
 }
 

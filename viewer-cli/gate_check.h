@@ -69,6 +69,12 @@ std::vector<GateCheck> EvaluateGate(const ModelSummary& summary, const GateLimit
 
 // The JUnit XML CI systems read: one testcase per check.
 std::string GateJunitXml(const std::vector<GateCheck>& checks, const std::string& trace);
+// Several traces (a job's processes): one <testsuite> per trace, in the order given.
+struct GateSuite {
+  std::string trace;
+  std::vector<GateCheck> checks;
+};
+std::string GateJunitXml(const std::vector<GateSuite>& suites);
 
 }  // namespace fragscope::cli
 

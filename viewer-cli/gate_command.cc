@@ -16,7 +16,7 @@ namespace fragscope::cli {
 
 namespace {
 constexpr char kUsage[] =
-    "usage: fragscope gate TRACE [--max-fragmentation F] [--max-stranded BYTES]\n"
+    "usage: fragscope gate TRACE... [--max-fragmentation F] [--max-stranded BYTES]\n"
     "                            [--max-reserved BYTES] [--min-cached BYTES]\n"
     "                            [--at peak,end,oom|all] [--baseline OLD.json\n"
     "                            [--max-increase D] [--max-reserved-increase R]]\n"
@@ -31,7 +31,8 @@ constexpr char kUsage[] =
     "  (one moment), fails peak and baseline checks unless --allow-partial-history.\n"
     "  Baseline: a `fragscope report --format json` file; D bounds the rise of each device's\n"
     "  max fragmentation (0.05 = five points), R the rise of its peak reserved memory,\n"
-    "  relative (0.05 = 5 %). Exit: 0 pass, 1 fail, 2 usage, 3 bad input.\n";
+    "  relative (0.05 = 5 %). Several TRACEs (the processes of a job): each is judged and the\n"
+    "  gate passes only if all do. Exit: 0 pass, 1 fail, 2 usage, 3 bad input.\n";
 
 bool ParseFraction(const std::string& s, double* out) {
   char* end = nullptr;
@@ -89,7 +90,13 @@ int GateCommand(const std::vector<std::string>& args) {
   reader.Flag("allow-coarse-blocks", &allow_coarse_blocks);
   reader.Flag("allow-partial-history", &allow_partial_history);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
-  if (reader.positionals().size() != 1) return Usage("expected exactly one TRACE");
+  if (reader.positionals().empty()) return Usage("expected a TRACE");
+  if (reader.positionals().size() > 1 && !baseline.empty()) {
+    // A baseline report describes one process; which of several it would stand for is a guess.
+    return Usage("--baseline compares one TRACE with one report; got " +
+                 std::to_string(reader.positionals().size()) +
+                 " traces: gate each against its own baseline");
+  }
 
   GateLimits limits;
   limits.allow_opaque = allow_opaque;
@@ -145,6 +152,14 @@ int GateCommand(const std::vector<std::string>& args) {
       return kExitBadInput;
     }
     nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("job") && j.contains("processes")) {
+      std::fprintf(stderr,
+                   "fragscope gate: %s: a report of several processes; a baseline is one "
+                   "process's report: make it with `fragscope report TRACE --format json` of "
+                   "one trace\n",
+                   baseline.c_str());
+      return kExitBadInput;
+    }
     if (j.is_discarded() || !j.is_object() || !j.contains("devices") || !j["devices"].is_array()) {
       std::fprintf(stderr,
                    "fragscope gate: %s: not a fragscope JSON report (expected an object with "
@@ -169,52 +184,93 @@ int GateCommand(const std::vector<std::string>& args) {
     return Usage("give at least one limit");
   }
 
-  const std::string& path = reader.positionals()[0];
-  ModelOptions options;
-  auto loaded = LoadTrace(path, options);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "fragscope gate: %s\n", std::string(loaded.status().message()).c_str());
-    return kExitBadInput;
+  // Every trace is judged, whatever the others do: a job passes only when each of its
+  // processes does, and one unreadable or damaged trace fails it (exit 3), since the moment
+  // that fails could be in what was not read.
+  const std::vector<std::string>& paths = reader.positionals();
+  const bool several = paths.size() > 1;
+  std::vector<GateSuite> suites;
+  int unreadable = 0, failed_traces = 0;
+  std::size_t total_checks = 0;
+  for (const std::string& path : paths) {
+    auto loaded = LoadTrace(path, ModelOptions{});
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "fragscope gate: %s\n", std::string(loaded.status().message()).c_str());
+      ++unreadable;
+      suites.push_back({path, {{"trace readable", false, std::string(loaded.status().message())}}});
+      continue;
+    }
+    if (!loaded->damage.empty()) {
+      // A cut trace could hide the very moment that fails; judging it would be a guess.
+      std::fprintf(stderr, "fragscope gate: %s; refusing to judge a damaged trace\n",
+                   loaded->damage.c_str());
+      ++unreadable;
+      suites.push_back({path, {{"trace whole", false, loaded->damage}}});
+      continue;
+    }
+    std::vector<GateCheck> checks = EvaluateGate(loaded->summary, limits);
+    total_checks += checks.size();
+    int failed = 0;
+    const GateCheck* first = nullptr;
+    for (const GateCheck& c : checks) {
+      if (!c.passed) {
+        ++failed;
+        if (first == nullptr) first = &c;
+      }
+    }
+    if (first != nullptr) {
+      ++failed_traces;
+      std::fprintf(stderr, "fragscope gate: FAILED: %s%s", several ? (path + ": ").c_str() : "",
+                   first->reason.c_str());
+      if (failed > 1) std::fprintf(stderr, " (and %d more failed checks)", failed - 1);
+      std::fprintf(stderr, "\n");
+    } else if (checks.empty()) {
+      // Nothing failed, but nothing was judged either: say so rather than look like a clean
+      // bill.
+      std::fprintf(stderr,
+                   "fragscope gate: %spassed, but no check applied: no device had at least %s "
+                   "cached at the chosen moment (--at), so fragmentation was not judged\n",
+                   several ? (path + ": ").c_str() : "",
+                   FormatBytes(limits.min_cached_bytes).c_str());
+    } else if (several) {
+      std::fprintf(stderr, "fragscope gate: %s: passed (%zu check%s)\n", path.c_str(),
+                   checks.size(), checks.size() == 1 ? "" : "s");
+    }
+    suites.push_back({path, std::move(checks)});
   }
-  if (!loaded->damage.empty()) {
-    // A cut trace could hide the very moment that fails; judging it would be a guess.
-    std::fprintf(stderr, "fragscope gate: %s; refusing to judge a damaged trace\n",
-                 loaded->damage.c_str());
-    return kExitBadInput;
-  }
-  std::vector<GateCheck> checks = EvaluateGate(loaded->summary, limits);
   if (!junit.empty()) {
     // 0644 at most, whatever the umask.
-    if (absl::Status s = WriteOutputFile(junit, GateJunitXml(checks, path)); !s.ok()) {
+    if (absl::Status s = WriteOutputFile(junit, GateJunitXml(suites)); !s.ok()) {
       std::fprintf(stderr, "fragscope gate: cannot write JUnit XML: %s\n",
                    std::string(s.message()).c_str());
       return kExitBadInput;
     }
   }
-  int failed = 0;
-  const GateCheck* first = nullptr;
-  for (const GateCheck& c : checks) {
-    if (!c.passed) {
-      ++failed;
-      if (first == nullptr) first = &c;
+  if (unreadable > 0) {
+    if (several) {
+      std::fprintf(stderr, "fragscope gate: %d of %zu traces could not be judged\n", unreadable,
+                   paths.size());
     }
+    return kExitBadInput;
   }
-  if (first != nullptr) {
-    std::fprintf(stderr, "fragscope gate: FAILED: %s", first->reason.c_str());
-    if (failed > 1) std::fprintf(stderr, " (and %d more failed checks)", failed - 1);
-    std::fprintf(stderr, "\n");
+  if (failed_traces > 0) {
+    if (several) {
+      std::fprintf(stderr, "fragscope gate: FAILED: %d of %zu traces exceed a limit\n",
+                   failed_traces, paths.size());
+    }
     return kExitGateFailed;
   }
-  if (checks.empty()) {
-    // Nothing failed, but nothing was judged either: say so rather than look like a clean bill.
-    std::fprintf(stderr,
-                 "fragscope gate: passed, but no check applied: no device had at least %s cached "
-                 "at the chosen moment (--at), so fragmentation was not judged\n",
-                 FormatBytes(limits.min_cached_bytes).c_str());
-    return kExitOk;
+  if (total_checks == 0 && !several) return kExitOk;  // said above
+  if (several && total_checks == 0) {
+    std::fprintf(stderr, "fragscope gate: passed, but no check applied in any of the %zu traces\n",
+                 paths.size());
+  } else if (several) {
+    std::fprintf(stderr, "fragscope gate: passed (%zu traces, %zu checks)\n", paths.size(),
+                 total_checks);
+  } else {
+    std::fprintf(stderr, "fragscope gate: passed (%zu check%s)\n", total_checks,
+                 total_checks == 1 ? "" : "s");
   }
-  std::fprintf(stderr, "fragscope gate: passed (%zu check%s)\n", checks.size(),
-               checks.size() == 1 ? "" : "s");
   return kExitOk;
 }
 

@@ -2,10 +2,12 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <sstream>
 
 #include "arg_reader.h"
 #include "commands.h"
 #include "exit_codes.h"
+#include "fragscope/trace/output_file.h"
 #include "report_output.h"
 #include "trace_loading.h"
 
@@ -15,11 +17,51 @@ namespace {
 // The page draws every segment as SVG; beyond this many per device only the largest are drawn.
 constexpr std::size_t kHtmlMaxSegmentsPerDevice = 1024;
 constexpr char kUsage[] =
-    "usage: fragscope report TRACE [--format text|json|html] [-o OUT]\n"
+    "usage: fragscope report TRACE... [--format text|json|html] [-o OUT]\n"
     "                        [--fragmentation-floor BYTES]\n"
     "  TRACE   a trace from `fragscope run -o` / FRAGSCOPE_OUTPUT, or a PyTorch snapshot "
-    ".pickle\n"
-    "  html    one self-contained page (segment map, timeline, OOM post-mortems); use -o\n";
+    ".pickle;\n"
+    "          several (the ranks of a job): each one's report, then the job summary (which\n"
+    "          process ran out of memory first)\n"
+    "  html    one self-contained page (segment map, timeline, OOM post-mortems) of one TRACE;\n"
+    "          use -o\n";
+
+// Several traces: every one that can be read is reported, whatever the others do; exit 3 if
+// any could not be read or was damaged.
+int ReportJob(const std::vector<std::string>& paths, ReportFormat format,
+              const ModelOptions& options, const std::string& out_path) {
+  std::vector<JobReportInput> processes;
+  std::vector<std::string> problems;
+  for (const std::string& path : paths) {
+    auto loaded = LoadTrace(path, options);
+    if (!loaded.ok()) {
+      problems.push_back(std::string(loaded.status().message()));
+      continue;
+    }
+    processes.push_back({path, std::move(loaded->summary), loaded->damage});
+    if (!loaded->damage.empty()) problems.push_back(loaded->damage);  // names the file
+  }
+  if (!processes.empty()) {
+    std::ostringstream text;
+    WriteJobReport(processes, format, text);
+    absl::Status written =
+        out_path == "-" ? (std::cout << text.str() << std::flush, absl::OkStatus())
+                        : WriteOutputFile(out_path, text.str());
+    if (!written.ok()) {
+      std::fprintf(stderr, "fragscope report: %s\n", std::string(written.message()).c_str());
+      return kExitBadInput;
+    }
+  }
+  for (const std::string& p : problems) std::fprintf(stderr, "fragscope report: %s\n", p.c_str());
+  if (!problems.empty()) {
+    std::fprintf(stderr,
+                 "fragscope report: %zu of %zu traces could not be read whole; the report %s\n",
+                 problems.size(), paths.size(),
+                 processes.empty() ? "was not written" : "covers what could be read");
+    return kExitBadInput;
+  }
+  return kExitOk;
+}
 }  // namespace
 
 int ReportCommand(const std::vector<std::string>& args) {
@@ -35,8 +77,15 @@ int ReportCommand(const std::vector<std::string>& args) {
                  format_name.c_str(), kUsage);
     return kExitUsage;
   }
-  if (reader.positionals().size() != 1 || reader.saw_dashdash()) {
-    std::fprintf(stderr, "fragscope report: expected exactly one TRACE\n%s", kUsage);
+  if (reader.positionals().empty() || reader.saw_dashdash()) {
+    std::fprintf(stderr, "fragscope report: expected a TRACE\n%s", kUsage);
+    return kExitUsage;
+  }
+  if (reader.positionals().size() > 1 && format == ReportFormat::kHtml) {
+    std::fprintf(stderr,
+                 "fragscope report: --format html makes one page per process: give one TRACE "
+                 "(got %zu), or use text or json for the job\n%s",
+                 reader.positionals().size(), kUsage);
     return kExitUsage;
   }
   ModelOptions options;
@@ -50,6 +99,9 @@ int ReportCommand(const std::vector<std::string>& args) {
       return kExitUsage;
     }
     options.fragmentation_floor_bytes = *bytes;
+  }
+  if (reader.positionals().size() > 1) {
+    return ReportJob(reader.positionals(), format, options, out_path);
   }
   const std::string& path = reader.positionals()[0];
   // HTML draws the segment map, which needs the model's segment layouts, not just the summary.

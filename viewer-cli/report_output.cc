@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "fragscope/export/html_report.h"
+#include "fragscope/report/job_summary.h"
 #include "fragscope/report/report_json.h"
 #include "fragscope/report/report_text.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
@@ -37,6 +38,31 @@ void WriteReport(const ModelSummary& summary, ReportFormat format, std::ostream&
     exporter::RenderHtml(input, symbolizer, out);
   } else {
     RenderText(summary, symbolizer, out);
+  }
+  out.flush();
+}
+
+void WriteJobReport(const std::vector<JobReportInput>& processes, ReportFormat format,
+                    std::ostream& out) {
+  std::vector<JobMember> members;
+  for (const JobReportInput& p : processes) members.push_back({p.trace, &p.summary, p.damage});
+  const JobSummary job = BuildJobSummary(members);
+  if (format == ReportFormat::kJson) {
+    std::vector<std::string> reports;
+    for (const JobReportInput& p : processes) {
+      std::ostringstream one;
+      WriteReport(p.summary, ReportFormat::kJson, one);
+      reports.push_back(one.str());
+    }
+    RenderJobJson(job, reports, out);
+  } else {
+    for (const JobReportInput& p : processes) {
+      out << absl::StrFormat("==== process %d%s ====\n", p.summary.pid,
+                             p.trace.empty() ? "" : " (" + p.trace + ")");
+      WriteReport(p.summary, ReportFormat::kText, out);
+      out << "\n";
+    }
+    RenderJobSummaryText(job, out);
   }
   out.flush();
 }

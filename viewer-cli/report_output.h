@@ -7,6 +7,7 @@
 #include <ostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "fragscope/export/export_input.h"
@@ -24,6 +25,19 @@ void WriteReport(const ModelSummary& summary, ReportFormat format, std::ostream&
 // `path` "-" means stdout.
 absl::Status WriteReportFile(const ModelSummary& summary, ReportFormat format,
                              const std::string& path);
+// One process of a job for WriteJobReport: its summary, where it came from (a trace path; empty
+// for a stream whose trace was not kept) and the damage its input had, if any.
+struct JobReportInput {
+  std::string trace;
+  ModelSummary summary;
+  std::string damage;
+};
+// Several processes (the ranks of a job): text, each process's report under a "==== process
+// PID (TRACE) ====" line, then the job summary (fragscope/report/job_summary.h); JSON, one
+// document with the job summary and every report (collector/REPORT.md "Several processes").
+// kHtml is not accepted here (one page per process): callers refuse it first.
+void WriteJobReport(const std::vector<JobReportInput>& processes, ReportFormat format,
+                    std::ostream& out);
 // For commands that write their files only at the end of a run that may last hours (`run`,
 // `attach`): checks each (option, path) before the run starts, and on the first that cannot be
 // written prints "fragscope COMMAND: OPTION PATH: reason; choose a writable path" and returns

@@ -376,6 +376,7 @@ int RunCommand(const std::vector<std::string>& args) {
   } else if (!report_path.empty()) {
     out = &report_file;
   }
+  std::vector<JobReportInput> job;  // several processes: one report with the job summary
   for (const CollectedStream& s : streams) {
     if (!s.outcome.trace_error.empty()) {
       std::fprintf(stderr, "fragscope run: trace copy failed: %s\n", s.outcome.trace_error.c_str());
@@ -389,11 +390,13 @@ int RunCommand(const std::vector<std::string>& args) {
                                            : s.outcome.error.c_str());
     }
     if (quiet) continue;
-    if (streams.size() > 1 && format == ReportFormat::kText) {
-      *out << absl::StrFormat("==== process %d ====\n", static_cast<int>(s.peer_pid));
+    if (streams.size() == 1) {
+      WriteReport(s.session->Summarize(), format, *out);
+    } else {
+      job.push_back({s.session->trace_path(), s.session->Summarize(), ""});
     }
-    WriteReport(s.session->Summarize(), format, *out);
   }
+  if (!job.empty()) WriteJobReport(job, format, *out);
   if (out == &report_file) {
     if (absl::Status st = WriteOutputFile(report_path, report_file.str()); !st.ok()) {
       std::fprintf(stderr, "fragscope run: cannot write report: %s\n",

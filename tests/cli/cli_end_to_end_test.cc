@@ -4,11 +4,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -274,6 +276,105 @@ TEST_F(CliEndToEnd, UsageErrorsExit2AndBadInputExits3) {
   std::ofstream(dir_ + "/garbage.fst") << "definitely not a trace";
   EXPECT_EQ(Shell(Fragscope() + " report " + dir_ + "/garbage.fst").exit_code, 3);
   EXPECT_EQ(Shell(Fragscope() + " gate " + dir_ + "/garbage.fst --max-reserved 1G").exit_code, 3);
+}
+
+// A job of three processes (the ranks of a multi-GPU run, here three copies of the demo under
+// one launcher): `run` reports each and then the job; its JSON is one document; `report` and
+// `gate` take every rank's trace at once.
+TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
+  const std::string job = dir_ + "/job";
+  ASSERT_EQ(std::system(("mkdir -p " + job).c_str()), 0);
+  const std::string demo = FRAGSCOPE_DEMO_BIN;
+  Result run = Shell("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() +
+                     " run -o " + job + "/rank.fst --format json --report " + job +
+                     "/live.json -- sh -c '" + demo + " & " + demo + " & " + demo +
+                     "; s=$?; wait; exit $s'");
+  ASSERT_EQ(run.exit_code, 1) << "a rank's status (1: died of its OOM): " << run.output;
+  // One JSON document, not three objects back to back.
+  json live = json::parse(Slurp(job + "/live.json"), nullptr, false);
+  ASSERT_FALSE(live.is_discarded()) << Slurp(job + "/live.json");
+  EXPECT_EQ(live["schema_version"], 1);
+  EXPECT_EQ(live["job"]["processes"], 3);
+  EXPECT_EQ(live["job"]["oom_count"], 6);
+  EXPECT_EQ(live["job"]["processes_with_oom"], 3);
+  ASSERT_EQ(live["processes"].size(), 3u);
+  std::vector<uint64_t> times;
+  for (const json& p : live["processes"]) {
+    ASSERT_EQ(p["report"]["ooms"].size(), 2u) << p.dump();
+    EXPECT_EQ(p["report"]["ooms"][0]["class"], "fragmentation");
+    EXPECT_EQ(p["trace"].get<std::string>().rfind(job + "/rank.fst.", 0), 0u) << p["trace"];
+    times.push_back(p["report"]["failed_allocations"][2]["time_ns"].get<uint64_t>());
+  }
+  // The first OOM is the earliest of the three first OOMs, whichever rank connected first.
+  ASSERT_EQ(live["job"]["first_ooms"].size(), 1u);
+  const json& first = live["job"]["first_ooms"][0];
+  EXPECT_EQ(first["oom"]["time_ns"].get<uint64_t>(), *std::min_element(times.begin(), times.end()));
+  EXPECT_EQ(first["oom"]["class"], "fragmentation");
+  EXPECT_EQ(first["processes_with_oom"], 3);
+  EXPECT_EQ(first["later_ooms_elsewhere"], 4);
+  const int first_pid = first["oom"]["pid"].get<int>();
+
+  // The saved traces, all at once: each report, then the job, with the same first OOM.
+  const std::string traces = job + "/rank.fst.*";
+  Result text = Shell(Fragscope() + " report " + traces);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_EQ(Count(text.output, "==== process "), 3) << text.output;
+  EXPECT_NE(text.output.find("==== job: 3 processes, 6 OOMs in 3 of them ===="), std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("First OOM: pid " + std::to_string(first_pid) +
+                             " (fragmenting_training), device 0"),
+            std::string::npos)
+      << text.output;
+  Result as_json = Shell(Fragscope() + " report " + traces + " --format json -o " + job +
+                         "/file.json");
+  ASSERT_EQ(as_json.exit_code, 0) << as_json.output;
+  json file = json::parse(Slurp(job + "/file.json"), nullptr, false);
+  ASSERT_FALSE(file.is_discarded());
+  EXPECT_EQ(file["job"]["first_ooms"][0]["oom"]["pid"], first_pid);
+  EXPECT_EQ(file["job"]["oom_count"], 6);
+
+  // The gate judges every rank; the job passes only if all do.
+  Result fail = Shell(Fragscope() + " gate " + traces + " --max-fragmentation 0.5 --junit " + job +
+                      "/gate.xml");
+  EXPECT_EQ(fail.exit_code, 1) << fail.output;
+  EXPECT_EQ(Count(fail.output, "FAILED: " + job + "/rank.fst."), 3) << fail.output;
+  EXPECT_NE(fail.output.find("FAILED: 3 of 3 traces exceed a limit"), std::string::npos)
+      << fail.output;
+  EXPECT_EQ(Count(Slurp(job + "/gate.xml"), "<testsuite name=\"fragscope gate: "), 3)
+      << Slurp(job + "/gate.xml");
+  Result pass = Shell(Fragscope() + " gate " + traces + " --max-fragmentation 0.99");
+  EXPECT_EQ(pass.exit_code, 0) << pass.output;
+  EXPECT_NE(pass.output.find("passed (3 traces, 3 checks)"), std::string::npos) << pass.output;
+
+  // A rank whose trace is cut: the others are still reported and judged, and the exit says the
+  // job could not be read whole.
+  Result first_trace = Shell("ls " + traces + " | head -1");
+  std::string whole = first_trace.output.substr(0, first_trace.output.find('\n'));
+  std::string trace_bytes = Slurp(whole);
+  std::ofstream(job + "/cut.fst") << trace_bytes.substr(0, trace_bytes.size() / 2);
+  Result cut = Shell(Fragscope() + " report " + traces + " " + job + "/cut.fst");
+  EXPECT_EQ(cut.exit_code, 3) << cut.output;
+  EXPECT_NE(cut.output.find("==== job: 4 processes"), std::string::npos) << cut.output;
+  EXPECT_NE(cut.output.find("damaged input"), std::string::npos) << cut.output;
+  Result cut_gate = Shell(Fragscope() + " gate " + traces + " " + job +
+                          "/cut.fst --max-fragmentation 0.99");
+  EXPECT_EQ(cut_gate.exit_code, 3) << cut_gate.output;
+  EXPECT_EQ(Count(cut_gate.output, "passed (1 check)"), 3) << cut_gate.output;
+
+  // What one trace means cannot take several.
+  EXPECT_EQ(Shell(Fragscope() + " report " + traces + " --format html -o " + job + "/x.html")
+                .exit_code,
+            2);
+  EXPECT_EQ(Shell(Fragscope() + " gate " + traces + " --baseline " + dir_ +
+                  "/live.json --max-increase 0")
+                .exit_code,
+            2);
+  // A job document is not a baseline, and the gate says what is.
+  Result job_baseline = Shell(Fragscope() + " gate " + Trace() + " --baseline " + job +
+                              "/live.json --max-increase 0");
+  EXPECT_EQ(job_baseline.exit_code, 3) << job_baseline.output;
+  EXPECT_NE(job_baseline.output.find("a report of several processes"), std::string::npos)
+      << job_baseline.output;
 }
 
 // The offset of the first frame that starts at or after `at` in a trace (proto/README.md: a
