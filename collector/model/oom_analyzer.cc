@@ -127,10 +127,15 @@ OomVerdict ClassifyFromFigures(const OomFigures& f, const FailedAllocation& fail
       "%s of the device is outside this process's segments (device total %s - free %s - "
       "reserved %s)",
       B(outside), B(total), B(free), B(f.reserved_bytes));
+  // The process's own CUDA context is outside its segments too (hundreds of MiB on a real GPU),
+  // so "other processes" alone would send a user with the GPU to themselves looking for one.
   const std::string external_advice =
-      "Memory outside this process's segments holds the difference: check other processes on "
-      "the GPU (nvidia-smi), give the job a device of its own (CUDA_VISIBLE_DEVICES), or, after "
-      "an attach, memory allocated before fragscope started.";
+      "Memory outside this process's segments holds the difference: other processes on the GPU "
+      "(nvidia-smi lists them; give the job a device of its own with CUDA_VISIBLE_DEVICES), this "
+      "process's own CUDA context and what libraries allocate beside its allocator (usually a "
+      "few hundred MiB: if nvidia-smi shows this process alone, that is where the bytes went, "
+      "and the job needs that much headroom), or, after an attach, memory allocated before "
+      "fragscope started.";
   if (f.opaque_bytes > 0) {
     if (held + f.opaque_bytes + r <= room && held + r > reach) {
       v.oom_class = OomClass::kExternal;
