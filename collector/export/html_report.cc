@@ -507,8 +507,9 @@ void HtmlReport::Oom(const OomPostMortem& o, std::size_t index) {
   out_ << "<section class=\"oom\" id=\"oom-" << index << "\" data-class=\""
        << OomClassName(o.oom_class) << "\">\n<h3 class=\"oom-headline\">" << Esc(o.headline)
        << "</h3>\n<p><span class=\"oom-class\">" << OomClassName(o.oom_class) << "</span> seq "
-       << o.failure.seq << ", <code>" << Esc(o.failure.api_name) << "</code>"
-       << (o.approximate ? " &middot; <b>approximate</b>: events were lost before it" : "")
+       << o.failure.seq << ", <code>" << Esc(o.failure.api_name) << "</code>";
+  if (auto wall = s_.WallTimeNs(o.failure.time_ns)) out_ << ", " << Esc(FormatWallTime(*wall));
+  out_ << (o.approximate ? " &middot; <b>approximate</b>: events were lost before it" : "")
        << "</p>\n<p class=\"explanation\">" << Esc(o.explanation) << "</p>\n";
   out_ << "<table class=\"oom-figures\">\n";
   auto row = [&](std::string_view label, const std::string& value) {

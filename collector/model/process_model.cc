@@ -306,6 +306,7 @@ class ProcessModel::Impl {
   uint64_t last_good_seq_ = 0;  // last seq applied before events started being lost
   bool stream_ended_ = false;
   std::optional<int> exit_status_;
+  std::optional<int64_t> realtime_minus_monotonic_ns_;  // from Hello, when it has both clocks
   uint64_t unmatched_ = 0;
   std::vector<ApproximateInterval> approximate_;
   bool drop_interval_open_ = false;  // approximate_.back() is waiting for a resync
@@ -753,6 +754,10 @@ void ProcessModel::Impl::OnHello(const v1::Hello& hello) {
   imported_ = hello.backend() == v1::Hello::BACKEND_IMPORTED;
   release_stacks_off_ = hello.release_stacks_off();
   if (attached_) history_complete_ = false;
+  if (hello.realtime_at_start_ns() != 0 && hello.monotonic_at_start_ns() != 0) {
+    realtime_minus_monotonic_ns_ = static_cast<int64_t>(hello.realtime_at_start_ns() -
+                                                        hello.monotonic_at_start_ns());
+  }
 }
 
 void ProcessModel::Impl::OnDevice(const v1::DeviceInfo& info) {
@@ -1430,6 +1435,7 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.last_seq = last_seq_;
   out.stream_ended = stream_ended_;
   out.exit_status = exit_status_;
+  out.realtime_minus_monotonic_ns = realtime_minus_monotonic_ns_;
   out.approximate_intervals = approximate_;
   out.unmatched_events = unmatched_;
   out.live_entries_not_held = live_entries_not_held_;

@@ -25,6 +25,7 @@ std::vector<JobOom> OomsOf(const ModelSummary& s, std::size_t member) {
     o.seq = f.seq;
     o.time_ns = f.time_ns;
     o.requested_bytes = f.requested_bytes;
+    o.wall_time_ns = s.WallTimeNs(f.time_ns);
     auto pm = std::find_if(s.ooms.begin(), s.ooms.end(),
                            [&](const OomPostMortem& p) { return p.failure.seq == f.seq; });
     if (pm != s.ooms.end()) {
@@ -141,6 +142,21 @@ JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
     }
     h.processes_with_oom = processes.size();
     job.first_ooms.push_back(std::move(h));
+  }
+  // Across hosts only wall clocks compare, and only to within their skew.
+  if (job.first_ooms.size() > 1 &&
+      std::all_of(job.first_ooms.begin(), job.first_ooms.end(),
+                  [](const HostFirstOom& h) { return h.oom.wall_time_ns.has_value(); })) {
+    std::vector<HostFirstOom> by_wall = job.first_ooms;
+    std::stable_sort(by_wall.begin(), by_wall.end(), [](const HostFirstOom& a, const HostFirstOom& b) {
+      return *a.oom.wall_time_ns < *b.oom.wall_time_ns;
+    });
+    const uint64_t lead = *by_wall[1].oom.wall_time_ns - *by_wall[0].oom.wall_time_ns;
+    if (lead >= kWallClockMarginNs) {
+      job.first_ooms = std::move(by_wall);
+      job.hosts_ordered_by_wall_clock = true;
+      job.host_lead_ns = lead;
+    }
   }
   return job;
 }

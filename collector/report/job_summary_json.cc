@@ -18,6 +18,11 @@ void WriteOom(JsonWriter& w, const JobSummary& job, const JobOom& o) {
     w.FieldNull("time_ns");
   }
   w.Field("requested_bytes", o.requested_bytes);
+  if (o.wall_time_ns) {
+    w.Field("wall_time_ns", *o.wall_time_ns);
+  } else {
+    w.FieldNull("wall_time_ns");
+  }
   if (o.oom_class) {
     w.Field("class", OomClassName(*o.oom_class));
   } else {
@@ -80,6 +85,8 @@ void RenderJobJson(const JobSummary& job, const std::vector<std::string>& member
     w.EndObject();
   }
   w.EndArray();
+  w.Field("hosts_ordered_by_wall_clock", job.hosts_ordered_by_wall_clock);
+  w.Field("host_lead_ns", job.host_lead_ns);
   w.EndObject();
   w.Key("processes");
   w.BeginArray();

@@ -103,17 +103,24 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
     out << "No OOM in any process.\n";
     return;
   }
-  if (job.first_ooms.size() > 1) {
+  if (job.hosts_ordered_by_wall_clock) {
     out << absl::StrFormat(
-        "OOMs on %d hosts: times of different hosts do not compare, so the first is given per "
-        "host.\n",
-        job.first_ooms.size());
+        "OOMs on %d hosts: by their wall clocks the first was on %s, %s before the next host's "
+        "first (clocks of different machines agree to milliseconds, far less than that).\n",
+        job.first_ooms.size(), job.first_ooms[0].host, FormatDelay(job.host_lead_ns));
+  } else if (job.first_ooms.size() > 1) {
+    out << absl::StrFormat(
+        "OOMs on %d hosts: their first OOMs lie too close together (under %s) or lack a "
+        "wall-clock time, and clocks of different machines do not order them, so the first is "
+        "given per host.\n",
+        job.first_ooms.size(), FormatDelay(kWallClockMarginNs));
   }
   for (const HostFirstOom& h : job.first_ooms) {
     const JobMemberInfo& m = job.members[h.oom.member];
-    out << absl::StrFormat("First OOM%s: pid %d (%s), device %d, seq %d\n",
-                           job.first_ooms.size() > 1 ? " on " + h.host : "", m.pid,
-                           Basename(m.exe), h.oom.device, h.oom.seq);
+    out << absl::StrFormat(
+        "First OOM%s: pid %d (%s), device %d, seq %d%s\n",
+        job.first_ooms.size() > 1 ? " on " + h.host : "", m.pid, Basename(m.exe), h.oom.device,
+        h.oom.seq, h.oom.wall_time_ns ? ", at " + FormatWallTime(*h.oom.wall_time_ns) : "");
     out << "  " << h.oom.headline << "\n";
     if (!h.time_order_known) {
       out << "  Some OOMs of this host carry no time, so which came first is not certain.\n";

@@ -216,6 +216,11 @@ void JsonReport::Oom(const OomPostMortem& o) {
   w_.Field("requested_bytes", o.failure.requested_bytes);
   w_.Field("from_sub_allocator", o.failure.from_sub_allocator);
   w_.Field("recovered", o.failure.recovered);
+  if (auto wall = s_.WallTimeNs(o.failure.time_ns)) {
+    w_.Field("wall_time_ns", *wall);
+  } else {
+    w_.FieldNull("wall_time_ns");
+  }
   w_.Field("class", OomClassName(o.oom_class));
   w_.Field("headline", o.headline);
   w_.Field("explanation", o.explanation);

@@ -207,6 +207,8 @@ void TextReport::Oom(const OomPostMortem& o) {
   out_ << "\nAt the failure:\n";
   Row("requested", FormatBytes(g.requested_bytes),
       absl::StrFormat("%s, seq %d", o.failure.api_name, o.failure.seq));
+  // Wall-clock time, to line the failure up with the job's own logs.
+  if (auto wall = s_.WallTimeNs(o.failure.time_ns)) Row("when", FormatWallTime(*wall));
   Row("device total", Bytes(g.device_total_bytes));
   Row("device free", Bytes(g.device_free_bytes),
       g.device_free_bytes.value && !g.mem_info_from_failure ? "(latest sample before it)" : "");

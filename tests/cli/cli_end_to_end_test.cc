@@ -2,6 +2,7 @@
 // from the saved trace, the gate's exit codes, PyTorch snapshot import, and bad usage.
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,9 +56,16 @@ class CliEndToEnd : public ::testing::Test {
     char tmpl[] = "/tmp/fragscope-cli-test-XXXXXX";
     dir_ = mkdtemp(tmpl);
     // The demo on a 4 GiB fake GPU, traced once for the whole suite.
+    demo_started_ns_ = WallNs();
     demo_run_ =
         Shell("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() + " run -o " +
               Trace() + " --format json --report " + dir_ + "/live.json -- " + FRAGSCOPE_DEMO_BIN);
+    demo_ended_ns_ = WallNs();
+  }
+  static uint64_t WallNs() {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + static_cast<uint64_t>(ts.tv_nsec);
   }
   static void TearDownTestSuite() { std::system(("rm -rf " + dir_).c_str()); }
   static std::string Fragscope() { return FRAGSCOPE_CLI_BIN; }
@@ -65,9 +73,12 @@ class CliEndToEnd : public ::testing::Test {
 
   static std::string dir_;
   static Result demo_run_;
+  static uint64_t demo_started_ns_, demo_ended_ns_;
 };
 std::string CliEndToEnd::dir_;
 Result CliEndToEnd::demo_run_;
+uint64_t CliEndToEnd::demo_started_ns_ = 0;
+uint64_t CliEndToEnd::demo_ended_ns_ = 0;
 
 TEST_F(CliEndToEnd, RunPassesTheExitStatusThroughAndExplainsBothOoms) {
   // The demo dies of its second OOM with status 1; `run` must pass that through.
@@ -94,6 +105,22 @@ TEST_F(CliEndToEnd, RunPassesTheExitStatusThroughAndExplainsBothOoms) {
   for (const json& f : j["failed_allocations"]) EXPECT_FALSE(f["recovered"].get<bool>());
   // The post-mortem names the demo's code.
   EXPECT_NE(frag["stack"].dump().find("Logits"), std::string::npos) << frag["stack"].dump();
+  // And the wall-clock time of each OOM, to line it up with the job's logs: within the run.
+  for (const json& oom : j["ooms"]) {
+    ASSERT_TRUE(oom["wall_time_ns"].is_number_unsigned()) << oom.dump();
+    EXPECT_GE(oom["wall_time_ns"].get<uint64_t>(), demo_started_ns_);
+    EXPECT_LE(oom["wall_time_ns"].get<uint64_t>(), demo_ended_ns_);
+  }
+  EXPECT_LT(frag["wall_time_ns"].get<uint64_t>(), cap["wall_time_ns"].get<uint64_t>());
+  Result text = Shell(Fragscope() + " report " + Trace());
+  int when_rows = 0;
+  for (size_t at = text.output.find("\n  when "); at != std::string::npos;
+       at = text.output.find("\n  when ", at + 1)) {
+    const std::string row = text.output.substr(at + 1, text.output.find('\n', at + 1) - at - 1);
+    EXPECT_NE(row.find(" UTC"), std::string::npos) << row;
+    ++when_rows;
+  }
+  EXPECT_EQ(when_rows, 2) << text.output;
 }
 
 TEST_F(CliEndToEnd, ReportOfTheSavedTraceEqualsTheLiveReport) {

@@ -132,6 +132,43 @@ TEST(JobSummary, HostsAreOrderedApartBecauseTheirClocksDoNotCompare) {
   EXPECT_NE(text.str().find("First OOM on node2: pid 201"), std::string::npos) << text.str();
 }
 
+TEST(JobSummary, WallClocksOrderHostsOnlyWhenFarEnoughApart) {
+  // Monotonic clocks of two machines: node2's OOM reads 1 ms, node1's 900 ms, which says
+  // nothing. Their wall clocks (start offsets from Hello) put node1's 2 s before node2's.
+  constexpr int64_t kNode1Offset = 1'800'000'000'000'000'000;
+  std::vector<ModelSummary> ranks = {
+      Rank(700, "node1", 0, 900 * kMs, OomClass::kFragmentation),
+      Rank(701, "node2", 0, 1 * kMs, OomClass::kCapacity),
+  };
+  ranks[0].realtime_minus_monotonic_ns = kNode1Offset;
+  ranks[1].realtime_minus_monotonic_ns = kNode1Offset + 2'000 * static_cast<int64_t>(kMs) +
+                                         899 * static_cast<int64_t>(kMs);
+  JobSummary job = BuildJobSummary(Members(ranks));
+  ASSERT_EQ(job.first_ooms.size(), 2u);
+  EXPECT_TRUE(job.hosts_ordered_by_wall_clock);
+  EXPECT_EQ(job.first_ooms[0].host, "node1");
+  EXPECT_EQ(job.host_lead_ns, 2'000 * kMs);
+  ASSERT_TRUE(job.first_ooms[0].oom.wall_time_ns.has_value());
+  EXPECT_EQ(*job.first_ooms[0].oom.wall_time_ns, static_cast<uint64_t>(kNode1Offset) + 900 * kMs);
+  std::ostringstream text;
+  RenderJobSummaryText(job, text);
+  EXPECT_NE(text.str().find("by their wall clocks the first was on node1, 2.00 s before"),
+            std::string::npos)
+      << text.str();
+  // 2027-01-15 08:00:00.900 UTC: 1'800'000'000 s after the epoch is 2027-01-15 08:00:00.
+  EXPECT_NE(text.str().find("at 2027-01-15 08:00:00.900 UTC"), std::string::npos) << text.str();
+
+  // 50 ms apart: within what clock skew between machines can be, so no host is called first.
+  ranks[1].realtime_minus_monotonic_ns = kNode1Offset + 949 * static_cast<int64_t>(kMs);
+  JobSummary close = BuildJobSummary(Members(ranks));
+  EXPECT_FALSE(close.hosts_ordered_by_wall_clock);
+  EXPECT_EQ(close.first_ooms[0].host, "node1");  // listing order
+  std::ostringstream close_text;
+  RenderJobSummaryText(close, close_text);
+  EXPECT_NE(close_text.str().find("the first is given per host"), std::string::npos)
+      << close_text.str();
+}
+
 TEST(JobSummary, OomsWithoutATimeMakeTheOrderUncertainAndSaySo) {
   std::vector<ModelSummary> ranks = {
       Rank(300, "node1", 0, 0, OomClass::kCapacity),

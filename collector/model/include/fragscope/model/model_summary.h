@@ -300,6 +300,17 @@ struct ModelSummary {
     return imported ? std::nullopt : history_from_seq;
   }
 
+  // CLOCK_REALTIME minus CLOCK_MONOTONIC of the traced process, read together at its start
+  // (Hello): turns an event's time_ns into wall-clock time. Unset when the stream did not say
+  // (an imported snapshot, an older agent).
+  std::optional<int64_t> realtime_minus_monotonic_ns;
+  // The wall-clock time (ns since the Unix epoch) of an event time_ns; unset when either is
+  // unknown (time_ns 0 means "not recorded").
+  std::optional<uint64_t> WallTimeNs(uint64_t time_ns) const {
+    if (time_ns == 0 || !realtime_minus_monotonic_ns) return std::nullopt;
+    return time_ns + static_cast<uint64_t>(*realtime_minus_monotonic_ns);
+  }
+
   uint64_t frames = 0;
   uint64_t events = 0;  // event frames applied (alloc, free, map, handle, block, failed, ...)
   uint64_t drops = 0;   // events the agent could not ship (total)

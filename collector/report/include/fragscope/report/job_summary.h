@@ -6,7 +6,8 @@
 //
 // Plain values built from the processes' ModelSummary; nothing refers back into them. Units:
 // bytes, nanoseconds (CLOCK_MONOTONIC of each process's host: times compare only within one
-// host, so the first OOM is decided per host).
+// host, so the first OOM is decided per host, and across hosts by wall clock when their first
+// OOMs lie far enough apart for clock skew not to matter).
 #ifndef FRAGSCOPE_REPORT_JOB_SUMMARY_H_
 #define FRAGSCOPE_REPORT_JOB_SUMMARY_H_
 
@@ -35,7 +36,8 @@ struct JobOom {
   uint64_t seq = 0;
   uint64_t time_ns = 0;
   uint64_t requested_bytes = 0;
-  std::optional<OomClass> oom_class;  // unset: no post-mortem was kept for it
+  std::optional<uint64_t> wall_time_ns;  // ns since the Unix epoch (ModelSummary::WallTimeNs)
+  std::optional<OomClass> oom_class;     // unset: no post-mortem was kept for it
   std::string headline;               // the post-mortem's, or built from the failure
 };
 
@@ -77,9 +79,17 @@ struct JobSummary {
   std::vector<JobRow> rows;            // members in order, each member's devices by ordinal
   uint64_t oom_count = 0;
   std::size_t processes_with_oom = 0;
-  // One per host that had an OOM, the host of the earliest-listed member first.
+  // One per host that had an OOM: by wall-clock time of their first OOMs when
+  // hosts_ordered_by_wall_clock, else the host of the earliest-listed member first.
   std::vector<HostFirstOom> first_ooms;
+  // Several hosts had OOMs, each first OOM has a wall-clock time, and the earliest came at
+  // least kWallClockMarginNs before the next host's: closer than that, clocks of different
+  // machines (NTP) do not say which was first.
+  bool hosts_ordered_by_wall_clock = false;
+  uint64_t host_lead_ns = 0;  // how long before the next host's first OOM the first came
 };
+
+inline constexpr uint64_t kWallClockMarginNs = 100'000'000;  // 100 ms
 
 JobSummary BuildJobSummary(const std::vector<JobMember>& members);
 
