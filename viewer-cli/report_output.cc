@@ -1,5 +1,6 @@
 #include "report_output.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -42,24 +43,37 @@ void WriteReport(const ModelSummary& summary, ReportFormat format, std::ostream&
   out.flush();
 }
 
-void WriteJobReport(const std::vector<JobReportInput>& processes, ReportFormat format,
+void WriteJobReport(const std::vector<JobReportInput>& given, ReportFormat format,
                     std::ostream& out) {
+  // In rank order when every process knows its rank (the order its users think in), else as
+  // given. Pointers, not copies: a summary holds whole stack tables.
+  std::vector<const JobReportInput*> processes;
+  for (const JobReportInput& p : given) processes.push_back(&p);
+  if (std::all_of(given.begin(), given.end(),
+                  [](const JobReportInput& p) { return p.summary.rank.has_value(); })) {
+    std::stable_sort(processes.begin(), processes.end(),
+                     [](const JobReportInput* a, const JobReportInput* b) {
+                       return *a->summary.rank < *b->summary.rank;
+                     });
+  }
   std::vector<JobMember> members;
-  for (const JobReportInput& p : processes) members.push_back({p.trace, &p.summary, p.damage});
+  for (const JobReportInput* p : processes) members.push_back({p->trace, &p->summary, p->damage});
   const JobSummary job = BuildJobSummary(members);
   if (format == ReportFormat::kJson) {
     std::vector<std::string> reports;
-    for (const JobReportInput& p : processes) {
+    for (const JobReportInput* p : processes) {
       std::ostringstream one;
-      WriteReport(p.summary, ReportFormat::kJson, one);
+      WriteReport(p->summary, ReportFormat::kJson, one);
       reports.push_back(one.str());
     }
     RenderJobJson(job, reports, out);
   } else {
-    for (const JobReportInput& p : processes) {
-      out << absl::StrFormat("==== process %d%s ====\n", p.summary.pid,
-                             p.trace.empty() ? "" : " (" + p.trace + ")");
-      WriteReport(p.summary, ReportFormat::kText, out);
+    for (const JobReportInput* p : processes) {
+      out << absl::StrFormat(
+          "==== %sprocess %d%s ====\n",
+          p->summary.rank ? absl::StrFormat("rank %d: ", *p->summary.rank) : "", p->summary.pid,
+          p->trace.empty() ? "" : " (" + p->trace + ")");
+      WriteReport(p->summary, ReportFormat::kText, out);
       out << "\n";
     }
     RenderJobSummaryText(job, out);

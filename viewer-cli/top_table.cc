@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "fragscope/model/format_bytes.h"
@@ -67,12 +68,26 @@ std::string SiteName(const nlohmann::json& site) {
   return name.empty() ? chosen->value("text", std::string("?")) : ShortFunction(name);
 }
 
+// The process's rank in a distributed job, from its report (null or absent outside one).
+std::optional<int64_t> RankOf(const nlohmann::json& stream) {
+  if (!stream.contains("report") || !stream["report"].contains("process")) return std::nullopt;
+  const nlohmann::json& p = stream["report"]["process"];
+  if (!p.contains("rank") || !p["rank"].is_number_integer()) return std::nullopt;
+  return p["rank"].get<int64_t>();
+}
+
 }  // namespace
 
 std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates, double now) {
-  std::string out = absl::StrFormat("%-8s %-18s %3s %11s %11s %11s %7s %4s %9s  %s\n", "PID",
-                                    "PROCESS", "DEV", "RESERVED", "ALLOCATED", "LARGESTFREE",
-                                    "FRAG", "OOMS", "EVENTS/s", "TOP SITE");
+  // A RANK column only when some process of a distributed job is in view.
+  bool any_rank = false;
+  for (const auto& s : doc.value("streams", nlohmann::json::array())) {
+    any_rank = any_rank || RankOf(s).has_value();
+  }
+  std::string out = absl::StrFormat("%s%-8s %-18s %3s %11s %11s %11s %7s %4s %9s  %s\n",
+                                    any_rank ? "RANK  " : "", "PID", "PROCESS", "DEV", "RESERVED",
+                                    "ALLOCATED", "LARGESTFREE", "FRAG", "OOMS", "EVENTS/s",
+                                    "TOP SITE");
   int rows = 0;
   bool any_stale = false;
   for (const auto& s : doc.value("streams", nlohmann::json::array())) {
@@ -113,7 +128,13 @@ std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates
       const bool counted = d.contains("oom_count") && d["oom_count"].is_number_integer() &&
                            d["oom_count"].get<int64_t>() >= 0;
       const std::string ooms = counted ? std::to_string(d["oom_count"].get<int64_t>()) : "-";
-      out += absl::StrFormat("%-8d %-18s %3d %11s %11s %11s %7s %4s %9s  %s%s\n", pid, exe, device,
+      std::string rank_cell;
+      if (any_rank) {
+        const std::optional<int64_t> rank = RankOf(s);
+        rank_cell = rank ? absl::StrFormat("%-5d ", *rank) : absl::StrFormat("%-5s ", "-");
+      }
+      out += absl::StrFormat("%s%-8d %-18s %3d %11s %11s %11s %7s %4s %9s  %s%s\n", rank_cell, pid,
+                             exe, device,
                              Fmt(d["reserved_bytes"]), Fmt(d["allocated_bytes"]) + star,
                              Fmt(d["largest_free_range_bytes"]) + star, frag + star, ooms, rate,
                              site, s.value("connected", false) ? "" : " (ended)");

@@ -259,6 +259,10 @@ void HtmlReport::Header() {
   out_ << Esc(s_.exe.empty() ? "(program unknown)" : s_.exe);
   if (s_.pid != 0) out_ << " &middot; pid " << s_.pid;
   if (!s_.host.empty()) out_ << " &middot; host " << Esc(s_.host);
+  if (s_.rank) {
+    out_ << " &middot; rank " << *s_.rank;
+    if (s_.world_size) out_ << " of " << *s_.world_size;
+  }
   out_ << " &middot; " << s_.events << " events, last seq " << s_.last_seq;
   if (s_.exit_status) out_ << " &middot; exit status " << *s_.exit_status;
   out_ << "</p>\n";

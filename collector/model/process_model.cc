@@ -307,6 +307,7 @@ class ProcessModel::Impl {
   bool stream_ended_ = false;
   std::optional<int> exit_status_;
   std::optional<int64_t> realtime_minus_monotonic_ns_;  // from Hello, when it has both clocks
+  std::optional<uint32_t> rank_, world_size_;           // Hello.rank, Hello.world_size
   uint64_t unmatched_ = 0;
   std::vector<ApproximateInterval> approximate_;
   bool drop_interval_open_ = false;  // approximate_.back() is waiting for a resync
@@ -754,6 +755,8 @@ void ProcessModel::Impl::OnHello(const v1::Hello& hello) {
   imported_ = hello.backend() == v1::Hello::BACKEND_IMPORTED;
   release_stacks_off_ = hello.release_stacks_off();
   if (attached_) history_complete_ = false;
+  if (hello.has_rank()) rank_ = hello.rank();
+  if (hello.has_world_size()) world_size_ = hello.world_size();
   if (hello.realtime_at_start_ns() != 0 && hello.monotonic_at_start_ns() != 0) {
     realtime_minus_monotonic_ns_ = static_cast<int64_t>(hello.realtime_at_start_ns() -
                                                         hello.monotonic_at_start_ns());
@@ -1436,6 +1439,8 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.stream_ended = stream_ended_;
   out.exit_status = exit_status_;
   out.realtime_minus_monotonic_ns = realtime_minus_monotonic_ns_;
+  out.rank = rank_;
+  out.world_size = world_size_;
   out.approximate_intervals = approximate_;
   out.unmatched_events = unmatched_;
   out.live_entries_not_held = live_entries_not_held_;

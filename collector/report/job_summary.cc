@@ -60,6 +60,8 @@ JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
     JobMemberInfo info;
     info.trace = members[i].trace;
     info.pid = s.pid;
+    info.rank = s.rank;
+    job.any_rank = job.any_rank || s.rank.has_value();
     info.host = s.host;
     info.exe = s.exe;
     info.exit_status = s.exit_status;

@@ -10,6 +10,11 @@ void WriteOom(JsonWriter& w, const JobSummary& job, const JobOom& o) {
   w.BeginObject();
   w.Field("process", static_cast<uint64_t>(o.member));
   w.Field("pid", static_cast<uint64_t>(job.members[o.member].pid));
+  if (job.members[o.member].rank) {
+    w.Field("rank", static_cast<uint64_t>(*job.members[o.member].rank));
+  } else {
+    w.FieldNull("rank");
+  }
   w.Field("device", o.device);
   w.Field("seq", o.seq);
   if (o.time_ns != 0) {
@@ -50,6 +55,11 @@ void RenderJobJson(const JobSummary& job, const std::vector<std::string>& member
     w.BeginObject();
     w.Field("process", static_cast<uint64_t>(r.member));
     w.Field("pid", static_cast<uint64_t>(job.members[r.member].pid));
+    if (job.members[r.member].rank) {
+      w.Field("rank", static_cast<uint64_t>(*job.members[r.member].rank));
+    } else {
+      w.FieldNull("rank");
+    }
     if (r.device >= 0) {
       w.Field("device", r.device);
     } else {

@@ -20,6 +20,18 @@ std::string Basename(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// How a process is named: "rank 3" in a distributed job, else "pid 8416".
+std::string Name(const JobMemberInfo& m) {
+  return m.rank ? absl::StrFormat("rank %d", *m.rank) : absl::StrFormat("pid %d", m.pid);
+}
+
+// "rank 3 (pid 8416, python3.11)" or "pid 8416 (python3.11)".
+std::string Who(const JobMemberInfo& m) {
+  const std::string exe = Basename(m.exe);
+  return m.rank ? absl::StrFormat("rank %d (pid %d, %s)", *m.rank, m.pid, exe)
+                : absl::StrFormat("pid %d (%s)", m.pid, exe);
+}
+
 std::string Shorten(std::string s, std::size_t width) {
   if (s.size() > width) s = s.substr(0, width - 3) + "...";
   return s;
@@ -61,13 +73,19 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
     host_width = std::max(host_width, std::min<std::size_t>(m.host.size(), 16));
     exe_width = std::max(exe_width, std::min<std::size_t>(Basename(m.exe).size(), 24));
   }
-  out << absl::StrFormat("  %-8s %-*s %-*s %4s %14s %9s %7s %5s  %s\n", "pid", host_width, "host",
-                         exe_width, "exe", "dev", "peak reserved", "max frag", "stream", "OOMs",
-                         "first OOM on the device (class, request, seq, when)");
+  // The rank column only for a distributed job's processes: it is how their users name them.
+  const std::string rank_head = job.any_rank ? absl::StrFormat("%5s ", "rank") : "";
+  out << absl::StrFormat("  %s%-8s %-*s %-*s %4s %14s %9s %7s %5s  %s\n", rank_head, "pid",
+                         host_width, "host", exe_width, "exe", "dev", "peak reserved", "max frag",
+                         "stream", "OOMs", "first OOM on the device (class, request, seq, when)");
   for (const JobRow& row : job.rows) {
     const JobMemberInfo& m = job.members[row.member];
+    const std::string rank_cell =
+        !job.any_rank ? ""
+        : m.rank      ? absl::StrFormat("%5d ", *m.rank)
+                      : absl::StrFormat("%5s ", "-");
     out << absl::StrFormat(
-        "  %-8d %-*s %-*s %4s %14s %9s %7s %5d  %s\n", m.pid, host_width,
+        "  %s%-8d %-*s %-*s %4s %14s %9s %7s %5d  %s\n", rank_cell, m.pid, host_width,
         Shorten(m.host, host_width), exe_width, Shorten(Basename(m.exe), exe_width),
         row.device < 0 ? std::string("-") : absl::StrFormat("%d", row.device),
         FormatBytes(row.peak_reserved_bytes),
@@ -77,25 +95,25 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
   // What the table cannot say in a cell.
   for (const JobMemberInfo& m : job.members) {
     if (!m.damage.empty()) {
-      out << absl::StrFormat("  pid %d: damaged input, figures up to the damage only: %s\n",
-                             m.pid, m.damage);
+      out << absl::StrFormat("  %s: damaged input, figures up to the damage only: %s\n",
+                             Name(m), m.damage);
     }
     if (!m.history_complete) {
       out << absl::StrFormat(
-          "  pid %d: the trace begins mid-run (attach, flight recorder, late connect): its peak "
+          "  %s: the trace begins mid-run (attach, flight recorder, late connect): its peak "
           "and OOMs before that are not in it\n",
-          m.pid);
+          Name(m));
     }
     if (!m.stream_ended) {
       out << absl::StrFormat(
-          "  pid %d: its stream did not end (the process crashed, was killed or is still "
+          "  %s: its stream did not end (the process crashed, was killed or is still "
           "running): figures up to its last event\n",
-          m.pid);
+          Name(m));
     }
   }
   std::string traces;
   for (const JobMemberInfo& m : job.members) {
-    if (!m.trace.empty()) absl::StrAppendFormat(&traces, "\n    pid %-8d %s", m.pid, m.trace);
+    if (!m.trace.empty()) absl::StrAppendFormat(&traces, "\n    %-14s %s", Name(m), m.trace);
   }
   if (!traces.empty()) out << "  traces:" << traces << "\n";
 
@@ -118,8 +136,8 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
   for (const HostFirstOom& h : job.first_ooms) {
     const JobMemberInfo& m = job.members[h.oom.member];
     out << absl::StrFormat(
-        "First OOM%s: pid %d (%s), device %d, seq %d%s\n",
-        job.first_ooms.size() > 1 ? " on " + h.host : "", m.pid, Basename(m.exe), h.oom.device,
+        "First OOM%s: %s, device %d, seq %d%s\n",
+        job.first_ooms.size() > 1 ? " on " + h.host : "", Who(m), h.oom.device,
         h.oom.seq, h.oom.wall_time_ns ? ", at " + FormatWallTime(*h.oom.wall_time_ns) : "");
     out << "  " << h.oom.headline << "\n";
     if (!h.time_order_known) {
@@ -127,14 +145,14 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
     }
     if (h.processes_with_oom > 1) {
       out << absl::StrFormat(
-          "  %d OOM%s in %d other process%s came %s; read pid %d's report first: when one rank "
+          "  %d OOM%s in %d other process%s came %s; read %s's report first: when one rank "
           "fails, the others often fail next, waiting for it.\n",
           h.later_ooms_elsewhere, h.later_ooms_elsewhere == 1 ? "" : "s",
           h.processes_with_oom - 1, h.processes_with_oom == 2 ? "" : "es",
           !h.time_order_known          ? std::string("too")
           : h.last_other_after_ns > 0 ? "within " + FormatDelay(h.last_other_after_ns) + " after it"
                                       : std::string("at the same time"),
-          m.pid);
+          Name(m));
     }
   }
 }

@@ -309,6 +309,18 @@ void JsonReport::Render() {
   w_.Field("pid", static_cast<uint64_t>(s_.pid));
   w_.Field("host", s_.host);
   w_.Field("exe", s_.exe);
+  w_.Key("rank");
+  if (s_.rank) {
+    w_.Uint(*s_.rank);
+  } else {
+    w_.Null();
+  }
+  w_.Key("world_size");
+  if (s_.world_size) {
+    w_.Uint(*s_.world_size);
+  } else {
+    w_.Null();
+  }
   w_.Field("attached", s_.attached);
   w_.Field("imported", s_.imported);
   w_.Field("history_complete", s_.history_complete);

@@ -274,6 +274,10 @@ void TextReport::Render() {
   }
   if (!s_.exe.empty()) out_ << " (" << s_.exe << ")";
   if (!s_.host.empty()) out_ << " on " << s_.host;
+  if (s_.rank) {
+    out_ << ", rank " << *s_.rank;
+    if (s_.world_size) out_ << " of " << *s_.world_size;
+  }
   out_ << "\n";
   out_ << absl::StrFormat("%d events, %d dropped; ", s_.events, s_.drops);
   if (s_.stream_ended) {

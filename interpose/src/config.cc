@@ -45,6 +45,19 @@ void ReadPath(const char* name, char* out, size_t capacity) {
   strcpy(out, value);
 }
 
+// The first of `names` that holds a decimal integer in [0, 2^24); -1 if none does. Launchers'
+// variables, not ours: a value that is not a rank is passed over silently.
+int32_t ReadLauncherNumber(const char* const* names) {
+  for (const char* const* name = names; *name != nullptr; ++name) {
+    const char* value = getenv(*name);
+    if (value == nullptr || *value < '0' || *value > '9') continue;
+    char* end = nullptr;
+    const unsigned long parsed = strtoul(value, &end, 10);
+    if (*end == '\0' && parsed < (1u << 24)) return static_cast<int32_t>(parsed);
+  }
+  return -1;
+}
+
 bool ReadFlag(const char* name) {
   const char* value = getenv(name);
   return value != nullptr && value[0] == '1' && value[1] == '\0';
@@ -73,6 +86,12 @@ void LoadConfig(Config* c) {
                           : DefaultSnapshotEvery(c->live_slots);
   if (ReadUint("FRAGSCOPE_STACK_SLOTS", 64, uint64_t{1} << 24, &v)) c->stack_slots = v;
   if (ReadUint("FRAGSCOPE_MEMINFO_MS", 0, 3'600'000, &v)) c->meminfo_interval_ns = v * 1'000'000;
+  static constexpr const char* kRankVariables[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                                   "SLURM_PROCID", nullptr};
+  static constexpr const char* kSizeVariables[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
+                                                   "PMI_SIZE", "SLURM_NTASKS", nullptr};
+  c->rank = ReadLauncherNumber(kRankVariables);
+  c->world_size = c->rank >= 0 ? ReadLauncherNumber(kSizeVariables) : -1;
   // Read now: the program may change its environment later, and getenv is not thread-safe.
   if (!ControlDirFor(getenv("XDG_RUNTIME_DIR"), geteuid(), c->control_dir,
                      sizeof(c->control_dir))) {

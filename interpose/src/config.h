@@ -24,6 +24,9 @@ struct Config {
   size_t stack_slots = size_t{1} << 14;       // FRAGSCOPE_STACK_SLOTS
   uint64_t meminfo_interval_ns = 10'000'000;  // FRAGSCOPE_MEMINFO_MS: device free/total samples
   char control_dir[kPathCapacity] = {};       // $XDG_RUNTIME_DIR/fragscope or /tmp/fragscope-$UID
+  // The launcher's rank and job size (Hello.rank), -1 when no launcher variable is set.
+  int32_t rank = -1;
+  int32_t world_size = -1;
 
   // True when events have somewhere to go.
   bool has_output() const { return output_path[0] != '\0' || socket_path[0] != '\0'; }

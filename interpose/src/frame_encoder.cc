@@ -85,6 +85,16 @@ bool EncodeHello(WireWriter& w, const HelloInfo& h) {
   w.Uint64(15, h.ring_bytes);
   w.Uint32(16, h.resumed);
   w.Bool(17, h.release_stacks_off);
+  // Optional fields: present even when 0 (rank 0 is a rank), so not through Uint32, which
+  // leaves zeros out as proto3 does.
+  if (h.rank >= 0) {
+    w.Tag(18, WireWriter::kVarint);
+    w.RawVarint(static_cast<uint64_t>(h.rank));
+  }
+  if (h.world_size >= 0) {
+    w.Tag(19, WireWriter::kVarint);
+    w.RawVarint(static_cast<uint64_t>(h.world_size));
+  }
   return frame.Close();
 }
 

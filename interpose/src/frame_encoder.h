@@ -19,7 +19,7 @@ namespace fragscope::agent {
 
 inline constexpr char kStreamMagic[8] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', '\x01'};
 inline constexpr uint32_t kFormatMajor = 1;
-inline constexpr uint32_t kFormatMinor = 5;
+inline constexpr uint32_t kFormatMinor = 6;
 inline constexpr size_t kStreamHeaderSize = 16;
 
 // Writes the 16-byte stream header into `out`.
@@ -42,6 +42,8 @@ struct HelloInfo {
   uint64_t ring_bytes = 0;
   uint32_t resumed = 0;             // reconnects so far (Hello.resumed)
   bool release_stacks_off = false;  // FRAGSCOPE_FREE_STACKS=0
+  int32_t rank = -1;                // Hello.rank; -1: not in a distributed job's environment
+  int32_t world_size = -1;
 };
 
 struct DeviceInfoData {

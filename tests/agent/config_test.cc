@@ -19,8 +19,42 @@ class ConfigTest : public ::testing::Test {
                                            "FRAGSCOPE_STACK_DEPTH",    "FRAGSCOPE_RING_MB",
                                            "FRAGSCOPE_FOLLOW_FORK",    "FRAGSCOPE_DORMANT",
                                            "FRAGSCOPE_SNAPSHOT_EVERY", "FRAGSCOPE_MEMINFO_MS",
-                                           "FRAGSCOPE_LIVE_SLOTS",     "FRAGSCOPE_FREE_STACKS"};
+                                           "FRAGSCOPE_LIVE_SLOTS",     "FRAGSCOPE_FREE_STACKS",
+                                           "RANK",                     "WORLD_SIZE",
+                                           "OMPI_COMM_WORLD_RANK",     "OMPI_COMM_WORLD_SIZE",
+                                           "PMI_RANK",                 "PMI_SIZE",
+                                           "SLURM_PROCID",             "SLURM_NTASKS"};
 };
+
+TEST_F(ConfigTest, RankComesFromTheLauncher) {
+  Config c;
+  LoadConfig(&c);
+  EXPECT_EQ(c.rank, -1) << "no launcher: no rank";
+  EXPECT_EQ(c.world_size, -1);
+  // srun around torchrun: torchrun's RANK is the process's rank in the job.
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_NTASKS", "2", 1);
+  LoadConfig(&c);
+  EXPECT_EQ(c.rank, 1);
+  EXPECT_EQ(c.world_size, 2);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "16", 1);
+  LoadConfig(&c);
+  EXPECT_EQ(c.rank, 0);
+  EXPECT_EQ(c.world_size, 16);
+  // Not a rank: passed over silently (the launcher's variable, not ours).
+  setenv("RANK", "zero", 1);
+  LoadConfig(&c);
+  EXPECT_EQ(c.rank, 1);
+  unsetenv("SLURM_PROCID");
+  setenv("OMPI_COMM_WORLD_RANK", "-3", 1);
+  LoadConfig(&c);
+  EXPECT_EQ(c.rank, -1);
+  EXPECT_EQ(c.world_size, -1) << "a size without a rank says nothing";
+  setenv("PMI_RANK", "5", 1);
+  LoadConfig(&c);
+  EXPECT_EQ(c.rank, 5);
+}
 
 TEST_F(ConfigTest, DefaultsWithoutEnvironment) {
   Config c;

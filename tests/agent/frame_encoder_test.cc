@@ -54,7 +54,7 @@ class FrameEncoderTest : public ::testing::Test {
 TEST_F(FrameEncoderTest, StreamHeaderIsMagicThenVersions) {
   uint8_t header[kStreamHeaderSize];
   EncodeStreamHeader(header);
-  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 5, 0, 0, 0};
+  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 6, 0, 0, 0};
   EXPECT_EQ(memcmp(header, expected, 16), 0);
 }
 
@@ -99,6 +99,22 @@ TEST_F(FrameEncoderTest, Hello) {
   EXPECT_EQ(m.ring_bytes(), 8u << 20);
   EXPECT_EQ(m.resumed(), 3u);
   EXPECT_TRUE(m.release_stacks_off());
+  // Outside a distributed job's environment: no rank at all, not rank 0.
+  EXPECT_FALSE(m.has_rank());
+  EXPECT_FALSE(m.has_world_size());
+}
+
+TEST_F(FrameEncoderTest, HelloRankZeroIsARank) {
+  HelloInfo h;
+  h.pid = 7;
+  h.rank = 0;  // proto3 leaves zeros out; an optional field keeps them
+  h.world_size = 8;
+  ASSERT_TRUE(EncodeHello(w_, h));
+  v1::Frame f = Single();
+  ASSERT_TRUE(f.hello().has_rank());
+  EXPECT_EQ(f.hello().rank(), 0u);
+  ASSERT_TRUE(f.hello().has_world_size());
+  EXPECT_EQ(f.hello().world_size(), 8u);
 }
 
 TEST_F(FrameEncoderTest, DeviceInfo) {

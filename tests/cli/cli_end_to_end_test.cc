@@ -314,8 +314,8 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
   const std::string demo = FRAGSCOPE_DEMO_BIN;
   Result run = Shell("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() +
                      " run -o " + job + "/rank.fst --format json --report " + job +
-                     "/live.json -- sh -c '" + demo + " & " + demo + " & " + demo +
-                     "; s=$?; wait; exit $s'");
+                     "/live.json -- sh -c 'RANK=2 WORLD_SIZE=3 " + demo + " & RANK=0 WORLD_SIZE=3 " +
+                     demo + " & RANK=1 WORLD_SIZE=3 " + demo + "; s=$?; wait; exit $s'");
   ASSERT_EQ(run.exit_code, 1) << "a rank's status (1: died of its OOM): " << run.output;
   // One JSON document, not three objects back to back.
   json live = json::parse(Slurp(job + "/live.json"), nullptr, false);
@@ -326,6 +326,11 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
   EXPECT_EQ(live["job"]["processes_with_oom"], 3);
   ASSERT_EQ(live["processes"].size(), 3u);
   std::vector<uint64_t> times;
+  // In rank order, from the launcher's RANK and WORLD_SIZE, whatever order they connected in.
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(live["processes"][rank]["report"]["process"]["rank"], rank);
+    EXPECT_EQ(live["processes"][rank]["report"]["process"]["world_size"], 3);
+  }
   for (const json& p : live["processes"]) {
     ASSERT_EQ(p["report"]["ooms"].size(), 2u) << p.dump();
     EXPECT_EQ(p["report"]["ooms"][0]["class"], "fragmentation");
@@ -340,18 +345,22 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
   EXPECT_EQ(first["processes_with_oom"], 3);
   EXPECT_EQ(first["later_ooms_elsewhere"], 4);
   const int first_pid = first["oom"]["pid"].get<int>();
+  const int first_rank = first["oom"]["rank"].get<int>();
 
   // The saved traces, all at once: each report, then the job, with the same first OOM.
   const std::string traces = job + "/rank.fst.*";
   Result text = Shell(Fragscope() + " report " + traces);
   ASSERT_EQ(text.exit_code, 0) << text.output;
-  EXPECT_EQ(Count(text.output, "==== process "), 3) << text.output;
+  EXPECT_EQ(Count(text.output, "==== rank "), 3) << text.output;
   EXPECT_NE(text.output.find("==== job: 3 processes, 6 OOMs in 3 of them ===="), std::string::npos)
       << text.output;
-  EXPECT_NE(text.output.find("First OOM: pid " + std::to_string(first_pid) +
-                             " (fragmenting_training), device 0"),
+  EXPECT_NE(text.output.find("First OOM: rank " + std::to_string(first_rank) + " (pid " +
+                             std::to_string(first_pid) + ", fragmenting_training), device 0"),
             std::string::npos)
       << text.output;
+  for (const char* rank : {", rank 0 of 3\n", ", rank 1 of 3\n", ", rank 2 of 3\n"}) {
+    EXPECT_EQ(Count(text.output, rank), 1) << rank << text.output;
+  }
   Result as_json = Shell(Fragscope() + " report " + traces + " --format json -o " + job +
                          "/file.json");
   ASSERT_EQ(as_json.exit_code, 0) << as_json.output;

@@ -51,6 +51,24 @@ TEST(TopTable, RowsAndRates) {
   EXPECT_NE(empty.find("(no process with device memory yet)"), std::string::npos) << empty;
 }
 
+// The ranks of a distributed job get a column of their own, which a single process goes without.
+TEST(TopTable, RanksOfAJobHaveAColumn) {
+  TopRates rates;
+  nlohmann::json rank1 = Stream(51, 10);
+  rank1["report"]["process"] = {{"pid", 51}, {"rank", 1}, {"world_size", 2}};
+  nlohmann::json rank0 = Stream(52, 10);
+  rank0["report"]["process"] = {{"pid", 52}, {"rank", 0}, {"world_size", 2}};
+  nlohmann::json loner = Stream(53, 10);
+  loner["report"]["process"] = {{"pid", 53}, {"rank", nullptr}};
+  std::string table = TopTable({{"streams", {rank1, rank0, loner}}}, 0, &rates, 1.0);
+  EXPECT_EQ(table.rfind("RANK  PID", 0), 0u) << table;
+  EXPECT_NE(table.find("\n1     51       python3"), std::string::npos) << table;
+  EXPECT_NE(table.find("\n0     52       python3"), std::string::npos) << table;
+  EXPECT_NE(table.find("\n-     53       python3"), std::string::npos) << table;
+  table = TopTable({{"streams", {loner}}}, 0, &rates, 2.0);
+  EXPECT_EQ(table.rfind("PID", 0), 0u) << table;
+}
+
 // A site is known by its first frame outside fragscope: annotate.h's inline functions are the
 // innermost frames of every annotated block, and name no site of the program's. Unsymbolized
 // frames (no debug information) read as module+offset, never as a blank.

@@ -169,6 +169,38 @@ TEST(JobSummary, WallClocksOrderHostsOnlyWhenFarEnoughApart) {
       << close_text.str();
 }
 
+TEST(JobSummary, RanksNameTheProcesses) {
+  std::vector<ModelSummary> ranks = {
+      Rank(800, "node1", 0, 6 * kMs, OomClass::kCapacity),
+      Rank(801, "node1", 1, 2 * kMs, OomClass::kFragmentation),
+  };
+  ranks[0].rank = 1;
+  ranks[1].rank = 0;
+  JobSummary job = BuildJobSummary(Members(ranks));
+  EXPECT_TRUE(job.any_rank);
+  std::ostringstream text;
+  RenderJobSummaryText(job, text);
+  EXPECT_NE(text.str().find("   rank pid"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("      1 800 "), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("First OOM: rank 0 (pid 801, python3.11), device 1"),
+            std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("read rank 0's report first"), std::string::npos) << text.str();
+  std::ostringstream json_out;
+  RenderJobJson(job, {}, json_out);
+  nlohmann::json j = nlohmann::json::parse(json_out.str());
+  EXPECT_EQ(j["job"]["first_ooms"][0]["oom"]["rank"], 0);
+  EXPECT_EQ(j["job"]["rows"][0]["rank"], 1);
+  // Without ranks the column is not there at all.
+  ranks[0].rank.reset();
+  ranks[1].rank.reset();
+  std::ostringstream plain;
+  RenderJobSummaryText(BuildJobSummary(Members(ranks)), plain);
+  EXPECT_EQ(plain.str().find("rank pid"), std::string::npos) << plain.str();
+  EXPECT_NE(plain.str().find("First OOM: pid 801 (python3.11)"), std::string::npos)
+      << plain.str();
+}
+
 TEST(JobSummary, OomsWithoutATimeMakeTheOrderUncertainAndSaySo) {
   std::vector<ModelSummary> ranks = {
       Rank(300, "node1", 0, 0, OomClass::kCapacity),

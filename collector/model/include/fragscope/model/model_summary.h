@@ -281,6 +281,10 @@ struct ModelSummary {
   uint32_t pid = 0;
   std::string host;
   std::string exe;
+  // The process's rank in a distributed job and the job's size, from its launcher's environment
+  // (Hello.rank); unset outside one.
+  std::optional<uint32_t> rank;
+  std::optional<uint32_t> world_size;
   bool attached = false;
   bool imported = false;  // converted from another tool's snapshot (Hello BACKEND_IMPORTED)
   // False when the agent took no stack on releases (Hello.release_stacks_off): a free's

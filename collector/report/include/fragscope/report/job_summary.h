@@ -53,6 +53,7 @@ struct JobRow {
 struct JobMemberInfo {
   std::string trace;
   uint32_t pid = 0;
+  std::optional<uint32_t> rank;  // in the distributed job (ModelSummary::rank)
   std::string host;
   std::string exe;
   std::optional<int> exit_status;
@@ -76,6 +77,7 @@ struct HostFirstOom {
 
 struct JobSummary {
   std::vector<JobMemberInfo> members;  // in the caller's order
+  bool any_rank = false;               // some member knows its rank: tables show the column
   std::vector<JobRow> rows;            // members in order, each member's devices by ordinal
   uint64_t oom_count = 0;
   std::size_t processes_with_oom = 0;
