@@ -1,8 +1,11 @@
-// fragscope gate TRACE [limits...]: exits 1 with a one-line reason when a limit is exceeded.
+// fragscope gate TRACE... [limits...]: exits 1 with a one-line reason when a limit is exceeded.
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "arg_reader.h"
 #include "commands.h"
@@ -29,7 +32,8 @@ constexpr char kUsage[] =
     "  blocks known at syncs only (PyTorch's snapshot diffs) fail it between syncs unless\n"
     "  --allow-coarse-blocks; a trace that begins mid-run, or an imported PyTorch snapshot\n"
     "  (one moment), fails peak and baseline checks unless --allow-partial-history.\n"
-    "  Baseline: a `fragscope report --format json` file; D bounds the rise of each device's\n"
+    "  Baseline: a `fragscope report --format json` file, of one process or of a job (whose\n"
+    "  processes are matched with the TRACEs by rank); D bounds the rise of each device's\n"
     "  max fragmentation (0.05 = five points), R the rise of its peak reserved memory,\n"
     "  relative (0.05 = 5 %). Several TRACEs (the processes of a job): each is judged and the\n"
     "  gate passes only if all do. Exit: 0 pass, 1 fail, 2 usage, 3 bad input.\n";
@@ -63,6 +67,36 @@ bool ParseMoments(const std::string& text, GateMoment* out) {
   return true;
 }
 
+// A baseline process's figures, per device.
+struct BaselineFigures {
+  std::map<int, double> max_fragmentation;
+  std::map<int, uint64_t> peak_reserved;
+};
+
+// From one process's JSON report (devices[]); devices without the figure are left out.
+BaselineFigures ReadBaselineFigures(const nlohmann::json& report) {
+  BaselineFigures b;
+  if (!report.contains("devices") || !report["devices"].is_array()) return b;
+  for (const auto& d : report["devices"]) {
+    if (!d.is_object() || !d.contains("device") || !d["device"].is_number_integer()) continue;
+    if (d.contains("max_fragmentation") && d["max_fragmentation"].is_number()) {
+      b.max_fragmentation[d["device"].get<int>()] = d["max_fragmentation"].get<double>();
+    }
+    if (d.contains("peak_reserved_bytes") && d["peak_reserved_bytes"].is_number_unsigned()) {
+      b.peak_reserved[d["device"].get<int>()] = d["peak_reserved_bytes"].get<uint64_t>();
+    }
+  }
+  return b;
+}
+
+std::string RankList(const std::map<uint32_t, BaselineFigures>& by_rank) {
+  std::string list;
+  for (const auto& [rank, figures] : by_rank) {
+    absl::StrAppendFormat(&list, "%s%d", list.empty() ? "" : ", ", rank);
+  }
+  return list;
+}
+
 int Usage(const std::string& message) {
   std::fprintf(stderr, "fragscope gate: %s\n%s", message.c_str(), kUsage);
   return kExitUsage;
@@ -91,12 +125,6 @@ int GateCommand(const std::vector<std::string>& args) {
   reader.Flag("allow-partial-history", &allow_partial_history);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   if (reader.positionals().empty()) return Usage("expected a TRACE");
-  if (reader.positionals().size() > 1 && !baseline.empty()) {
-    // A baseline report describes one process; which of several it would stand for is a guess.
-    return Usage("--baseline compares one TRACE with one report; got " +
-                 std::to_string(reader.positionals().size()) +
-                 " traces: gate each against its own baseline");
-  }
 
   GateLimits limits;
   limits.allow_opaque = allow_opaque;
@@ -145,6 +173,9 @@ int GateCommand(const std::vector<std::string>& args) {
     }
     limits.max_reserved_increase = r;
   }
+  // The baseline: one process's report, or a job's, whose processes are matched by rank.
+  std::optional<BaselineFigures> single_baseline;
+  std::map<uint32_t, BaselineFigures> baseline_by_rank;
   if (!baseline.empty()) {
     std::ifstream in(baseline);
     if (!in) {
@@ -152,30 +183,39 @@ int GateCommand(const std::vector<std::string>& args) {
       return kExitBadInput;
     }
     nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("job") && j.contains("processes")) {
-      std::fprintf(stderr,
-                   "fragscope gate: %s: a report of several processes; a baseline is one "
-                   "process's report: make it with `fragscope report TRACE --format json` of "
-                   "one trace\n",
-                   baseline.c_str());
-      return kExitBadInput;
-    }
-    if (j.is_discarded() || !j.is_object() || !j.contains("devices") || !j["devices"].is_array()) {
+    if (j.is_object() && j.contains("job") && j.contains("processes") &&
+        j["processes"].is_array()) {
+      for (const auto& p : j["processes"]) {
+        const nlohmann::json* rank = nullptr;
+        if (p.is_object() && p.contains("report") && p["report"].is_object() &&
+            p["report"].contains("process") && p["report"]["process"].contains("rank")) {
+          rank = &p["report"]["process"]["rank"];
+        }
+        if (rank == nullptr || !rank->is_number_unsigned()) {
+          std::fprintf(stderr,
+                       "fragscope gate: %s: a job's report whose processes have no rank; a job "
+                       "baseline is matched by rank (RANK in the launcher's environment), so "
+                       "gate each trace against its own process's report instead\n",
+                       baseline.c_str());
+          return kExitBadInput;
+        }
+        baseline_by_rank[rank->get<uint32_t>()] = ReadBaselineFigures(p["report"]);
+      }
+    } else if (j.is_discarded() || !j.is_object() || !j.contains("devices") ||
+               !j["devices"].is_array()) {
       std::fprintf(stderr,
                    "fragscope gate: %s: not a fragscope JSON report (expected an object with "
                    "devices[]; make one with `fragscope report TRACE --format json`)\n",
                    baseline.c_str());
       return kExitBadInput;
-    }
-    for (const auto& d : j["devices"]) {
-      if (!d.is_object() || !d.contains("device") || !d["device"].is_number_integer()) continue;
-      if (d.contains("max_fragmentation") && d["max_fragmentation"].is_number()) {
-        limits.baseline_max_fragmentation[d["device"].get<int>()] =
-            d["max_fragmentation"].get<double>();
-      }
-      if (d.contains("peak_reserved_bytes") && d["peak_reserved_bytes"].is_number_unsigned()) {
-        limits.baseline_peak_reserved[d["device"].get<int>()] =
-            d["peak_reserved_bytes"].get<uint64_t>();
+    } else {
+      single_baseline = ReadBaselineFigures(j);
+      if (reader.positionals().size() > 1) {
+        // One process's figures; which of several traces they would stand for is a guess.
+        return Usage("--baseline " + baseline + " is one process's report and " +
+                     std::to_string(reader.positionals().size()) +
+                     " traces were given: use a job's report (`fragscope report TRACE... "
+                     "--format json` of a run with ranks) or gate each trace alone");
       }
     }
   }
@@ -208,7 +248,32 @@ int GateCommand(const std::vector<std::string>& args) {
       suites.push_back({path, {{"trace whole", false, loaded->damage}}});
       continue;
     }
-    std::vector<GateCheck> checks = EvaluateGate(loaded->summary, limits);
+    std::vector<GateCheck> checks;
+    GateLimits trace_limits = limits;
+    if (single_baseline) {
+      trace_limits.baseline_max_fragmentation = single_baseline->max_fragmentation;
+      trace_limits.baseline_peak_reserved = single_baseline->peak_reserved;
+    } else if (!baseline_by_rank.empty()) {
+      const std::optional<uint32_t> rank = loaded->summary.rank;
+      auto it = rank ? baseline_by_rank.find(*rank) : baseline_by_rank.end();
+      if (it == baseline_by_rank.end()) {
+        // Another job shape: comparing it with the baseline would be comparing other things.
+        checks.push_back(
+            {"baseline for this process", false,
+             rank ? absl::StrFormat("rank %d is not in the baseline %s (its ranks: %s); make a "
+                                    "new baseline for this job",
+                                    *rank, baseline, RankList(baseline_by_rank))
+                  : absl::StrFormat("the trace has no rank (no RANK in its launcher's "
+                                    "environment), and the baseline %s is a job's, matched by "
+                                    "rank",
+                                    baseline)});
+      } else {
+        trace_limits.baseline_max_fragmentation = it->second.max_fragmentation;
+        trace_limits.baseline_peak_reserved = it->second.peak_reserved;
+      }
+    }
+    std::vector<GateCheck> judged = EvaluateGate(loaded->summary, trace_limits);
+    checks.insert(checks.end(), judged.begin(), judged.end());
     total_checks += checks.size();
     int failed = 0;
     const GateCheck* first = nullptr;

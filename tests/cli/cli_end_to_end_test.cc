@@ -405,12 +405,30 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
                   "/live.json --max-increase 0")
                 .exit_code,
             2);
-  // A job document is not a baseline, and the gate says what is.
-  Result job_baseline = Shell(Fragscope() + " gate " + Trace() + " --baseline " + job +
-                              "/live.json --max-increase 0");
-  EXPECT_EQ(job_baseline.exit_code, 3) << job_baseline.output;
-  EXPECT_NE(job_baseline.output.find("a report of several processes"), std::string::npos)
-      << job_baseline.output;
+  // A job's report is a baseline for the job, process by process, matched by rank.
+  Result same_job = Shell(Fragscope() + " gate " + traces + " --baseline " + job +
+                          "/live.json --max-increase 0 --max-reserved-increase 0");
+  EXPECT_EQ(same_job.exit_code, 0) << same_job.output;
+  EXPECT_NE(same_job.output.find("passed (3 traces, 6 checks)"), std::string::npos)
+      << same_job.output;
+  json grown = live;
+  json& rank1 = grown["processes"][1]["report"];
+  ASSERT_EQ(rank1["process"]["rank"], 1);
+  rank1["devices"][0]["peak_reserved_bytes"] =
+      rank1["devices"][0]["peak_reserved_bytes"].get<uint64_t>() / 2;
+  std::ofstream(job + "/grown.json") << grown.dump();
+  Result regressed = Shell(Fragscope() + " gate " + traces + " --baseline " + job +
+                           "/grown.json --max-reserved-increase 0.1");
+  EXPECT_EQ(regressed.exit_code, 1) << regressed.output;
+  EXPECT_EQ(Count(regressed.output, "FAILED: " + job + "/rank.fst."), 1) << regressed.output;
+  EXPECT_NE(regressed.output.find("rose by 100.0 % over baseline"), std::string::npos)
+      << regressed.output;
+  // A process without a rank cannot be matched with one of the job's.
+  Result no_rank = Shell(Fragscope() + " gate " + Trace() + " --baseline " + job +
+                         "/live.json --max-increase 0");
+  EXPECT_EQ(no_rank.exit_code, 1) << no_rank.output;
+  EXPECT_NE(no_rank.output.find("is a job's, matched by rank"), std::string::npos)
+      << no_rank.output;
 }
 
 // The offset of the first frame that starts at or after `at` in a trace (proto/README.md: a
