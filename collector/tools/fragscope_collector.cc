@@ -53,7 +53,10 @@ std::string StreamName(const fragscope::v1::Hello& h, pid_t peer) {
     if (!(isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) c = '_';
   }
   if (exe.empty()) exe = "process";
-  std::string name = absl::StrFormat("%s-%d", exe, h.pid() ? static_cast<int>(h.pid()) : peer);
+  // A distributed job's rank in the name: `ls traces/` then reads as the job's ranks.
+  const std::string rank = h.has_rank() ? absl::StrFormat("-rank%d", h.rank()) : "";
+  std::string name =
+      absl::StrFormat("%s%s-%d", exe, rank, h.pid() ? static_cast<int>(h.pid()) : peer);
   if (h.stream_index() > 0) name += absl::StrFormat(".%d", h.stream_index());
   // A stream resumed after a collector restart: a file of its own, never over the trace the
   // previous collector wrote for the same process into the same directory.

@@ -127,15 +127,19 @@ class CollectorDaemon : public ::testing::Test {
 TEST_F(CollectorDaemon, ManyProcessesEachGetTraceReportsAndPostMortems) {
   // Three demo "ranks" at once; each dies of its second OOM (exit 1).
   std::string out;
-  int status = ShellStatus("for i in 1 2 3; do FAKECUDA_CAPACITY=4G " + AgentEnv() +
-                               FRAGSCOPE_DEMO_BIN + " >/dev/null & done; wait",
+  int status = ShellStatus("for i in 0 1 2; do RANK=$i WORLD_SIZE=3 FAKECUDA_CAPACITY=4G " +
+                               AgentEnv() + FRAGSCOPE_DEMO_BIN + " >/dev/null & done; wait",
                            &out);
   EXPECT_EQ(status, 0) << out;
   WaitForLog(" ended ", 3);
   int traces = 0, oom_txt = 0, oom_json = 0, reports = 0;
   for (const auto& e : fs::directory_iterator(dir_ + "/out")) {
     std::string name = e.path().filename();
-    if (name.ends_with(".fst")) ++traces;
+    if (name.ends_with(".fst")) {
+      ++traces;
+      // Named by rank, so `ls` reads as the job.
+      EXPECT_TRUE(name.starts_with("fragmenting_training-rank")) << name;
+    }
     if (name.find(".oom-") != std::string::npos && name.ends_with(".txt")) ++oom_txt;
     if (name.find(".oom-") != std::string::npos && name.ends_with(".json")) ++oom_json;
     if (name.ends_with(".report.json")) {
@@ -151,6 +155,13 @@ TEST_F(CollectorDaemon, ManyProcessesEachGetTraceReportsAndPostMortems) {
   EXPECT_EQ(oom_json, 6);
   std::string log = Slurp(log_);
   EXPECT_NE(log.find("class: fragmentation ->"), std::string::npos) << log;
+  // The morning after: every rank's trace at once names the rank whose OOM came first.
+  std::string job;
+  EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " report " + dir_ + "/out/*.fst", &job),
+            0)
+      << job;
+  EXPECT_NE(job.find("==== job: 3 processes, 6 OOMs in 3 of them ===="), std::string::npos) << job;
+  EXPECT_NE(job.find("First OOM: rank "), std::string::npos) << job;
 }
 
 // `fragscope run --daemon` sets up what a job under the daemon needs (agent, adapter, socket)
