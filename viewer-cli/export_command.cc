@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -22,11 +23,12 @@ namespace fragscope::cli {
 
 namespace {
 constexpr char kUsage[] =
-    "usage: fragscope export TRACE [--perfetto OUT.json] [--torch-snapshot OUT.pickle]\n"
+    "usage: fragscope export TRACE... [--perfetto OUT.json] [--torch-snapshot OUT.pickle]\n"
     "                        [--fragmentation-floor BYTES]\n"
     "  TRACE             a trace from `fragscope run -o`, or a PyTorch snapshot .pickle\n"
     "  --perfetto        Chrome/Perfetto trace-event JSON: memory counters per device, failed\n"
-    "                    allocations and OOMs as instant events (open in ui.perfetto.dev)\n"
+    "                    allocations and OOMs as instant events (open in ui.perfetto.dev);\n"
+    "                    several TRACEs (a job's ranks): one timeline, a process each\n"
     "  --torch-snapshot  PyTorch memory snapshot (pickle protocol 2) of the segments and blocks\n"
     "                    at the end of the trace (open in pytorch.org/memory_viz)\n"
     "  At least one of --perfetto / --torch-snapshot.\n";
@@ -38,6 +40,48 @@ absl::Status WriteFile(const std::string& path, const std::string& bytes) {
   return WriteOutputFile(path, bytes);  // 0644 at most, whatever the umask
 }
 
+// Several traces into one Perfetto timeline. Every trace that can be read goes in; exit 3 if
+// one could not be read whole (the file is still written from the rest).
+int ExportJob(const std::vector<std::string>& paths, const ModelOptions& options,
+              const std::string& perfetto_path) {
+  std::vector<ModelSummary> summaries;
+  std::vector<std::string> problems;
+  for (const std::string& path : paths) {
+    auto loaded = LoadTrace(path, options);
+    if (!loaded.ok()) {
+      problems.push_back(std::string(loaded.status().message()));
+      continue;
+    }
+    if (!loaded->damage.empty()) problems.push_back(loaded->damage);
+    summaries.push_back(std::move(loaded->summary));
+  }
+  if (!summaries.empty()) {
+    std::vector<std::unique_ptr<DwarfSymbolizer>> symbolizers;
+    std::vector<exporter::PerfettoProcess> processes;
+    for (const ModelSummary& s : summaries) {
+      symbolizers.push_back(std::make_unique<DwarfSymbolizer>(s.modules));
+      processes.push_back({&s, symbolizers.back().get()});
+    }
+    std::ostringstream json;
+    exporter::WritePerfettoJobTrace(processes, json);
+    if (absl::Status s = WriteFile(perfetto_path, json.str()); !s.ok()) {
+      std::fprintf(stderr, "fragscope export: %s\n", std::string(s.message()).c_str());
+      return kExitBadInput;
+    }
+    std::fprintf(stderr,
+                 "fragscope export: wrote %s (Perfetto / Chrome trace-event JSON, %zu "
+                 "processes)\n",
+                 perfetto_path.c_str(), summaries.size());
+  }
+  for (const std::string& p : problems) std::fprintf(stderr, "fragscope export: %s\n", p.c_str());
+  if (!problems.empty()) {
+    std::fprintf(stderr, "fragscope export: %zu of %zu traces could not be read whole\n",
+                 problems.size(), paths.size());
+    return kExitBadInput;
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int ExportCommand(const std::vector<std::string>& args) {
@@ -47,8 +91,15 @@ int ExportCommand(const std::vector<std::string>& args) {
   reader.Option("torch-snapshot", "", &torch_path);
   reader.Option("fragmentation-floor", "", &floor);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
-  if (reader.positionals().size() != 1 || reader.saw_dashdash()) {
-    std::fprintf(stderr, "fragscope export: expected exactly one TRACE\n%s", kUsage);
+  if (reader.positionals().empty() || reader.saw_dashdash()) {
+    std::fprintf(stderr, "fragscope export: expected a TRACE\n%s", kUsage);
+    return kExitUsage;
+  }
+  if (reader.positionals().size() > 1 && !torch_path.empty()) {
+    std::fprintf(stderr,
+                 "fragscope export: --torch-snapshot holds one process: give one TRACE (got "
+                 "%zu), or use --perfetto for the job\n%s",
+                 reader.positionals().size(), kUsage);
     return kExitUsage;
   }
   if (perfetto_path.empty() && torch_path.empty()) {
@@ -69,6 +120,9 @@ int ExportCommand(const std::vector<std::string>& args) {
     options.fragmentation_floor_bytes = *bytes;
   }
 
+  if (reader.positionals().size() > 1) {
+    return ExportJob(reader.positionals(), options, perfetto_path);
+  }
   const std::string& path = reader.positionals()[0];
   exporter::ExportInput input;
   auto loaded = LoadTrace(path, options, [&](const ProcessModel& model) {

@@ -1,5 +1,7 @@
 #include "fragscope/export/perfetto_trace.h"
 
+#include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -24,19 +26,30 @@ double Micros(uint64_t time_ns) { return static_cast<double>(time_ns) / 1000.0; 
 
 json MeasuredBytes(const Measured<uint64_t>& m) { return m.value ? json(*m.value) : json(nullptr); }
 
-}  // namespace
-
-void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostream& out) {
+// The events of one process into `events`: its name, a thread per device, the counter tracks,
+// the failed allocations and OOMs. `pid` is the id the viewer groups them by, `shift_ns` is added
+// to every time (0: the process's own CLOCK_MONOTONIC), `sort_index` orders processes.
+void AppendProcessEvents(const ModelSummary& s, Symbolizer& symbolizer, int pid, int64_t shift_ns,
+                         std::optional<int64_t> sort_index, json& events) {
   SiteNames sites(s, symbolizer);
-  const int pid = s.pid != 0 ? static_cast<int>(s.pid) : 1;
-  json events = json::array();
+  auto Ts = [shift_ns](uint64_t time_ns) {
+    return Micros(time_ns + static_cast<uint64_t>(shift_ns));
+  };
   std::string process = s.exe.empty() ? "traced process" : s.exe;
   if (s.pid != 0) process += absl::StrFormat(" (pid %d)", s.pid);
+  if (s.rank) process = absl::StrFormat("rank %d: %s", *s.rank, process);
   events.push_back({{"ph", "M"},
                     {"name", "process_name"},
                     {"pid", pid},
                     {"tid", 0},
                     {"args", {{"name", "fragscope: " + process}}}});
+  if (sort_index) {
+    events.push_back({{"ph", "M"},
+                      {"name", "process_sort_index"},
+                      {"pid", pid},
+                      {"tid", 0},
+                      {"args", {{"sort_index", *sort_index}}}});
+  }
 
   std::set<int> devices;
   for (const DeviceSummary& d : s.devices) devices.insert(d.ordinal);
@@ -52,7 +65,7 @@ void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostr
   for (const DeviceSummary& d : s.devices) {
     const std::string prefix = DeviceName(d.ordinal);
     for (const TimelinePoint& p : d.timeline) {
-      const double ts = Micros(p.time_ns);
+      const double ts = Ts(p.time_ns);
       auto counter = [&](const char* figure, const char* key, json value) {
         events.push_back({{"ph", "C"},
                           {"name", prefix + " " + figure},
@@ -67,7 +80,6 @@ void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostr
       if (p.fragmentation) counter("fragmentation", "ratio", *p.fragmentation);
     }
   }
-
   for (const FailedAllocation& f : s.failed_allocations) {
     json args = {{"seq", f.seq},
                  {"api", f.api_name},
@@ -85,7 +97,7 @@ void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostr
          {"name", absl::StrFormat("failed %s %s", f.api_name, FormatBytes(f.requested_bytes))},
          {"pid", pid},
          {"tid", TidOf(f.device)},
-         {"ts", Micros(f.time_ns)},
+         {"ts", Ts(f.time_ns)},
          {"args", std::move(args)}});
   }
 
@@ -110,10 +122,18 @@ void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostr
                       {"name", o.headline},
                       {"pid", pid},
                       {"tid", TidOf(o.failure.device)},
-                      {"ts", Micros(o.failure.time_ns)},
+                      {"ts", Ts(o.failure.time_ns)},
                       {"args", std::move(args)}});
   }
 
+}
+
+}  // namespace
+
+void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostream& out) {
+  json events = json::array();
+  AppendProcessEvents(s, symbolizer, s.pid != 0 ? static_cast<int>(s.pid) : 1, 0, std::nullopt,
+                      events);
   // The limits of the figures, as the reports state them (the viewer shows otherData as the
   // trace's metadata): counters between two syncs of blocks, or before a mid-run start, are not
   // measurements of those moments.
@@ -123,6 +143,43 @@ void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostr
       {"otherData",
        {{"producer", "fragscope"}, {"exe", s.exe}, {"host", s.host}, {"notes", ReportCaveats(s)}}}};
   // Paths and labels from the trace may hold bytes that are not UTF-8: replace, never throw.
+  out << doc.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+void WritePerfettoJobTrace(const std::vector<PerfettoProcess>& processes, std::ostream& out) {
+  // One clock for all: wall-clock time when every process has it (hosts then line up, to their
+  // clocks' agreement), else each process's CLOCK_MONOTONIC (which lines up within one host).
+  const bool wall = !processes.empty() && std::all_of(processes.begin(), processes.end(),
+                                                     [](const PerfettoProcess& p) {
+                                                       return p.summary->realtime_minus_monotonic_ns
+                                                           .has_value();
+                                                     });
+  json events = json::array();
+  json members = json::array();
+  std::set<int> pids;
+  for (std::size_t i = 0; i < processes.size(); ++i) {
+    const ModelSummary& s = *processes[i].summary;
+    // Two streams of one pid (a resumed stream, two hosts) must stay two processes in the view.
+    int pid = s.pid != 0 ? static_cast<int>(s.pid) : 1;
+    while (!pids.insert(pid).second) pid += 1 << 22;
+    const int64_t shift = wall ? *s.realtime_minus_monotonic_ns : 0;
+    AppendProcessEvents(s, *processes[i].symbolizer, pid, shift,
+                        s.rank ? static_cast<int64_t>(*s.rank) : static_cast<int64_t>(i),
+                        events);
+    members.push_back({{"pid", s.pid},
+                       {"view_pid", pid},
+                       {"rank", s.rank ? json(*s.rank) : json(nullptr)},
+                       {"exe", s.exe},
+                       {"host", s.host},
+                       {"notes", ReportCaveats(s)}});
+  }
+  json doc = {{"traceEvents", std::move(events)},
+              {"displayTimeUnit", "ms"},
+              {"otherData",
+               {{"producer", "fragscope"},
+                {"time_base", wall ? "wall clock (us since the Unix epoch)"
+                                   : "CLOCK_MONOTONIC of each process (aligned within one host)"},
+                {"processes", std::move(members)}}}};
   out << doc.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
 }
 

@@ -369,6 +369,25 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
   EXPECT_EQ(file["job"]["first_ooms"][0]["oom"]["pid"], first_pid);
   EXPECT_EQ(file["job"]["oom_count"], 6);
 
+  // One Perfetto timeline for the job: a process per rank.
+  Result perfetto = Shell(Fragscope() + " export " + traces + " --perfetto " + job + "/job.json");
+  ASSERT_EQ(perfetto.exit_code, 0) << perfetto.output;
+  json timeline = json::parse(Slurp(job + "/job.json"), nullptr, false);
+  ASSERT_FALSE(timeline.is_discarded());
+  int rank_processes = 0;
+  for (const json& e : timeline["traceEvents"]) {
+    if (e["name"] == "process_name" &&
+        e["args"]["name"].get<std::string>().rfind("fragscope: rank ", 0) == 0) {
+      ++rank_processes;
+    }
+  }
+  EXPECT_EQ(rank_processes, 3) << timeline["traceEvents"].dump().substr(0, 2000);
+  EXPECT_EQ(timeline["otherData"]["time_base"], "wall clock (us since the Unix epoch)");
+  EXPECT_EQ(Shell(Fragscope() + " export " + traces + " --torch-snapshot " + job + "/x.pickle")
+                .exit_code,
+            2)
+      << "a PyTorch snapshot holds one process";
+
   // The gate judges every rank; the job passes only if all do.
   Result fail = Shell(Fragscope() + " gate " + traces + " --max-fragmentation 0.5 --junit " + job +
                       "/gate.xml");

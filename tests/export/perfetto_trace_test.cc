@@ -70,6 +70,57 @@ TEST(PerfettoTraceTest, NamesTheProcessAndOneThreadPerDevice) {
   EXPECT_EQ(threads, (std::map<int, std::string>{{1, "GPU 0"}, {2, "GPU 1"}}));
 }
 
+// A job's ranks on one timeline: a process each, named and ordered by rank, on wall-clock time
+// when every stream gave its clocks (hosts line up), else on the processes' own clocks.
+TEST(PerfettoTraceTest, AJobIsOneTimelineWithAProcessPerRank) {
+  const ModelSummary base = Capture(ExportTrace().frames()).summary;
+  ModelSummary rank0 = base, rank1 = base;
+  rank0.rank = 0;
+  rank1.rank = 1;
+  rank1.host = "node2";  // same pid on another host: still two processes in the view
+  rank0.realtime_minus_monotonic_ns = 1'000'000'000'000'000'000;
+  rank1.realtime_minus_monotonic_ns = 1'000'000'000'000'000'000 + 5'000'000'000;  // +5 s
+  ModuleOffsetSymbolizer sym0(rank0.modules), sym1(rank1.modules);
+  auto job = [&] {
+    std::ostringstream out;
+    exporter::WritePerfettoJobTrace({{&rank1, &sym1}, {&rank0, &sym0}}, out);
+    return json::parse(out.str());
+  };
+  json doc = job();
+  std::map<int, std::string> names;
+  std::map<int, int> sort_index;
+  std::map<int, double> first_ts;
+  for (const json& e : doc["traceEvents"]) {
+    const int pid = e["pid"];
+    if (e["name"] == "process_name") names[pid] = e["args"]["name"];
+    if (e["name"] == "process_sort_index") sort_index[pid] = e["args"]["sort_index"];
+    if (e["ph"] != "M" && !first_ts.count(pid)) first_ts[pid] = e["ts"];
+  }
+  ASSERT_EQ(names.size(), 2u) << doc["traceEvents"].dump();
+  const int pid1 = 4242, pid0 = 4242 + (1 << 22);  // rank 1 came first and kept the pid
+  EXPECT_NE(names[pid1].find("rank 1: "), std::string::npos) << names[pid1];
+  EXPECT_NE(names[pid0].find("rank 0: "), std::string::npos) << names[pid0];
+  EXPECT_EQ(sort_index[pid0], 0);
+  EXPECT_EQ(sort_index[pid1], 1);
+  // Same events, clocks 5 s apart: on the wall clock rank 1's come 5 s after rank 0's.
+  EXPECT_NEAR(first_ts[pid1] - first_ts[pid0], 5e6, 1.0);
+  EXPECT_GE(first_ts[pid0], 1e15) << "microseconds since the epoch";
+  EXPECT_EQ(doc["otherData"]["time_base"], "wall clock (us since the Unix epoch)");
+  ASSERT_EQ(doc["otherData"]["processes"].size(), 2u);
+  EXPECT_EQ(doc["otherData"]["processes"][0]["rank"], 1);
+  EXPECT_EQ(doc["otherData"]["processes"][0]["host"], "node2");
+  // One stream without its clocks: each process's own CLOCK_MONOTONIC, as a single export.
+  rank1.realtime_minus_monotonic_ns.reset();
+  doc = job();
+  first_ts.clear();
+  for (const json& e : doc["traceEvents"]) {
+    if (e["ph"] != "M" && !first_ts.count(e["pid"])) first_ts[e["pid"]] = e["ts"];
+  }
+  EXPECT_EQ(first_ts[pid0], first_ts[pid1]);
+  EXPECT_NE(doc["otherData"]["time_base"].get<std::string>().find("CLOCK_MONOTONIC"),
+            std::string::npos);
+}
+
 TEST(PerfettoTraceTest, CountersFollowTheTimeline) {
   const ModelSummary s = Capture(ExportTrace().frames()).summary;
   const json doc = Export(s);

@@ -17,6 +17,7 @@
 #define FRAGSCOPE_EXPORT_PERFETTO_TRACE_H_
 
 #include <ostream>
+#include <vector>
 
 #include "fragscope/model/model_summary.h"
 #include "fragscope/report/symbolizer.h"
@@ -25,6 +26,19 @@ namespace fragscope::exporter {
 
 // Writes one JSON object to `out`. Stateless apart from symbolizer caches.
 void WritePerfettoTrace(const ModelSummary& summary, Symbolizer& symbolizer, std::ostream& out);
+
+// Several processes (a job's ranks) in one trace, so their memory lines up on one timeline: each
+// process its own track group (named "rank R: exe (pid P)", ordered by rank, else as given; a
+// pid seen twice is moved to another id). Times ("ts") are wall-clock microseconds since the
+// epoch when every process's stream gave its clocks (Hello), which lines up processes of
+// different hosts as well as their clocks agree; else each process's CLOCK_MONOTONIC, which
+// lines up processes of one host. otherData says which ("time_base") and lists the processes
+// with their report notes.
+struct PerfettoProcess {
+  const ModelSummary* summary = nullptr;  // not owned
+  Symbolizer* symbolizer = nullptr;       // not owned; the process's own (its module map)
+};
+void WritePerfettoJobTrace(const std::vector<PerfettoProcess>& processes, std::ostream& out);
 
 }  // namespace fragscope::exporter
 
