@@ -90,7 +90,17 @@ std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates
                                     "TOP SITE");
   int rows = 0;
   bool any_stale = false;
-  for (const auto& s : doc.value("streams", nlohmann::json::array())) {
+  // A job's processes in rank order (then as the collector lists them); others after them.
+  nlohmann::json streams = doc.value("streams", nlohmann::json::array());
+  if (any_rank && streams.is_array()) {
+    std::stable_sort(streams.begin(), streams.end(),
+                     [](const nlohmann::json& a, const nlohmann::json& b) {
+                       const std::optional<int64_t> ra = RankOf(a), rb = RankOf(b);
+                       if (ra.has_value() != rb.has_value()) return ra.has_value();
+                       return ra && *ra < *rb;
+                     });
+  }
+  for (const auto& s : streams) {
     uint64_t pid = s.value("pid", 0ull);
     if (pid_filter > 0 && pid != static_cast<uint64_t>(pid_filter)) continue;
     const nlohmann::json& r = s["report"];

@@ -65,6 +65,9 @@ TEST(TopTable, RanksOfAJobHaveAColumn) {
   EXPECT_NE(table.find("\n1     51       python3"), std::string::npos) << table;
   EXPECT_NE(table.find("\n0     52       python3"), std::string::npos) << table;
   EXPECT_NE(table.find("\n-     53       python3"), std::string::npos) << table;
+  // In rank order, whatever order the collector listed them in; processes without a rank last.
+  EXPECT_LT(table.find("\n0     52 "), table.find("\n1     51 ")) << table;
+  EXPECT_LT(table.find("\n1     51 "), table.find("\n-     53 ")) << table;
   table = TopTable({{"streams", {loner}}}, 0, &rates, 2.0);
   EXPECT_EQ(table.rfind("PID", 0), 0u) << table;
 }
