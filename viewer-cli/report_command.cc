@@ -23,33 +23,56 @@ constexpr char kUsage[] =
     ".pickle;\n"
     "          several (the ranks of a job): each one's report, then the job summary (which\n"
     "          process ran out of memory first)\n"
-    "  html    one self-contained page (segment map, timeline, OOM post-mortems) of one TRACE;\n"
-    "          use -o\n";
+    "  html    one self-contained page (segment map, timeline, OOM post-mortems); use -o FILE,\n"
+    "          or for several TRACEs -o DIR: index.html (the job) and a page per process\n";
+
+// HTML draws the segment map, which needs the model's segment layouts, not just the summary:
+// what LoadTrace should take from the model into `*page` (nothing for text and JSON).
+std::function<void(const ProcessModel&)> HtmlCapture(ReportFormat format,
+                                                     exporter::ExportInput* page) {
+  if (format != ReportFormat::kHtml) return nullptr;
+  return [page](const ProcessModel& model) {
+    exporter::CaptureOptions capture_options;
+    capture_options.max_segments_per_device = kHtmlMaxSegmentsPerDevice;
+    *page = exporter::CaptureExportInput(model, capture_options);
+  };
+}
 
 // Several traces: every one that can be read is reported, whatever the others do; exit 3 if
 // any could not be read or was damaged.
 int ReportJob(const std::vector<std::string>& paths, ReportFormat format,
               const ModelOptions& options, const std::string& out_path) {
   std::vector<JobReportInput> processes;
+  std::vector<exporter::ExportInput> pages;  // HTML only: each page's segment layouts
   std::vector<std::string> problems;
   for (const std::string& path : paths) {
-    auto loaded = LoadTrace(path, options);
+    exporter::ExportInput page;
+    auto loaded = LoadTrace(path, options, HtmlCapture(format, &page));
     if (!loaded.ok()) {
       problems.push_back(std::string(loaded.status().message()));
       continue;
     }
-    processes.push_back({path, std::move(loaded->summary), loaded->damage});
     if (!loaded->damage.empty()) problems.push_back(loaded->damage);  // names the file
+    processes.push_back({path, std::move(loaded->summary), loaded->damage});
+    pages.push_back(std::move(page));
   }
   if (!processes.empty()) {
-    std::ostringstream text;
-    WriteJobReport(processes, format, text);
-    absl::Status written =
-        out_path == "-" ? (std::cout << text.str() << std::flush, absl::OkStatus())
-                        : WriteOutputFile(out_path, text.str());
+    absl::Status written;
+    if (format == ReportFormat::kHtml) {
+      written = WriteJobHtml(processes, pages, out_path);
+    } else {
+      std::ostringstream text;
+      WriteJobReport(processes, format, text);
+      written = out_path == "-" ? (std::cout << text.str() << std::flush, absl::OkStatus())
+                                : WriteOutputFile(out_path, text.str());
+    }
     if (!written.ok()) {
       std::fprintf(stderr, "fragscope report: %s\n", std::string(written.message()).c_str());
       return kExitBadInput;
+    }
+    if (format == ReportFormat::kHtml) {
+      std::fprintf(stderr, "fragscope report: wrote %s/index.html and a page per process\n",
+                   out_path.c_str());
     }
   }
   for (const std::string& p : problems) std::fprintf(stderr, "fragscope report: %s\n", p.c_str());
@@ -81,11 +104,11 @@ int ReportCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "fragscope report: expected a TRACE\n%s", kUsage);
     return kExitUsage;
   }
-  if (reader.positionals().size() > 1 && format == ReportFormat::kHtml) {
+  if (reader.positionals().size() > 1 && format == ReportFormat::kHtml && out_path == "-") {
     std::fprintf(stderr,
-                 "fragscope report: --format html makes one page per process: give one TRACE "
-                 "(got %zu), or use text or json for the job\n%s",
-                 reader.positionals().size(), kUsage);
+                 "fragscope report: several traces as HTML make a folder (index.html and a page "
+                 "per process): give -o DIR\n%s",
+                 kUsage);
     return kExitUsage;
   }
   ModelOptions options;
@@ -104,17 +127,8 @@ int ReportCommand(const std::vector<std::string>& args) {
     return ReportJob(reader.positionals(), format, options, out_path);
   }
   const std::string& path = reader.positionals()[0];
-  // HTML draws the segment map, which needs the model's segment layouts, not just the summary.
   exporter::ExportInput html_input;
-  std::function<void(const ProcessModel&)> capture;
-  if (format == ReportFormat::kHtml) {
-    capture = [&](const ProcessModel& model) {
-      exporter::CaptureOptions capture_options;
-      capture_options.max_segments_per_device = kHtmlMaxSegmentsPerDevice;
-      html_input = exporter::CaptureExportInput(model, capture_options);
-    };
-  }
-  auto loaded = LoadTrace(path, options, capture);
+  auto loaded = LoadTrace(path, options, HtmlCapture(format, &html_input));
   if (!loaded.ok()) {
     std::fprintf(stderr, "fragscope report: %s\n", std::string(loaded.status().message()).c_str());
     return kExitBadInput;

@@ -1,12 +1,17 @@
 #include "report_output.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "fragscope/export/html_report.h"
+#include "fragscope/export/job_index_html.h"
 #include "fragscope/report/job_summary.h"
 #include "fragscope/report/report_json.h"
 #include "fragscope/report/report_text.h"
@@ -43,19 +48,23 @@ void WriteReport(const ModelSummary& summary, ReportFormat format, std::ostream&
   out.flush();
 }
 
+std::vector<std::size_t> JobOrder(const std::vector<JobReportInput>& processes) {
+  std::vector<std::size_t> order(processes.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (std::all_of(processes.begin(), processes.end(),
+                  [](const JobReportInput& p) { return p.summary.rank.has_value(); })) {
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return *processes[a].summary.rank < *processes[b].summary.rank;
+    });
+  }
+  return order;
+}
+
 void WriteJobReport(const std::vector<JobReportInput>& given, ReportFormat format,
                     std::ostream& out) {
-  // In rank order when every process knows its rank (the order its users think in), else as
-  // given. Pointers, not copies: a summary holds whole stack tables.
+  // Pointers, not copies: a summary holds whole stack tables.
   std::vector<const JobReportInput*> processes;
-  for (const JobReportInput& p : given) processes.push_back(&p);
-  if (std::all_of(given.begin(), given.end(),
-                  [](const JobReportInput& p) { return p.summary.rank.has_value(); })) {
-    std::stable_sort(processes.begin(), processes.end(),
-                     [](const JobReportInput* a, const JobReportInput* b) {
-                       return *a->summary.rank < *b->summary.rank;
-                     });
-  }
+  for (std::size_t i : JobOrder(given)) processes.push_back(&given[i]);
   std::vector<JobMember> members;
   for (const JobReportInput* p : processes) members.push_back({p->trace, &p->summary, p->damage});
   const JobSummary job = BuildJobSummary(members);
@@ -79,6 +88,37 @@ void WriteJobReport(const std::vector<JobReportInput>& given, ReportFormat forma
     RenderJobSummaryText(job, out);
   }
   out.flush();
+}
+
+absl::Status WriteJobHtml(const std::vector<JobReportInput>& processes,
+                          const std::vector<exporter::ExportInput>& pages, const std::string& dir) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: cannot create the folder for the job's pages: %s; give -o a folder you can write",
+        dir, std::strerror(errno)));
+  }
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: not a folder; several traces as HTML make a folder (index.html and a page per "
+        "process): give -o a folder",
+        dir));
+  }
+  std::vector<JobMember> members;
+  std::vector<std::string> names;
+  for (std::size_t i : JobOrder(processes)) {
+    const JobReportInput& p = processes[i];
+    const std::string name =
+        p.summary.rank ? absl::StrFormat("%02d-rank%d-pid%d.html", names.size(), *p.summary.rank,
+                                         p.summary.pid)
+                       : absl::StrFormat("%02d-pid%d.html", names.size(), p.summary.pid);
+    if (absl::Status s = WriteHtmlReportFile(pages[i], dir + "/" + name); !s.ok()) return s;
+    members.push_back({p.trace, &p.summary, p.damage});
+    names.push_back(name);
+  }
+  std::ostringstream index;
+  exporter::RenderJobIndexHtml(BuildJobSummary(members), names, index);
+  return WriteOutputFile(dir + "/index.html", index.str());
 }
 
 bool OutputsWritable(const char* command,

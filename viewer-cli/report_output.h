@@ -38,6 +38,14 @@ struct JobReportInput {
 // kHtml is not accepted here (one page per process): callers refuse it first.
 void WriteJobReport(const std::vector<JobReportInput>& processes, ReportFormat format,
                     std::ostream& out);
+// The order a job's processes are shown in: by rank when every one has a rank, else as given.
+// Indices into `processes`.
+std::vector<std::size_t> JobOrder(const std::vector<JobReportInput>& processes);
+// Several processes as HTML: folder `dir` (created if missing) gets one page per process
+// (`pages[i]` is processes[i]'s, with its segment layouts), named NN-rankR-pidP.html, and
+// index.html with the job summary linking them.
+absl::Status WriteJobHtml(const std::vector<JobReportInput>& processes,
+                          const std::vector<exporter::ExportInput>& pages, const std::string& dir);
 // For commands that write their files only at the end of a run that may last hours (`run`,
 // `attach`): checks each (option, path) before the run starts, and on the first that cannot be
 // written prints "fragscope COMMAND: OPTION PATH: reason; choose a writable path" and returns

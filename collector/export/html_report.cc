@@ -1,6 +1,7 @@
 // The HTML report. Layout of the page, top to bottom: process header, one section per device
 // (figures, segment map, timeline, top sites), failed allocations, OOM post-mortems.
 #include "fragscope/export/html_report.h"
+#include "fragscope/export/html_escape.h"
 
 #include <algorithm>
 #include <cctype>
@@ -155,32 +156,7 @@ constexpr char kScript[] = R"js(
 })();
 )js";
 
-std::string Esc(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+std::string Esc(std::string_view s) { return HtmlEscape(s); }
 
 std::string Bytes(const Measured<uint64_t>& m) {
   return m.value ? FormatBytes(*m.value) : "unknown (" + m.unknown_reason + ")";

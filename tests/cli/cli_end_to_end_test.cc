@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -416,10 +417,23 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
   EXPECT_EQ(cut_gate.exit_code, 3) << cut_gate.output;
   EXPECT_EQ(Count(cut_gate.output, "passed (1 check)"), 3) << cut_gate.output;
 
-  // What one trace means cannot take several.
-  EXPECT_EQ(Shell(Fragscope() + " report " + traces + " --format html -o " + job + "/x.html")
-                .exit_code,
-            2);
+  // HTML: a folder with the job's index and a page per rank, the first OOM's marked.
+  Result html = Shell(Fragscope() + " report " + traces + " --format html -o " + job + "/html");
+  ASSERT_EQ(html.exit_code, 0) << html.output;
+  const std::string index = Slurp(job + "/html/index.html");
+  for (int rank = 0; rank < 3; ++rank) {
+    std::smatch page;
+    const std::regex link("href=\"(0" + std::to_string(rank) + "-rank" + std::to_string(rank) +
+                          "-pid[0-9]+\\.html)\"");
+    ASSERT_TRUE(std::regex_search(index, page, link)) << index;
+    EXPECT_NE(Slurp(job + "/html/" + page[1].str()).find("<svg"), std::string::npos)
+        << "each rank's own page, with its segment map";
+  }
+  EXPECT_NE(index.find("<li class=\"first\"><a href=\"0" + std::to_string(first_rank)),
+            std::string::npos)
+      << index;
+  EXPECT_EQ(Shell(Fragscope() + " report " + traces + " --format html").exit_code, 2)
+      << "several pages need a folder";
   EXPECT_EQ(Shell(Fragscope() + " gate " + traces + " --baseline " + dir_ +
                   "/live.json --max-increase 0")
                 .exit_code,
