@@ -56,29 +56,6 @@ bool SeqOrderer::Fits(const v1::Frame& f) const {
   return next == live_.begin() || std::prev(next)->first + std::prev(next)->second <= begin;
 }
 
-// The address range an alloc or free acts on; empty for other events.
-std::pair<uint64_t, uint64_t> RangeOf(const v1::Frame& f) {
-  if (f.has_alloc()) {
-    return {f.alloc().address(), f.alloc().address() + std::max<uint64_t>(f.alloc().size(), 1)};
-  }
-  if (f.has_free() && f.free().result() == 0) {
-    return {f.free().address(), f.free().address() + std::max<uint64_t>(f.free().size(), 1)};
-  }
-  return {0, 0};
-}
-
-bool SeqOrderer::BehindParked(const v1::Frame& f, uint64_t seq) const {
-  if (parked_.empty()) return false;
-  const auto [begin, end] = RangeOf(f);
-  if (begin == end) return false;
-  for (const auto& [key, h] : parked_) {
-    if (key.first >= seq) break;  // by seq: the rest came after this event
-    const auto [pb, pe] = RangeOf(h.frame);
-    if (pb < end && begin < pe) return true;
-  }
-  return false;
-}
-
 void SeqOrderer::Advance(uint64_t seq) {
   if (seq > next_) missing_.emplace(next_, seq - 1);
   next_ = std::max(next_, seq);
@@ -134,10 +111,7 @@ void SeqOrderer::ReleaseParked(const Sink& sink) {
   for (bool progress = true; progress;) {
     progress = false;
     for (auto it = parked_.begin(); it != parked_.end(); ++it) {
-      if (!missing_.empty() &&
-          (!Fits(it->second.frame) || BehindParked(it->second.frame, it->first.first))) {
-        continue;
-      }
+      if (!missing_.empty() && !Fits(it->second.frame)) continue;
       Held h = std::move(it->second);
       parked_.erase(it);
       Emit(h.seq, h.owns_seq, h.frame, sink);
@@ -151,8 +125,7 @@ void SeqOrderer::ReleaseParked(const Sink& sink) {
 void SeqOrderer::Release(const Sink& sink) {
   Held h = std::move(const_cast<Held&>(held_.top()));
   held_.pop();
-  if (!missing_.empty() && (!Fits(h.frame) || BehindParked(h.frame, h.seq)) &&
-      parked_.size() < window_ / 16 + 64) {
+  if (!missing_.empty() && !Fits(h.frame) && parked_.size() < window_ / 16 + 64) {
     Park(std::move(h));
     return;
   }

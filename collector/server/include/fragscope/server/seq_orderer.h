@@ -18,8 +18,7 @@
 // the window fills, the orderer releases past such a gap and remembers the seqs it skipped.
 // While any is missing, an alloc or free is released only if it fits the live allocations
 // released so far (an alloc over a live range, or a free of an address not live, depends on a
-// missing seq) and no parked event of a smaller seq touches its bytes (it would overtake it):
-// one that does not is parked until it fits (its straggler came, late), a
+// missing seq): one that does not is parked until it fits (its straggler came, late), a
 // Snapshot covers it, or the stream ends or drops events. At a Snapshot S that replaces the
 // state (SnapshotPolicy: not a PERIODIC one while the stream is followed without loss, which is
 // only a seek point and passes through), seqs at or below S are no longer missing (it holds
@@ -93,10 +92,6 @@ class SeqOrderer {
   void ReleaseParked(const Sink& sink);
   // Whether an alloc/free fits the live allocations released so far (others always do).
   bool Fits(const v1::Frame& frame) const;
-  // Whether an alloc/free at `seq` touches the range of a parked alloc/free of a smaller seq: it
-  // must wait behind it, or the two reach the model in the wrong order (an alloc that fits the
-  // live allocations only because the earlier alloc of overlapping bytes is still parked).
-  bool BehindParked(const v1::Frame& frame, uint64_t seq) const;
   void OnSnapshot(const v1::Frame& frame, const Sink& sink);
   // Moves the expected seq to `seq`, remembering the seqs skipped.
   void Advance(uint64_t seq);
