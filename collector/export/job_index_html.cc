@@ -1,6 +1,5 @@
 #include "fragscope/export/job_index_html.h"
 
-#include <algorithm>
 #include <set>
 #include <sstream>
 
