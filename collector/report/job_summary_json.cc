@@ -10,24 +10,12 @@ void WriteOom(JsonWriter& w, const JobSummary& job, const JobOom& o) {
   w.BeginObject();
   w.Field("process", static_cast<uint64_t>(o.member));
   w.Field("pid", static_cast<uint64_t>(job.members[o.member].pid));
-  if (job.members[o.member].rank) {
-    w.Field("rank", static_cast<uint64_t>(*job.members[o.member].rank));
-  } else {
-    w.FieldNull("rank");
-  }
+  w.FieldOrNull("rank", job.members[o.member].rank);
   w.Field("device", o.device);
   w.Field("seq", o.seq);
-  if (o.time_ns != 0) {
-    w.Field("time_ns", o.time_ns);
-  } else {
-    w.FieldNull("time_ns");
-  }
+  w.FieldOrNull("time_ns", o.time_ns != 0 ? std::optional<uint64_t>(o.time_ns) : std::nullopt);
   w.Field("requested_bytes", o.requested_bytes);
-  if (o.wall_time_ns) {
-    w.Field("wall_time_ns", *o.wall_time_ns);
-  } else {
-    w.FieldNull("wall_time_ns");
-  }
+  w.FieldOrNull("wall_time_ns", o.wall_time_ns);
   if (o.oom_class) {
     w.Field("class", OomClassName(*o.oom_class));
   } else {
@@ -55,11 +43,7 @@ void RenderJobJson(const JobSummary& job, const std::vector<std::string>& member
     w.BeginObject();
     w.Field("process", static_cast<uint64_t>(r.member));
     w.Field("pid", static_cast<uint64_t>(job.members[r.member].pid));
-    if (job.members[r.member].rank) {
-      w.Field("rank", static_cast<uint64_t>(*job.members[r.member].rank));
-    } else {
-      w.FieldNull("rank");
-    }
+    w.FieldOrNull("rank", job.members[r.member].rank);
     if (r.device >= 0) {
       w.Field("device", r.device);
     } else {

@@ -216,11 +216,7 @@ void JsonReport::Oom(const OomPostMortem& o) {
   w_.Field("requested_bytes", o.failure.requested_bytes);
   w_.Field("from_sub_allocator", o.failure.from_sub_allocator);
   w_.Field("recovered", o.failure.recovered);
-  if (auto wall = s_.WallTimeNs(o.failure.time_ns)) {
-    w_.Field("wall_time_ns", *wall);
-  } else {
-    w_.FieldNull("wall_time_ns");
-  }
+  w_.FieldOrNull("wall_time_ns", s_.WallTimeNs(o.failure.time_ns));
   w_.Field("class", OomClassName(o.oom_class));
   w_.Field("headline", o.headline);
   w_.Field("explanation", o.explanation);
@@ -309,27 +305,12 @@ void JsonReport::Render() {
   w_.Field("pid", static_cast<uint64_t>(s_.pid));
   w_.Field("host", s_.host);
   w_.Field("exe", s_.exe);
-  w_.Key("rank");
-  if (s_.rank) {
-    w_.Uint(*s_.rank);
-  } else {
-    w_.Null();
-  }
-  w_.Key("world_size");
-  if (s_.world_size) {
-    w_.Uint(*s_.world_size);
-  } else {
-    w_.Null();
-  }
+  w_.FieldOrNull("rank", s_.rank);
+  w_.FieldOrNull("world_size", s_.world_size);
   w_.Field("attached", s_.attached);
   w_.Field("imported", s_.imported);
   w_.Field("history_complete", s_.history_complete);
-  w_.Key("history_from_seq");
-  if (s_.history_from_seq) {
-    w_.Uint(*s_.history_from_seq);
-  } else {
-    w_.Null();
-  }
+  w_.FieldOrNull("history_from_seq", s_.history_from_seq);
   w_.Field("release_stacks", s_.release_stacks);
   w_.Field("stream_ended", s_.stream_ended);
   w_.Key("exit_status");

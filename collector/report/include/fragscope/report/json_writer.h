@@ -4,6 +4,7 @@
 #define FRAGSCOPE_REPORT_JSON_WRITER_H_
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -61,6 +62,15 @@ class JsonWriter {
   void FieldNull(std::string_view key) {
     Key(key);
     Null();
+  }
+  // The value, or null when there is none.
+  void FieldOrNull(std::string_view key, std::optional<uint64_t> value) {
+    Key(key);
+    if (value) {
+      Uint(*value);
+    } else {
+      Null();
+    }
   }
 
  private:
