@@ -758,8 +758,8 @@ void ProcessModel::Impl::OnHello(const v1::Hello& hello) {
   if (hello.has_rank()) rank_ = hello.rank();
   if (hello.has_world_size()) world_size_ = hello.world_size();
   if (hello.realtime_at_start_ns() != 0 && hello.monotonic_at_start_ns() != 0) {
-    realtime_minus_monotonic_ns_ = static_cast<int64_t>(hello.realtime_at_start_ns() -
-                                                        hello.monotonic_at_start_ns());
+    realtime_minus_monotonic_ns_ =
+        static_cast<int64_t>(hello.realtime_at_start_ns() - hello.monotonic_at_start_ns());
   }
 }
 
@@ -775,7 +775,9 @@ void ProcessModel::Impl::OnAlloc(const v1::AllocEvent& e, bool from_snapshot) {
   const MemoryKind kind = ResolveKind(e.kind(), e.api(), e.in_capture());
   PlaceAllocation(e.address(), e.size(), e.device(), e.stack_id(), e.pool(), kind);
   Record(e.device(), e, EventKind::kAlloc);
-  if (!from_snapshot && kind != v1::MEMORY_KIND_IPC_IMPORT) {
+  // A put-back (its release failed after the agent shipped the FreeEvent) is no request the
+  // driver granted: it says nothing of whether an earlier failure has been overcome.
+  if (!from_snapshot && kind != v1::MEMORY_KIND_IPC_IMPORT && e.failed_release_result() == 0) {
     analyzer_.OnSuccess(e.device(), e.size(), e.seq());
   }
 }

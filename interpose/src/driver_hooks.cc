@@ -67,7 +67,7 @@ template <typename Fn, typename Ptr>
     hook.Returned(r);
     return r;
   }
-  PendingRelease release(LiveClass::kAllocation, static_cast<uint64_t>(ptr));
+  PendingRelease release(static_cast<uint64_t>(ptr), ApiOf(id), stream);
   CUresult r = call(real, ptr, stream);
   hook.Returned(r);
   release.EndFree(ApiOf(id), r, stream);

@@ -178,6 +178,7 @@ void EncodeEventBody(Writer& w, const EventRecord& r) {
       w.Enum(12, static_cast<uint32_t>(r.kind));
       w.Uint64(13, r.aux0);
       w.Bool(14, (r.flags & kFlagInCapture) != 0);
+      w.Int32(15, static_cast<int32_t>(static_cast<uint32_t>(r.aux1)));  // failed_release_result
       return;
     }
     case RecordType::kFree: {

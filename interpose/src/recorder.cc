@@ -300,26 +300,39 @@ void RecordFailure(const FailureInfo& info) {
   if (Agent().shipping.load(std::memory_order_relaxed)) FlushSoon();
 }
 
-PendingRelease::PendingRelease(LiveClass cls, uint64_t key) : cls_(cls), key_(key) {
+[[gnu::always_inline]] inline void PendingRelease::Begin(const Api* free_api, uint64_t stream) {
   LiveTable& live = Agent().live;
   size_t index = 0;
-  known_ = live.Erase(cls, key, &entry_, &index);
+  known_ = live.Erase(cls_, key_, &entry_, &index);
   if (!known_) {
     memset(&entry_, 0, sizeof(entry_));
     entry_.device = -1;
   }
   seq_ = NextSeq();
   if (!known_) return;
+  // Loaded after the seq (seq_cst, as in Submit): a wake that sets `shipping` later reads a
+  // snapshot seq at or above ours, and such a snapshot does not hold the entry; a wake that set
+  // it before ships this event.
+  const bool shipping = Agent().shipping.load(std::memory_order_seq_cst);
   // Allocated while dormant, released once a wake began: the event ships, and if its seq is
   // above the wake's snapshot, the snapshot lists the entry (removed after it) with the device
   // the tombstone holds. The memory is still allocated (the real call comes next), so the
-  // driver can say. (Loaded after the seq: a wake that sets `shipping` later reads a snapshot
-  // seq at or above ours, and such a snapshot does not hold the entry.)
-  if (HasDeferredFields(entry_) && Agent().shipping.load(std::memory_order_seq_cst)) {
+  // driver can say.
+  if (shipping && HasDeferredFields(entry_)) {
     ResolveDeferred(entry_);
     live.SetErasedResolved(index, entry_.device, entry_.pool);
   }
   live.SetRemovedSeq(index, seq_);
+  if (free_api != nullptr && shipping) ShipFreeEarly(*free_api, stream);
+}
+
+PendingRelease::PendingRelease(LiveClass cls, uint64_t key) : cls_(cls), key_(key) {
+  Begin(nullptr, 0);
+}
+
+PendingRelease::PendingRelease(uint64_t key, Api api, uint64_t stream)
+    : cls_(LiveClass::kAllocation), key_(key) {
+  Begin(&api, stream);
 }
 
 void PendingRelease::Restore() {
@@ -331,10 +344,12 @@ void PendingRelease::Restore() {
   Agent().live.Insert(entry_);
 }
 
-void PendingRelease::EndFreeSlow(Api api, int32_t result, uint64_t stream) {
-  if (result != 0) Restore();
-  // Dormant: nothing to ship (seq_cst: see Submit; the seq was taken in the constructor).
-  if (!Agent().shipping.load(std::memory_order_seq_cst)) return;
+void PendingRelease::ShipFreeEarly(Api api, uint64_t stream) {
+  shipped_time_ns_ = ShipFree(api, 0, stream).time_ns;
+  shipped_ = true;
+}
+
+PendingRelease::Shipped PendingRelease::ShipFree(Api api, int32_t result, uint64_t stream) {
   EventRecord r = NewReleaseRecord(RecordType::kFree, api);
   r.seq = seq_;
   r.result = result;
@@ -347,7 +362,37 @@ void PendingRelease::EndFreeSlow(Api api, int32_t result, uint64_t stream) {
   r.stream = stream;
   r.pool = entry_.pool == kPoolDeferred ? 0 : entry_.pool;
   Submit(r);
-  if (result == 0) MaybeSampleMemInfo(r.device, r.time_ns);
+  return Shipped{r.device, r.time_ns};
+}
+
+void PendingRelease::ShipRestored(int32_t result) {
+  // Shipped early means the agent shipped when the seq was taken, so the constructor resolved
+  // any deferred field; a wake cannot undo that.
+  LiveEntry e = entry_;
+  const uint64_t seq = InsertLive(e, nullptr);
+  EventRecord r = NewRecordWithoutStack(RecordType::kAlloc, e.api);
+  r.seq = seq;
+  r.stack_id = e.stack_id;  // the allocation's own site: it is the same allocation
+  r.address = key_;
+  r.size = e.size;
+  r.device = e.device == kDeviceDeferred ? -1 : e.device;
+  r.stream = e.stream;
+  r.pool = e.pool == kPoolDeferred ? 0 : e.pool;
+  r.kind = e.kind;
+  r.aux1 = static_cast<uint32_t>(result);  // AllocEvent.failed_release_result
+  Submit(r);
+}
+
+void PendingRelease::EndFreeSlow(Api api, int32_t result, uint64_t stream) {
+  if (shipped_) {  // and failed (EndFree)
+    ShipRestored(result);
+    return;
+  }
+  if (result != 0) Restore();
+  // Dormant: nothing to ship (seq_cst: see Submit; the seq was taken in the constructor).
+  if (!Agent().shipping.load(std::memory_order_seq_cst)) return;
+  const Shipped shipped = ShipFree(api, result, stream);
+  if (result == 0) MaybeSampleMemInfo(shipped.device, shipped.time_ns);
 }
 
 void MaybeSampleMemInfo(int32_t device, uint64_t now_ns) {

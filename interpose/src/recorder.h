@@ -196,29 +196,61 @@ struct FailureInfo {
 };
 void RecordFailure(const FailureInfo& info);
 
+// After a successful tracked call: a rate-limited MemInfo sample of `device` (driver calls).
+// `now_ns`: the event's time, if the caller has it (0: read the clock).
+void MaybeSampleMemInfo(int32_t device, uint64_t now_ns = 0);
+
 // A release: Begin before the real call (erases the live entry, takes seq), End after it
 // (restores the entry if the call failed, pushes the event).
 class PendingRelease {
  public:
   PendingRelease(LiveClass cls, uint64_t key);
+  // The release of an allocation the agent knows (cudaFree, cudaFreeAsync, cuMemFree, IPC
+  // close): the same, and when the agent ships, its FreeEvent goes now, before the real call
+  // (result 0). A cudaFree waits for the device, for seconds on a busy GPU, and a thread can be
+  // preempted inside any call; a FreeEvent pushed after the call left its seq missing from the
+  // stream all that time, while other threads pushed tens of thousands of events that the
+  // collector could order only within a bounded window (collector SeqOrderer). If the call
+  // fails, EndFree puts the allocation back with an AllocEvent of its own (failed_release_result).
+  // An allocation the agent does not know (freed before an attach saw it, or a bad pointer)
+  // ships after the call, with its result, as before.
+  PendingRelease(uint64_t key, Api api, uint64_t stream);
   bool known() const { return known_; }
   const LiveEntry& entry() const { return entry_; }
   uint64_t seq() const { return seq_; }
   // FreeEvent for allocations. Inline for the dormant release that succeeded, which has
   // nothing left to do (seq_cst: see Submit; the seq was taken in the constructor).
   void EndFree(Api api, int32_t result, uint64_t stream) {
-    if (result == 0 && !Agent().shipping.load(std::memory_order_seq_cst)) return;
+    if (result == 0) {
+      if (shipped_) return MaybeSampleMemInfo(entry_.device, shipped_time_ns_);
+      if (!Agent().shipping.load(std::memory_order_seq_cst)) return;
+    }
     EndFreeSlow(api, result, stream);
   }
   // Puts the entry back (the real call failed).
   void Restore();
 
  private:
+  // Both constructors: erases the entry and takes the seq; `free_api` (an allocation's
+  // release) ships the FreeEvent now when the agent ships.
+  void Begin(const Api* free_api, uint64_t stream);
   void EndFreeSlow(Api api, int32_t result, uint64_t stream);
+  // Pushes the FreeEvent (result `result`) for this release's seq.
+  struct Shipped {
+    int32_t device;
+    uint64_t time_ns;
+  };
+  Shipped ShipFree(Api api, int32_t result, uint64_t stream);
+  [[gnu::noinline]] void ShipFreeEarly(Api api, uint64_t stream);
+  // The release shipped early failed: the entry goes back with a seq of its own, shipped as an
+  // AllocEvent that says so.
+  void ShipRestored(int32_t result);
 
   LiveClass cls_;
   uint64_t key_;
   bool known_;
+  bool shipped_ = false;  // the FreeEvent went before the real call
+  uint64_t shipped_time_ns_ = 0;
   LiveEntry entry_;
   uint64_t seq_;
 };
@@ -246,9 +278,6 @@ void RecordMark(const char* label, bool blocks_synced);
 // Streaming agents and described devices only.
 void SampleMemInfoNow(int32_t device);
 
-// After a successful tracked call: a rate-limited MemInfo sample of `device` (driver calls).
-// `now_ns`: the event's time, if the caller has it (0: read the clock).
-void MaybeSampleMemInfo(int32_t device, uint64_t now_ns = 0);
 // MemInfo for `pool` (reserved/used), not rate-limited (trims are rare).
 void SamplePool(int32_t device, uint64_t pool);
 

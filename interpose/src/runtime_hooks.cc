@@ -140,7 +140,7 @@ cudaError_t Release(RuntimeHookId id, void* ptr, uint64_t stream, Call&& call) {
     hook.Returned(r, false);
     return r;
   }
-  PendingRelease release(LiveClass::kAllocation, Address(ptr));
+  PendingRelease release(Address(ptr), ApiOf(id), stream);
   cudaError_t r = call();
   hook.Returned(r, false);
   release.EndFree(ApiOf(id), hook.Reported(r), stream);

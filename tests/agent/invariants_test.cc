@@ -201,7 +201,14 @@ TEST(InvariantsTest, CudaCallsFromStaticConstructorsAndAtexitAreRecorded) {
   EXPECT_EQ(events[2], "free cudaFree size=33333 dev=0");
   // The atexit handler's calls come after main's, whatever the runtime answered them.
   EXPECT_EQ(events[3].rfind("free cudaFree size=11111", 0), 0u) << events[3];
-  EXPECT_NE(events[4].find("cudaMalloc size=22222"), std::string::npos) << events[4];
+  // A free the torn-down runtime refused puts its allocation back (the free ships first).
+  size_t next = 4;
+  if (events[next].find("put_back") != std::string::npos) {
+    EXPECT_EQ(events[next].rfind("alloc cudaMalloc size=11111", 0), 0u) << events[next];
+    ++next;
+  }
+  ASSERT_GT(events.size(), next);
+  EXPECT_NE(events[next].find("cudaMalloc size=22222"), std::string::npos) << events[next];
 }
 
 // CUDA calls from a library destructor that runs after the agent's own are recorded, and the
@@ -218,7 +225,13 @@ TEST(InvariantsTest, CallsFromLibraryDestructorsComeBeforeEnd) {
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events[0], "alloc cudaMalloc size=7777 kind=DEVICE dev=0");
   EXPECT_EQ(events[1].rfind("free cudaFree size=7777", 0), 0u) << events[1];
-  EXPECT_NE(events[2].find("cudaMalloc size=4444"), std::string::npos) << events[2];
+  size_t next = 2;
+  if (events[next].find("put_back") != std::string::npos) {  // refused by the torn-down runtime
+    EXPECT_EQ(events[next].rfind("alloc cudaMalloc size=7777", 0), 0u) << events[next];
+    ++next;
+  }
+  ASSERT_GT(events.size(), next);
+  EXPECT_NE(events[next].find("cudaMalloc size=4444"), std::string::npos) << events[next];
   ASSERT_TRUE(trace.frames.back().has_end());
   EXPECT_EQ(trace.end()->events_recorded(), events.size());
 }

@@ -191,6 +191,31 @@ TEST_F(RuntimeRoutesTest, InjectedFailureIsAFailedAllocWithTheDriversResult) {
   EXPECT_LE(f.device_free_bytes(), f.device_total_bytes());
 }
 
+// A free ships before the real call (so a cudaFree that waits for the device does not hold its
+// seq back); when the runtime then refuses it, the allocation is put back by an event of its
+// own, after the free, with the allocation's own site.
+TEST_F(RuntimeRoutesTest, ARefusedFreePutsTheAllocationBack) {
+  Trace trace = RunApp("agent_runtime_app", {"refused_free"});
+  ASSERT_GE(Lines(run_.out).size(), 3u) << run_.out;
+  EXPECT_EQ(Lines(run_.out)[1][3], "900") << run_.out;  // cudaErrorStreamCaptureUnsupported
+  EXPECT_EQ(Lines(run_.out)[2][3], "0") << run_.out;
+  EXPECT_EQ(DescribeEvents(trace),
+            (std::vector<std::string>{
+                "alloc cudaMalloc size=1048576 kind=DEVICE dev=0",
+                "free cudaFree size=1048576 dev=0",
+                "alloc cudaMalloc size=1048576 kind=DEVICE dev=0 put_back release_result=900",
+                "free cudaFree size=1048576 dev=0",
+            }));
+  std::vector<const v1::Frame*> events = trace.Events();
+  ASSERT_EQ(events.size(), 4u);
+  for (const v1::Frame* e : events) EXPECT_EQ(AddressOf(*e), Printed()[0]);
+  EXPECT_LT(SeqOf(*events[1]), SeqOf(*events[2]));
+  EXPECT_LT(SeqOf(*events[2]), SeqOf(*events[3]));
+  EXPECT_NE(StackOf(*events[0]), 0u);
+  EXPECT_EQ(StackOf(*events[2]), StackOf(*events[0]));  // the allocation's site, not the free's
+  EXPECT_EQ(trace.end()->events_recorded(), 4u);
+}
+
 // A failed stream-ordered allocation is preceded by a sample of its pool: what the pool keeps
 // beyond its live blocks (here a block freed on the stream) is the pool's, not memory outside
 // the process, when the collector judges the failure.

@@ -280,6 +280,8 @@ std::string Describe(const v1::Frame& f) {
       << " dev=" << e.device();
     if (e.pitch() != 0) s << " pitch=" << e.pitch();
     if (e.result() != 0) s << " result=" << e.result();
+    if (e.failed_release_result() != 0)
+      s << " put_back release_result=" << e.failed_release_result();
   } else if (f.has_free()) {
     const v1::FreeEvent& e = f.free();
     s << "free " << ApiName(e.api()) << " size=" << e.size() << " dev=" << e.device();

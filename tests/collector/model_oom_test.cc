@@ -256,6 +256,28 @@ TEST(ModelOomTest, RetriedDriverFailureIsRecovered) {
   EXPECT_TRUE(s.ooms.empty());
 }
 
+// A refused release shipped before its call (format 1.7): the free, then the same allocation
+// put back. The memory is held again, and the put-back is no granted request, so it does not
+// make an OOM before it "recovered".
+TEST(ModelOomTest, AnAllocationPutBackAfterARefusedFreeIsNoRecovery) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Device(0, kTotal);
+  feed.Malloc(kBase, kGiB, 0, /*stack=*/7);         // seq 1
+  feed.Failed(kGiB, 0, false, 512 * kMiB, kTotal);  // seq 2
+  feed.Free(kBase);                                 // seq 3, shipped before the call
+  feed.Malloc(kBase, kGiB, 0, /*stack=*/7, /*failed_release_result=*/900);  // seq 4: put back
+  const ModelSummary s = model.Summarize();
+  ASSERT_EQ(s.failed_allocations.size(), 1u);
+  EXPECT_FALSE(s.failed_allocations[0].recovered);
+  EXPECT_EQ(s.ooms.size(), 1u);
+  EXPECT_EQ(testing::DeviceOf(s, 0).reserved_bytes, kGiB);
+  EXPECT_EQ(s.unmatched_events, 0u);
+  feed.Free(kBase);  // seq 5: the free that went through
+  EXPECT_EQ(testing::DeviceOf(model, 0).reserved_bytes, 0u);
+  EXPECT_EQ(model.Summarize().unmatched_events, 0u);
+}
+
 TEST(ModelOomTest, SuccessOnAnotherDeviceDoesNotRecover) {
   ProcessModel model;
   FrameFeed feed(&model);

@@ -60,8 +60,10 @@ class FrameFeed {
     model_->Apply(f);
   }
 
-  // cudaMalloc-style driver allocation (a segment of its own).
-  void Malloc(uint64_t address, uint64_t size, int device = 0, uint64_t stack = 0) {
+  // cudaMalloc-style driver allocation (a segment of its own). `failed_release_result` not 0:
+  // the agent putting it back after a refused release (format 1.7).
+  void Malloc(uint64_t address, uint64_t size, int device = 0, uint64_t stack = 0,
+              int failed_release_result = 0) {
     v1::Frame f;
     v1::AllocEvent* e = f.mutable_alloc();
     Stamp(e);
@@ -71,6 +73,7 @@ class FrameFeed {
     e->set_device(device);
     e->set_kind(v1::MEMORY_KIND_DEVICE);
     e->set_stack_id(stack);
+    e->set_failed_release_result(failed_release_result);
     model_->Apply(f);
   }
 

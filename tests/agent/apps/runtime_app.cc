@@ -39,6 +39,24 @@ int Malloc() {
   return 0;
 }
 
+// A cudaFree the runtime refuses (a global graph capture is in progress: the memory stays
+// allocated), then the same free once the capture has ended.
+int RefusedFree() {
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess) return 3;
+  void* a = nullptr;
+  cudaError_t r = cudaMalloc(&a, 1 << 20);
+  Print("cudaMalloc", a, 1 << 20, r);
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) return 3;
+  Print("cudaFree", a, 0, cudaFree(a));
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(stream, &graph);  // may report the capture invalidated: not our point
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  Print("cudaFree", a, 0, cudaFree(a));
+  return 0;
+}
+
 int Families() {
   cudaStream_t stream = nullptr;
   if (cudaStreamCreate(&stream) != cudaSuccess) return 3;
@@ -355,6 +373,7 @@ int main(int argc, char** argv) {
   std::string scenario = argv[1];
   if (scenario == "malloc") return Malloc();
   if (scenario == "families") return Families();
+  if (scenario == "refused_free") return RefusedFree();
   if (scenario == "entrypoint") return EntryPoint();
   if (scenario == "threads") return Threads();
   if (scenario == "error_state") return ErrorState();

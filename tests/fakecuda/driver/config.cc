@@ -115,6 +115,18 @@ Config ReadConfigFromEnvironment() {
       if (n > 0) config.fail_calls.emplace_back(item.substr(0, colon), n);
     }
   }
+  if (std::string wait = Env("FAKECUDA_FREE_WAIT"); !wait.empty()) {
+    const size_t colon = wait.find(':');
+    const unsigned long long n =
+        colon == std::string::npos ? 0 : std::strtoull(wait.c_str(), nullptr, 10);
+    if (n == 0 || colon + 1 >= wait.size()) {
+      std::fprintf(stderr, "fakecuda: FAKECUDA_FREE_WAIT must be N:PATH (N >= 1), got %s\n",
+                   wait.c_str());
+    } else {
+      config.free_wait_at = n;
+      config.free_wait_path = wait.substr(colon + 1);
+    }
+  }
   config.null_mode = Env("FAKECUDA_NULL") == "1";
   config.live_dump_path = Env("FAKECUDA_LIVE_DUMP");
   config.lookup_log_path = Env("FAKECUDA_LOOKUP_LOG");

@@ -17,9 +17,13 @@ struct Config {
   uint64_t other_used_bytes = 0;               // FAKECUDA_OTHER_USED, per device
   std::vector<uint64_t> fail_at;               // FAKECUDA_FAIL_AT: 1-based allocation call numbers
   std::vector<std::pair<std::string, uint64_t>> fail_calls;  // FAKECUDA_FAIL_CALLS=api:n,...
-  bool null_mode = false;                                    // FAKECUDA_NULL=1
-  std::string live_dump_path;                                // FAKECUDA_LIVE_DUMP
-  std::string lookup_log_path;                               // FAKECUDA_LOOKUP_LOG
+  // FAKECUDA_FREE_WAIT=N:PATH: the N-th successful cuMemFree returns only once PATH exists
+  // (a thread held up inside a release that already took effect).
+  uint64_t free_wait_at = 0;
+  std::string free_wait_path;
+  bool null_mode = false;       // FAKECUDA_NULL=1
+  std::string live_dump_path;   // FAKECUDA_LIVE_DUMP
+  std::string lookup_log_path;  // FAKECUDA_LOOKUP_LOG
 };
 
 // Parses "123", "4K", "300M", "16G", "1T" (binary multiples). nullopt on junk or overflow.

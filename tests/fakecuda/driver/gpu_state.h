@@ -203,6 +203,7 @@ struct State {
   std::vector<uint64_t> fail_at;
   // Per-API failure injection (FAKECUDA_FAIL_CALLS=api:n,...): api -> {calls, n}.
   std::map<std::string, std::pair<uint64_t, uint64_t>> call_failures;
+  uint64_t frees_done = 0;  // successful cuMemFree calls (FAKECUDA_FREE_WAIT)
 };
 
 State& GetState();

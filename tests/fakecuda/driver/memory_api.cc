@@ -1,7 +1,9 @@
 // Plain device memory: cuMemAlloc family (both ABIs), free, info, copies, memsets, pinned host.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <string>
 
 #include "gpu_state.h"
 
@@ -38,10 +40,7 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, fakecuda_kind kind, bool c
   return AllocateLocked(s, ctx, bytesize, kind, charge, low_window, dptr);
 }
 
-CUresult Free(CUdeviceptr dptr) {
-  State& s = GetState();
-  if (NullMode()) return dptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-  Lock lock(s.mu);
+CUresult FreeLocked(State& s, CUdeviceptr dptr, bool* wait) {
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   Context* ctx = nullptr;
   if (CUresult r = RequireContextLocked(s, &ctx); r != CUDA_SUCCESS) return r;
@@ -53,7 +52,27 @@ CUresult Free(CUdeviceptr dptr) {
   }
   if (UnsafeDuringCaptureLocked(s)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   ReleaseAllocationLocked(s, it);
+  *wait = ++s.frees_done == s.config.free_wait_at;
   return CUDA_SUCCESS;
+}
+
+CUresult Free(CUdeviceptr dptr) {
+  State& s = GetState();
+  if (NullMode()) return dptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  bool wait = false;
+  CUresult r;
+  std::string wait_path;
+  {
+    Lock lock(s.mu);
+    r = FreeLocked(s, dptr, &wait);
+    if (wait) wait_path = s.config.free_wait_path;
+  }
+  // FAKECUDA_FREE_WAIT: released, and other threads may already reuse the address, but this
+  // call has not returned (bounded, in case the file never comes).
+  for (int i = 0; wait && i < 60000 && access(wait_path.c_str(), F_OK) != 0; ++i) {
+    usleep(1000);
+  }
+  return r;
 }
 
 CUresult AllocatePitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,

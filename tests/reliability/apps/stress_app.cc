@@ -10,6 +10,10 @@
 //                                    the handler itself allocates and frees (driver API)
 //   stress_app openmp LIBOMP N       dlopen LLVM's OpenMP runtime, N alloc/free pairs per
 //                                    OpenMP thread inside GOMP_parallel
+//   stress_app slowfree DIR N        a free held up inside the driver after it took effect
+//                                    (the test sets FAKECUDA_FREE_WAIT=2:DIR/released): another
+//                                    thread reallocates the address and makes N alloc/free pairs
+//                                    before the free returns
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -132,6 +136,40 @@ int Phases(const std::string& dir, int code) {
   for (int i = 0; i < kPhaseKeep / 2; ++i) Alloc(8192 * static_cast<size_t>(1 + i));
   std::printf("done\n");
   return Report(code);
+}
+
+// The driver's second successful free (FAKECUDA_FREE_WAIT=2:DIR/released) is thread A's free
+// of `x`; it returns once DIR/released exists. Meanwhile this thread gets `x` again (first fit:
+// once released, a request of its size gets it back) and makes n pairs, then lets A return.
+int SlowFree(const std::string& dir, long n) {
+  Free(Alloc(256));  // the first successful free
+  constexpr size_t kSize = size_t{2} << 20;
+  void* x = Alloc(kSize);
+  if (x == nullptr) return 3;
+  std::thread a([x] { Free(x); });
+  // Until the driver has released x, a request of its size gets other memory: kept (a free here
+  // could be the driver's second one) and freed at the end.
+  std::vector<void*> others;
+  void* again = nullptr;
+  for (int i = 0; i < 30000 && again == nullptr; ++i) {
+    void* p = Alloc(kSize);
+    if (p == x) {
+      again = p;
+    } else {
+      others.push_back(p);
+      usleep(100);
+    }
+  }
+  if (again == nullptr) return 4;
+  for (long i = 0; i < n; ++i) Free(Alloc(4096 + 512 * static_cast<size_t>(i % 7)));
+  std::FILE* f = std::fopen((dir + "/released").c_str(), "w");
+  if (f == nullptr) return 98;
+  std::fclose(f);
+  a.join();
+  for (void* p : others) Free(p);
+  Free(again);
+  std::printf("reused after %zu\n", others.size());
+  return Report();
 }
 
 std::atomic<uint64_t> g_handled{0};
@@ -261,6 +299,7 @@ int main(int argc, char** argv) {
   if (scenario == "phases" && argc > 3) return Phases(argv[2], std::atoi(argv[3]));
   if (scenario == "signals") return Signals(static_cast<int>(arg(2, 4)), arg(3, 10000));
   if (scenario == "openmp" && argc > 2) return OpenMp(argv[2], arg(3, 1000));
-  std::fprintf(stderr, "usage: stress_app load|phases|signals|openmp ...\n");
+  if (scenario == "slowfree" && argc > 2) return SlowFree(argv[2], arg(3, 40000));
+  std::fprintf(stderr, "usage: stress_app load|phases|signals|openmp|slowfree ...\n");
   return 2;
 }
