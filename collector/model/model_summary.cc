@@ -38,6 +38,8 @@ const char* EventKindName(EventKind kind) {
       return "handle_export";
     case EventKind::kBlockAlloc:
       return "block_alloc";
+    case EventKind::kPutBack:
+      return "put_back";
     case EventKind::kBlockFree:
       return "block_free";
     case EventKind::kBlockFreePending:

@@ -139,10 +139,15 @@ class ProcessModel::Impl {
   // The event's RecentEvent, on `device`.
   template <typename Event>
   void Record(int device, const Event& e, EventKind kind) {
+    Record(device, e, kind, e.result());
+  }
+  // The same with another result than the event's own.
+  template <typename Event>
+  void Record(int device, const Event& e, EventKind kind, int result) {
     // An event the model could not place on any device must not invent a "device -1".
     if (device < 0 && !devices_.contains(device)) return;
-    Device(device).RecordEvent(e.seq(), e.time_ns(), kind, e.api(), e.address(), e.size(),
-                               e.result(), e.stack_id());
+    Device(device).RecordEvent(e.seq(), e.time_ns(), kind, e.api(), e.address(), e.size(), result,
+                               e.stack_id());
   }
 
   Segment* SegmentContaining(uint64_t address);
@@ -774,7 +779,11 @@ void ProcessModel::Impl::OnAlloc(const v1::AllocEvent& e, bool from_snapshot) {
   if (e.result() != 0) return;  // nothing changed; failures come as FailedAlloc
   const MemoryKind kind = ResolveKind(e.kind(), e.api(), e.in_capture());
   PlaceAllocation(e.address(), e.size(), e.device(), e.stack_id(), e.pool(), kind);
-  Record(e.device(), e, EventKind::kAlloc);
+  if (e.failed_release_result() != 0) {
+    Record(e.device(), e, EventKind::kPutBack, e.failed_release_result());
+  } else {
+    Record(e.device(), e, EventKind::kAlloc);
+  }
   // A put-back (its release failed after the agent shipped the FreeEvent) is no request the
   // driver granted: it says nothing of whether an earlier failure has been overcome.
   if (!from_snapshot && kind != v1::MEMORY_KIND_IPC_IMPORT && e.failed_release_result() == 0) {

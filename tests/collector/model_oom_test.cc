@@ -273,7 +273,21 @@ TEST(ModelOomTest, AnAllocationPutBackAfterARefusedFreeIsNoRecovery) {
   EXPECT_EQ(s.ooms.size(), 1u);
   EXPECT_EQ(testing::DeviceOf(s, 0).reserved_bytes, kGiB);
   EXPECT_EQ(s.unmatched_events, 0u);
-  feed.Free(kBase);  // seq 5: the free that went through
+  // A post-mortem after it lists it as what it was, with the release's result.
+  feed.Failed(kGiB, 0, false, 512 * kMiB, kTotal);  // seq 5
+  {
+    const ModelSummary after = model.Summarize();
+    ASSERT_EQ(after.ooms.size(), 2u);
+    const std::vector<RecentEvent>& recent = after.ooms[1].recent_events;
+    ASSERT_GE(recent.size(), 2u);
+    const RecentEvent& put_back = recent[recent.size() - 2];
+    EXPECT_EQ(put_back.kind, EventKind::kPutBack);
+    EXPECT_STREQ(EventKindName(put_back.kind), "put_back");
+    EXPECT_EQ(put_back.result, 900);
+    EXPECT_EQ(put_back.stack_id, 7u);
+    EXPECT_EQ(put_back.seq, 4u);
+  }
+  feed.Free(kBase);  // seq 6: the free that went through
   EXPECT_EQ(testing::DeviceOf(model, 0).reserved_bytes, 0u);
   EXPECT_EQ(model.Summarize().unmatched_events, 0u);
 }

@@ -131,6 +131,7 @@ enum class EventKind {
   kFailedAlloc,
   kMemInfo,
   kMark,
+  kPutBack,  // an allocation put back after its release failed (result: the release's)
 };
 const char* EventKindName(EventKind kind);
 
