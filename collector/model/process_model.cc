@@ -313,6 +313,7 @@ class ProcessModel::Impl {
   std::optional<int> exit_status_;
   std::optional<int64_t> realtime_minus_monotonic_ns_;  // from Hello, when it has both clocks
   std::optional<uint32_t> rank_, world_size_;           // Hello.rank, Hello.world_size
+  uint32_t resumed_ = 0;                                // Hello.resumed
   uint64_t unmatched_ = 0;
   std::vector<ApproximateInterval> approximate_;
   bool drop_interval_open_ = false;  // approximate_.back() is waiting for a resync
@@ -761,6 +762,7 @@ void ProcessModel::Impl::OnHello(const v1::Hello& hello) {
   release_stacks_off_ = hello.release_stacks_off();
   if (attached_) history_complete_ = false;
   if (hello.has_rank()) rank_ = hello.rank();
+  resumed_ = hello.resumed();
   if (hello.has_world_size()) world_size_ = hello.world_size();
   if (hello.realtime_at_start_ns() != 0 && hello.monotonic_at_start_ns() != 0) {
     realtime_minus_monotonic_ns_ =
@@ -1451,6 +1453,7 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.exit_status = exit_status_;
   out.realtime_minus_monotonic_ns = realtime_minus_monotonic_ns_;
   out.rank = rank_;
+  out.resumed = resumed_;
   out.world_size = world_size_;
   out.approximate_intervals = approximate_;
   out.unmatched_events = unmatched_;

@@ -32,8 +32,8 @@ std::vector<JobOom> OomsOf(const ModelSummary& s, std::size_t member) {
       o.oom_class = pm->oom_class;
       o.headline = pm->headline;
     } else {
-      o.headline = absl::StrFormat("OOM on device %d: requested %s (no post-mortem kept)",
-                                   f.device, FormatBytes(f.requested_bytes));
+      o.headline = absl::StrFormat("OOM on device %d: requested %s (no post-mortem kept)", f.device,
+                                   FormatBytes(f.requested_bytes));
     }
     ooms.push_back(std::move(o));
   }
@@ -50,14 +50,52 @@ bool EarlierOom(const JobOom& a, const JobOom& b) {
   return a.seq < b.seq;
 }
 
+// Links each resumed stream to the stream of the same process it continues: same host, pid and
+// exe, fewer resumes, ending (last seq) at or before the resumed stream's first; of several, the
+// most recent. Then every stream's process is its chain's first stream.
+void LinkResumedStreams(const std::vector<JobMember>& members, JobSummary& job) {
+  for (std::size_t j = 0; j < members.size(); ++j) {
+    const ModelSummary& later = *members[j].summary;
+    if (later.resumed == 0) continue;
+    std::optional<std::size_t> best;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const ModelSummary& earlier = *members[i].summary;
+      if (i == j || job.members[i].resumed_in || earlier.pid != later.pid ||
+          earlier.host != later.host || earlier.exe != later.exe ||
+          earlier.resumed >= later.resumed) {
+        continue;
+      }
+      if (later.history_from_seq && earlier.last_seq > *later.history_from_seq) continue;
+      if (!best || earlier.resumed > members[*best].summary->resumed) best = i;
+    }
+    if (!best) continue;
+    job.members[j].resumes = *best;
+    job.members[*best].resumed_in = j;
+  }
+  for (std::size_t i = 0; i < job.members.size(); ++i) {
+    std::size_t first = i;
+    // Bounded by the member count: each link goes to a stream with fewer resumes.
+    while (job.members[first].resumes) first = *job.members[first].resumes;
+    job.members[i].process = first;
+    if (first == i) ++job.process_count;
+  }
+}
+
 }  // namespace
 
 JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
   JobSummary job;
   std::vector<JobOom> all;
+  std::vector<bool> process_had_oom(members.size(), false);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    JobMemberInfo info;
+    info.resumed = members[i].summary->resumed;
+    job.members.push_back(std::move(info));
+  }
+  LinkResumedStreams(members, job);
   for (std::size_t i = 0; i < members.size(); ++i) {
     const ModelSummary& s = *members[i].summary;
-    JobMemberInfo info;
+    JobMemberInfo& info = job.members[i];
     info.trace = members[i].trace;
     info.pid = s.pid;
     info.rank = s.rank;
@@ -71,9 +109,11 @@ JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
 
     std::vector<JobOom> ooms = OomsOf(s, i);
     info.oom_count = ooms.size();
-    if (!ooms.empty()) ++job.processes_with_oom;
+    if (!ooms.empty() && !process_had_oom[info.process]) {
+      process_had_oom[info.process] = true;
+      ++job.processes_with_oom;
+    }
     job.oom_count += ooms.size();
-    job.members.push_back(std::move(info));
 
     const std::size_t first_row = job.rows.size();
     for (const DeviceSummary& d : s.devices) {
@@ -124,8 +164,9 @@ JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
   }
   for (const std::string& host : hosts) {
     const std::vector<const JobOom*>& ooms = by_host[host];
-    const JobOom* first = *std::min_element(
-        ooms.begin(), ooms.end(), [](const JobOom* a, const JobOom* b) { return EarlierOom(*a, *b); });
+    const JobOom* first =
+        *std::min_element(ooms.begin(), ooms.end(),
+                          [](const JobOom* a, const JobOom* b) { return EarlierOom(*a, *b); });
     HostFirstOom h;
     h.host = host;
     h.oom = *first;
@@ -133,10 +174,11 @@ JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
     std::vector<std::size_t> processes;
     for (const JobOom* o : ooms) {
       if (o->time_ns == 0) h.time_order_known = false;
-      if (std::find(processes.begin(), processes.end(), o->member) == processes.end()) {
-        processes.push_back(o->member);
+      const std::size_t process = job.members[o->member].process;
+      if (std::find(processes.begin(), processes.end(), process) == processes.end()) {
+        processes.push_back(process);
       }
-      if (o->member == first->member) continue;
+      if (process == job.members[first->member].process) continue;
       ++h.later_ooms_elsewhere;
       if (o->time_ns != 0 && first->time_ns != 0 && o->time_ns > first->time_ns) {
         h.last_other_after_ns = std::max(h.last_other_after_ns, o->time_ns - first->time_ns);
@@ -150,9 +192,10 @@ JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
       std::all_of(job.first_ooms.begin(), job.first_ooms.end(),
                   [](const HostFirstOom& h) { return h.oom.wall_time_ns.has_value(); })) {
     std::vector<HostFirstOom> by_wall = job.first_ooms;
-    std::stable_sort(by_wall.begin(), by_wall.end(), [](const HostFirstOom& a, const HostFirstOom& b) {
-      return *a.oom.wall_time_ns < *b.oom.wall_time_ns;
-    });
+    std::stable_sort(by_wall.begin(), by_wall.end(),
+                     [](const HostFirstOom& a, const HostFirstOom& b) {
+                       return *a.oom.wall_time_ns < *b.oom.wall_time_ns;
+                     });
     const uint64_t lead = *by_wall[1].oom.wall_time_ns - *by_wall[0].oom.wall_time_ns;
     if (lead >= kWallClockMarginNs) {
       job.first_ooms = std::move(by_wall);

@@ -35,6 +35,7 @@ void RenderJobJson(const JobSummary& job, const std::vector<std::string>& member
   w.Key("job");
   w.BeginObject();
   w.Field("processes", static_cast<uint64_t>(job.members.size()));
+  w.Field("distinct_processes", static_cast<uint64_t>(job.process_count));
   w.Field("oom_count", job.oom_count);
   w.Field("processes_with_oom", static_cast<uint64_t>(job.processes_with_oom));
   w.Key("rows");
@@ -97,6 +98,8 @@ void RenderJobJson(const JobSummary& job, const std::vector<std::string>& member
     } else {
       w.Field("damage", m.damage);
     }
+    w.FieldOrNull("resumes", m.resumes);
+    w.FieldOrNull("resumed_in", m.resumed_in);
     w.Key("report");
     if (i < member_reports.size()) {
       w.RawValue(member_reports[i]);

@@ -41,8 +41,12 @@ std::string Shorten(std::string s, std::size_t width) {
 // closed its stream without one, "no end" when it never closed it (crashed, killed, running).
 std::string EndText(const JobMemberInfo& m) {
   if (m.exit_status) return absl::StrFormat("exit %d", *m.exit_status);
-  return m.stream_ended ? "ended" : "no end";
+  if (m.stream_ended) return "ended";
+  return m.resumed_in ? "resumed" : "no end";  // cut by a collector restart, continued
 }
+
+// How a stream is named in notes: its trace, else the process.
+std::string TraceOrName(const JobMemberInfo& m) { return m.trace.empty() ? Name(m) : m.trace; }
 
 std::string FirstOomCell(const JobRow& row, const JobSummary& job) {
   if (!row.first_oom) return "-";
@@ -65,9 +69,15 @@ std::string FirstOomCell(const JobRow& row, const JobSummary& job) {
 }  // namespace
 
 void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
-  out << absl::StrFormat("==== job: %d process%s, %d OOM%s in %d of them ====\n",
-                         job.members.size(), job.members.size() == 1 ? "" : "es", job.oom_count,
-                         job.oom_count == 1 ? "" : "s", job.processes_with_oom);
+  const std::size_t streams = job.members.size();
+  out << absl::StrFormat(
+      "==== job: %d process%s%s, %d OOM%s in %d of them ====\n", job.process_count,
+      job.process_count == 1 ? "" : "es",
+      streams > job.process_count
+          ? absl::StrFormat(" (%d streams: %d resumed after a collector restart)", streams,
+                            streams - job.process_count)
+          : std::string(),
+      job.oom_count, job.oom_count == 1 ? "" : "s", job.processes_with_oom);
   std::size_t host_width = 4, exe_width = 3;
   for (const JobMemberInfo& m : job.members) {
     host_width = std::max(host_width, std::min<std::size_t>(m.host.size(), 16));
@@ -80,10 +90,9 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
                          "stream", "OOMs", "first OOM on the device (class, request, seq, when)");
   for (const JobRow& row : job.rows) {
     const JobMemberInfo& m = job.members[row.member];
-    const std::string rank_cell =
-        !job.any_rank ? ""
-        : m.rank      ? absl::StrFormat("%5d ", *m.rank)
-                      : absl::StrFormat("%5s ", "-");
+    const std::string rank_cell = !job.any_rank ? ""
+                                  : m.rank      ? absl::StrFormat("%5d ", *m.rank)
+                                                : absl::StrFormat("%5s ", "-");
     out << absl::StrFormat(
         "  %s%-8d %-*s %-*s %4s %14s %9s %7s %5d  %s\n", rank_cell, m.pid, host_width,
         Shorten(m.host, host_width), exe_width, Shorten(Basename(m.exe), exe_width),
@@ -95,16 +104,24 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
   // What the table cannot say in a cell.
   for (const JobMemberInfo& m : job.members) {
     if (!m.damage.empty()) {
-      out << absl::StrFormat("  %s: damaged input, figures up to the damage only: %s\n",
-                             Name(m), m.damage);
+      out << absl::StrFormat("  %s: damaged input, figures up to the damage only: %s\n", Name(m),
+                             m.damage);
     }
-    if (!m.history_complete) {
+    if (m.resumes) {
+      out << absl::StrFormat(
+          "  %s: resumes %s after a collector restart (the events in between are counted as "
+          "dropped, and the live state is exact again from the resumed stream's snapshot)\n",
+          Name(m), TraceOrName(job.members[*m.resumes]));
+    } else if (!m.history_complete) {
       out << absl::StrFormat(
           "  %s: the trace begins mid-run (attach, flight recorder, late connect): its peak "
           "and OOMs before that are not in it\n",
           Name(m));
     }
-    if (!m.stream_ended) {
+    if (!m.stream_ended && m.resumed_in) {
+      out << absl::StrFormat("  %s: its stream was cut by a collector restart and goes on in %s\n",
+                             Name(m), TraceOrName(job.members[*m.resumed_in]));
+    } else if (!m.stream_ended) {
       out << absl::StrFormat(
           "  %s: its stream did not end (the process crashed, was killed or is still "
           "running): figures up to its last event\n",
@@ -135,10 +152,10 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
   }
   for (const HostFirstOom& h : job.first_ooms) {
     const JobMemberInfo& m = job.members[h.oom.member];
-    out << absl::StrFormat(
-        "First OOM%s: %s, device %d, seq %d%s\n",
-        job.first_ooms.size() > 1 ? " on " + h.host : "", Who(m), h.oom.device,
-        h.oom.seq, h.oom.wall_time_ns ? ", at " + FormatWallTime(*h.oom.wall_time_ns) : "");
+    out << absl::StrFormat("First OOM%s: %s, device %d, seq %d%s\n",
+                           job.first_ooms.size() > 1 ? " on " + h.host : "", Who(m), h.oom.device,
+                           h.oom.seq,
+                           h.oom.wall_time_ns ? ", at " + FormatWallTime(*h.oom.wall_time_ns) : "");
     out << "  " << h.oom.headline << "\n";
     if (!h.time_order_known) {
       out << "  Some OOMs of this host carry no time, so which came first is not certain.\n";
@@ -147,9 +164,9 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
       out << absl::StrFormat(
           "  %d OOM%s in %d other process%s came %s; read %s's report first: when one rank "
           "fails, the others often fail next, waiting for it.\n",
-          h.later_ooms_elsewhere, h.later_ooms_elsewhere == 1 ? "" : "s",
-          h.processes_with_oom - 1, h.processes_with_oom == 2 ? "" : "es",
-          !h.time_order_known          ? std::string("too")
+          h.later_ooms_elsewhere, h.later_ooms_elsewhere == 1 ? "" : "s", h.processes_with_oom - 1,
+          h.processes_with_oom == 2 ? "" : "es",
+          !h.time_order_known         ? std::string("too")
           : h.last_other_after_ns > 0 ? "within " + FormatDelay(h.last_other_after_ns) + " after it"
                                       : std::string("at the same time"),
           Name(m));

@@ -47,6 +47,13 @@ inline void StreamSession::CopyToTrace(const v1::Frame& frame, StreamOutcome& ou
   }
 }
 
+void StreamSession::FlushTraceCopy(StreamOutcome& outcome) {
+  if (absl::Status s = writer_->Flush(); !s.ok()) {
+    outcome.trace_error = std::string(s.message());
+    writer_.reset();  // stop writing; the model keeps going
+  }
+}
+
 StreamOutcome StreamSession::Run(FrameReader& reader) {
   StreamOutcome outcome;
   // Event frames are decoded by hand into reused frames and the rest parsed on an arena
@@ -71,8 +78,13 @@ StreamOutcome StreamSession::Run(FrameReader& reader) {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   int frames_under_lock = 0;
   for (;;) {
-    if (lock.owns_lock() && (frames_under_lock >= kFramesPerLock || !reader.NextFrameBuffered())) {
-      lock.unlock();
+    // Before a read that may wait for the agent: the lock goes, and the trace copy reaches the
+    // disk. A daemon killed hard (SIGKILL, the OOM killer) then loses no more than what was in
+    // flight; buffered up to 1 MiB, a slow stream's copy lost its Hello and hours of events.
+    if (writer_ || lock.owns_lock()) {
+      const bool buffered = reader.NextFrameBuffered();
+      if (lock.owns_lock() && (frames_under_lock >= kFramesPerLock || !buffered)) lock.unlock();
+      if (!buffered && writer_) FlushTraceCopy(outcome);  // queries need not wait for the disk
     }
     if ((r = frames.Next(&frame)) != FrameReader::Result::kFrame) break;
     ++outcome.frames;

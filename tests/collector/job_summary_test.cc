@@ -47,8 +47,8 @@ ModelSummary Rank(uint32_t pid, const std::string& host, int device, uint64_t ti
     OomPostMortem pm;
     pm.failure = f;
     pm.oom_class = *oom_class;
-    pm.headline = "OOM on device " + std::to_string(device) + ": requested 300.00 MiB — class: " +
-                  OomClassName(*oom_class);
+    pm.headline = "OOM on device " + std::to_string(device) +
+                  ": requested 300.00 MiB — class: " + OomClassName(*oom_class);
     s.ooms.push_back(pm);
   }
   return s;
@@ -141,8 +141,8 @@ TEST(JobSummary, WallClocksOrderHostsOnlyWhenFarEnoughApart) {
       Rank(701, "node2", 0, 1 * kMs, OomClass::kCapacity),
   };
   ranks[0].realtime_minus_monotonic_ns = kNode1Offset;
-  ranks[1].realtime_minus_monotonic_ns = kNode1Offset + 2'000 * static_cast<int64_t>(kMs) +
-                                         899 * static_cast<int64_t>(kMs);
+  ranks[1].realtime_minus_monotonic_ns =
+      kNode1Offset + 2'000 * static_cast<int64_t>(kMs) + 899 * static_cast<int64_t>(kMs);
   JobSummary job = BuildJobSummary(Members(ranks));
   ASSERT_EQ(job.first_ooms.size(), 2u);
   EXPECT_TRUE(job.hosts_ordered_by_wall_clock);
@@ -182,8 +182,7 @@ TEST(JobSummary, RanksNameTheProcesses) {
   RenderJobSummaryText(job, text);
   EXPECT_NE(text.str().find("   rank pid"), std::string::npos) << text.str();
   EXPECT_NE(text.str().find("      1 800 "), std::string::npos) << text.str();
-  EXPECT_NE(text.str().find("First OOM: rank 0 (pid 801, python3.11), device 1"),
-            std::string::npos)
+  EXPECT_NE(text.str().find("First OOM: rank 0 (pid 801, python3.11), device 1"), std::string::npos)
       << text.str();
   EXPECT_NE(text.str().find("read rank 0's report first"), std::string::npos) << text.str();
   std::ostringstream json_out;
@@ -197,8 +196,7 @@ TEST(JobSummary, RanksNameTheProcesses) {
   std::ostringstream plain;
   RenderJobSummaryText(BuildJobSummary(Members(ranks)), plain);
   EXPECT_EQ(plain.str().find("rank pid"), std::string::npos) << plain.str();
-  EXPECT_NE(plain.str().find("First OOM: pid 801 (python3.11)"), std::string::npos)
-      << plain.str();
+  EXPECT_NE(plain.str().find("First OOM: pid 801 (python3.11)"), std::string::npos) << plain.str();
 }
 
 TEST(JobSummary, OomsWithoutATimeMakeTheOrderUncertainAndSaySo) {
@@ -283,6 +281,66 @@ TEST(JobSummary, JsonHoldsTheJobAndEveryProcessReport) {
   EXPECT_EQ(j["processes"][0]["report"]["process"]["pid"], 600);
   EXPECT_EQ(j["processes"][1]["report"]["process"]["pid"], 601);
   EXPECT_EQ(j["processes"][1]["report"]["ooms"][0]["class"], "unusable_cache");
+}
+
+// A collector restart cuts a process's stream and the agent resumes it in a new one (the
+// daemon's `<name>.resumed-1.fst`): one process of two streams, not two processes, and the first
+// stream's missing End is no crash.
+TEST(JobSummary, AResumedStreamIsTheSameProcess) {
+  std::vector<ModelSummary> streams = {
+      Rank(700, "node1", 0, 0, std::nullopt),               // rank 0, before the restart
+      Rank(701, "node1", 0, 0, std::nullopt),               // rank 1, one stream
+      Rank(700, "node1", 0, 9 * kMs, OomClass::kCapacity),  // rank 0, after the restart
+      Rank(700, "node2", 0, 0, std::nullopt),               // same pid on another host
+  };
+  streams[0].stream_ended = false;
+  streams[0].last_seq = 5000;
+  streams[2].resumed = 1;
+  streams[2].history_complete = false;
+  streams[2].history_from_seq = 5200;  // after the drops of the restart
+  streams[3].resumed = 1;              // resumes nothing given here
+  streams[3].history_from_seq = 10;
+  std::vector<JobMember> members = Members(streams);
+  members[2].trace = "rank-700.resumed-1.fst";
+  JobSummary job = BuildJobSummary(members);
+  ASSERT_EQ(job.members.size(), 4u);
+  EXPECT_EQ(job.process_count, 3u);
+  EXPECT_EQ(job.members[2].resumes, 0u);
+  EXPECT_EQ(job.members[0].resumed_in, 2u);
+  EXPECT_EQ(job.members[2].process, 0u);
+  EXPECT_FALSE(job.members[3].resumes.has_value());  // another host's process
+  EXPECT_FALSE(job.members[1].resumed_in.has_value());
+  EXPECT_EQ(job.processes_with_oom, 1u);
+
+  std::ostringstream text;
+  RenderJobSummaryText(job, text);
+  const std::string t = text.str();
+  EXPECT_NE(t.find("job: 3 processes (4 streams: 1 resumed after a collector restart), 1 OOM in 1"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("its stream was cut by a collector restart and goes on in "
+                   "rank-700.resumed-1.fst"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("resumes rank-700.fst after a collector restart"), std::string::npos) << t;
+  // Only the stream that resumed nothing it was given is said not to have ended.
+  EXPECT_EQ(t.find("pid 700 (python3.11): its stream did not end"), std::string::npos) << t;
+
+  std::ostringstream json;
+  RenderJobJson(job, {}, json);
+  nlohmann::json j = nlohmann::json::parse(json.str(), nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << json.str();
+  EXPECT_EQ(j["job"]["processes"], 4);
+  EXPECT_EQ(j["job"]["distinct_processes"], 3);
+  EXPECT_EQ(j["processes"][2]["resumes"], 0);
+  EXPECT_EQ(j["processes"][0]["resumed_in"], 2);
+  EXPECT_TRUE(j["processes"][1]["resumes"].is_null());
+
+  // A stream that began before the other one ended is not its continuation (pid reuse).
+  streams[2].history_from_seq = 4000;
+  JobSummary reused = BuildJobSummary(Members(streams));
+  EXPECT_EQ(reused.process_count, 4u);
+  EXPECT_FALSE(reused.members[2].resumes.has_value());
 }
 
 }  // namespace

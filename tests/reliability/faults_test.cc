@@ -172,6 +172,20 @@ TEST(ReliabilityFaults, CollectorRestartedMidRunAgentReconnectsAndModelIsExact) 
   EXPECT_LE(c.events, 2u * 2000 + 64);
   ExpectExactResumedStream(TraceEndingWith(out, ".resumed-1.fst"), dir.File("truth"));
 
+  // The morning report of the folder: one process in two streams, the first one not taken for
+  // a crash. (Exit 3 when the killed collector left its last frame half written.)
+  RunResult report = agent_test::RunProgram(CliBin(), {"report", Traces(out)[0], Traces(out)[1]},
+                                            RunOptions{false, {}});
+  EXPECT_TRUE(report.exit_code == 0 || report.exit_code == 3) << report.err;
+  EXPECT_NE(report.out.find("job: 1 process (2 streams: 1 resumed after a collector restart)"),
+            std::string::npos)
+      << report.out;
+  EXPECT_NE(report.out.find("its stream was cut by a collector restart and goes on in " +
+                            TraceEndingWith(out, ".resumed-1.fst")),
+            std::string::npos)
+      << report.out;
+  EXPECT_EQ(report.out.find("its stream did not end"), std::string::npos) << report.out;
+
   // The restarted collector serves new processes normally too.
   auto third = StartCollector(dir, sock, dir.File("out3"), "third");
   ASSERT_TRUE(WaitFor([&] { return Connectable(sock); }));

@@ -2,12 +2,15 @@
 // visible to query threads while the session waits for more.
 #include "fragscope/server/stream_session.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "fragscope.pb.h"
 #include "fragscope/trace/frame_reader.h"
@@ -114,6 +117,41 @@ TEST(StreamSession, QueriesSeeEveryAppliedFrameWhileTheStreamIsIdle) {
   EXPECT_EQ(outcome.result, FrameReader::Result::kEnd) << outcome.error;
   EXPECT_EQ(outcome.frames, 3u + kAllocs);
   EXPECT_EQ(session.Summarize().devices[0].reserved_bytes, uint64_t{kAllocs + 1} << 20);
+}
+
+// The daemon's copy of a stream reaches the disk whenever the stream pauses, not only per MiB or
+// at the end: a collector killed hard (SIGKILL, the OOM killer) left a copy of a slow stream
+// with no Hello and none of its events, so the morning report could not even name the process.
+TEST(StreamSession, TheTraceCopyIsOnDiskWhileTheStreamIsIdle) {
+  char dir_template[] = "/tmp/fragscope-session-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string path = std::string(dir_template) + "/copy.fst";
+  StreamSession session(ModelOptions{}, [&](const v1::Frame&) { return path; });
+  PipeStream stream(&session);
+  v1::Frame hello;
+  hello.mutable_hello()->set_pid(78);
+  stream.Put(Framed(hello) + Framed(Alloc(1, 0x7f0000000000)));
+  ASSERT_TRUE(Eventually([&] { return session.frames_applied() == 2; }));
+  // The session now waits on the pipe, with the copy written: it reads back whole.
+  auto copy = [&] {
+    std::vector<v1::Frame> frames;
+    auto reader = FrameReader::OpenFile(path);
+    if (!reader.ok()) return frames;
+    v1::Frame f;
+    while (reader->Next(&f) == FrameReader::Result::kFrame) frames.push_back(f);
+    return frames;
+  };
+  const bool on_disk = Eventually([&] { return copy().size() == 2; });
+  EXPECT_TRUE(on_disk) << copy().size() << " frames";
+  if (on_disk) {
+    EXPECT_EQ(copy()[0].hello().pid(), 78u);
+  }
+  stream.Put(Framed(Alloc(2, 0x7e0000000000)));
+  const StreamOutcome outcome = stream.Finish();
+  EXPECT_TRUE(outcome.trace_error.empty()) << outcome.trace_error;
+  EXPECT_EQ(copy().size(), 3u);
+  std::remove(path.c_str());
+  rmdir(dir_template);
 }
 
 }  // namespace

@@ -286,6 +286,9 @@ struct ModelSummary {
   // (Hello.rank); unset outside one.
   std::optional<uint32_t> rank;
   std::optional<uint32_t> world_size;
+  // Hello.resumed: how many times the agent lost its collector and resumed the stream in a new
+  // one (a collector restart) before this stream began; 0 for the process's first stream.
+  uint32_t resumed = 0;
   bool attached = false;
   bool imported = false;  // converted from another tool's snapshot (Hello BACKEND_IMPORTED)
   // False when the agent took no stack on releases (Hello.release_stacks_off): a free's

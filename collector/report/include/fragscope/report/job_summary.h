@@ -38,7 +38,7 @@ struct JobOom {
   uint64_t requested_bytes = 0;
   std::optional<uint64_t> wall_time_ns;  // ns since the Unix epoch (ModelSummary::WallTimeNs)
   std::optional<OomClass> oom_class;     // unset: no post-mortem was kept for it
-  std::string headline;               // the post-mortem's, or built from the failure
+  std::string headline;                  // the post-mortem's, or built from the failure
 };
 
 struct JobRow {
@@ -61,15 +61,24 @@ struct JobMemberInfo {
   bool history_complete = true;
   std::string damage;
   uint64_t oom_count = 0;  // over all devices
+  // A collector restart cuts an agent's stream; the agent resumes it in a new one (Hello.resumed
+  // k, the daemon's `<name>.resumed-<k>.fst`). Streams of one process (same host, pid and exe,
+  // the later one beginning after the earlier one's last seq) are linked: `resumes` names the
+  // stream this one continues, `resumed_in` the one that continues it (indices into
+  // JobSummary::members), and `process` the process's first stream, which all of them share.
+  uint32_t resumed = 0;
+  std::optional<std::size_t> resumes;
+  std::optional<std::size_t> resumed_in;
+  std::size_t process = 0;
 };
 
 // The first OOM on one host, and how many OOMs of other processes of that host came after it.
 struct HostFirstOom {
   std::string host;
   JobOom oom;
-  uint64_t later_ooms_elsewhere = 0;    // OOMs of the host's other processes
-  uint64_t last_other_after_ns = 0;     // how long after it the last of those came
-  std::size_t processes_with_oom = 0;   // on this host
+  uint64_t later_ooms_elsewhere = 0;   // OOMs of the host's other processes (not its own streams)
+  uint64_t last_other_after_ns = 0;    // how long after it the last of those came
+  std::size_t processes_with_oom = 0;  // on this host
   // False when some OOM of the host has no time (0): `oom` is then the first of those with one
   // (or the first listed), and the order is not known for certain.
   bool time_order_known = true;
@@ -77,10 +86,11 @@ struct HostFirstOom {
 
 struct JobSummary {
   std::vector<JobMemberInfo> members;  // in the caller's order
+  std::size_t process_count = 0;       // distinct processes: members less resumed streams
   bool any_rank = false;               // some member knows its rank: tables show the column
   std::vector<JobRow> rows;            // members in order, each member's devices by ordinal
   uint64_t oom_count = 0;
-  std::size_t processes_with_oom = 0;
+  std::size_t processes_with_oom = 0;  // distinct processes
   // One per host that had an OOM: by wall-clock time of their first OOMs when
   // hosts_ordered_by_wall_clock, else the host of the earliest-listed member first.
   std::vector<HostFirstOom> first_ooms;

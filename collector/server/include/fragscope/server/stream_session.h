@@ -56,6 +56,7 @@ class StreamSession {
   // Decides where the copy goes (choose_trace_path_) and opens it: once, with the first frame.
   void OpenTraceCopy(const v1::Frame& first, StreamOutcome& outcome);
   void CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome);
+  void FlushTraceCopy(StreamOutcome& outcome);
 
   // The most frames Run applies under one holding of mu_.
   static constexpr int kFramesPerLock = 64;
