@@ -25,11 +25,11 @@ void RenderJobIndexHtml(const JobSummary& job, const std::vector<std::string>& p
   std::set<std::size_t> first;  // members whose OOM came first (per host)
   for (const HostFirstOom& h : job.first_ooms) first.insert(h.oom.member);
   out << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-      << absl::StrFormat("<title>fragscope job: %d processes, %d OOMs</title>\n",
-                         job.members.size(), job.oom_count)
+      << absl::StrFormat("<title>fragscope job: %d processes, %d OOMs</title>\n", job.process_count,
+                         job.oom_count)
       << "<style>" << kStyle << "</style>\n</head>\n<body>\n"
       << absl::StrFormat("<h1>fragscope job: %d processes, %d OOMs in %d of them</h1>\n",
-                         job.members.size(), job.oom_count, job.processes_with_oom);
+                         job.process_count, job.oom_count, job.processes_with_oom);
   out << "<h2>Processes</h2>\n<ul>\n";
   for (std::size_t i = 0; i < job.members.size(); ++i) {
     const JobMemberInfo& m = job.members[i];
@@ -41,7 +41,9 @@ void RenderJobIndexHtml(const JobSummary& job, const std::vector<std::string>& p
         << HtmlEscape(exe) << " on " << HtmlEscape(m.host)
         << absl::StrFormat(" &middot; %d OOM%s", m.oom_count, m.oom_count == 1 ? "" : "s")
         << (first.count(i) ? " <span class=\"tag\">first OOM</span>" : "")
-        << (m.damage.empty() ? "" : " &middot; damaged input: " + HtmlEscape(m.damage)) << "</li>\n";
+        << (m.resumes ? " &middot; resumed after a collector restart" : "")
+        << (m.damage.empty() ? "" : " &middot; damaged input: " + HtmlEscape(m.damage))
+        << "</li>\n";
   }
   out << "</ul>\n<h2>Job summary</h2>\n<pre>" << HtmlEscape(summary.str()) << "</pre>\n"
       << "</body>\n</html>\n";

@@ -43,13 +43,20 @@ def environment(extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("FRAGSCOPE_", "FAKECUDA_", "PYTORCH_"))
            and k not in ("LD_PRELOAD", "PYTHONPATH", "CUDA_VISIBLE_DEVICES")}
+    preload = [os.path.join(FAKE_LIB, "libcudart.so.13")]
+    # tests/adapter/abort_backtrace.cc, set by CTest: an abort prints where it came from.
+    if os.environ.get("FRAGSCOPE_TEST_ABORT_BACKTRACE"):
+        preload.append(os.environ["FRAGSCOPE_TEST_ABORT_BACKTRACE"])
     env.update({
-        "LD_PRELOAD": os.path.join(FAKE_LIB, "libcudart.so.13"),
+        "LD_PRELOAD": ":".join(preload),
         "LD_LIBRARY_PATH": FAKE_LIB,
         "FAKECUDA_CAPACITY": "768M",
         "FRAGSCOPE_CACHE_DIR": os.path.join(WORK, "extension-cache"),
         "FRAGSCOPE_ADAPTER_DIR": ADAPTER_DIR,
         "PYTHONNOUSERSITE": "1",
+        # A crash of a traced program prints every Python thread's stack: what a failed run
+        # shows is then enough to tell where it was.
+        "PYTHONFAULTHANDLER": "1",
     })
     env.update(extra)
     return env
