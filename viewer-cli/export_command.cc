@@ -45,16 +45,10 @@ absl::Status WriteFile(const std::string& path, const std::string& bytes) {
 int ExportJob(const std::vector<std::string>& paths, const ModelOptions& options,
               const std::string& perfetto_path) {
   std::vector<ModelSummary> summaries;
-  std::vector<std::string> problems;
-  for (const std::string& path : paths) {
-    auto loaded = LoadTrace(path, options);
-    if (!loaded.ok()) {
-      problems.push_back(std::string(loaded.status().message()));
-      continue;
-    }
-    if (!loaded->damage.empty()) problems.push_back(loaded->damage);
-    summaries.push_back(std::move(loaded->summary));
-  }
+  const std::vector<std::string> problems =
+      LoadTraces(paths, options, nullptr, [&](const std::string&, LoadedTrace loaded) {
+        summaries.push_back(std::move(loaded.summary));
+      });
   if (!summaries.empty()) {
     std::vector<std::unique_ptr<DwarfSymbolizer>> symbolizers;
     std::vector<exporter::PerfettoProcess> processes;

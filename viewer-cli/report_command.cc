@@ -3,6 +3,7 @@
 #include <functional>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 #include "arg_reader.h"
 #include "commands.h"
@@ -44,18 +45,12 @@ int ReportJob(const std::vector<std::string>& paths, ReportFormat format,
               const ModelOptions& options, const std::string& out_path) {
   std::vector<JobReportInput> processes;
   std::vector<exporter::ExportInput> pages;  // HTML only: each page's segment layouts
-  std::vector<std::string> problems;
-  for (const std::string& path : paths) {
-    exporter::ExportInput page;
-    auto loaded = LoadTrace(path, options, HtmlCapture(format, &page));
-    if (!loaded.ok()) {
-      problems.push_back(std::string(loaded.status().message()));
-      continue;
-    }
-    if (!loaded->damage.empty()) problems.push_back(loaded->damage);  // names the file
-    processes.push_back({path, std::move(loaded->summary), loaded->damage});
-    pages.push_back(std::move(page));
-  }
+  exporter::ExportInput page;                // the trace being loaded
+  const std::vector<std::string> problems = LoadTraces(
+      paths, options, HtmlCapture(format, &page), [&](const std::string& path, LoadedTrace loaded) {
+        processes.push_back({path, std::move(loaded.summary), loaded.damage});
+        pages.push_back(std::exchange(page, exporter::ExportInput{}));
+      });
   if (!processes.empty()) {
     absl::Status written;
     if (format == ReportFormat::kHtml) {

@@ -1,6 +1,9 @@
 #include "trace_loading.h"
 
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "fragscope/model/process_model.h"
@@ -40,6 +43,23 @@ absl::StatusOr<LoadedTrace> LoadTrace(const std::string& path, const ModelOption
   if (inspect) inspect(session.model());
   loaded.summary = session.model().Summarize();
   return loaded;
+}
+
+std::vector<std::string> LoadTraces(
+    const std::vector<std::string>& paths, const ModelOptions& options,
+    const std::function<void(const ProcessModel&)>& inspect,
+    const std::function<void(const std::string& path, LoadedTrace loaded)>& take) {
+  std::vector<std::string> problems;
+  for (const std::string& path : paths) {
+    absl::StatusOr<LoadedTrace> loaded = LoadTrace(path, options, inspect);
+    if (!loaded.ok()) {
+      problems.push_back(std::string(loaded.status().message()));
+      continue;
+    }
+    if (!loaded->damage.empty()) problems.push_back(loaded->damage);  // names the file
+    take(path, std::move(*loaded));
+  }
+  return problems;
 }
 
 }  // namespace fragscope::cli

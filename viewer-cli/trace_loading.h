@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "fragscope/model/model_options.h"
@@ -28,6 +29,14 @@ struct LoadedTrace {
 absl::StatusOr<LoadedTrace> LoadTrace(
     const std::string& path, const ModelOptions& options,
     const std::function<void(const ProcessModel&)>& inspect = nullptr);
+
+// Several traces, in order: `take(path, loaded)` for each that could be read (a damaged one
+// too, with its damage), `inspect` as in LoadTrace for each. Returns one message per trace that
+// could not be read or was damaged (each names its file); the caller reports them and exits 3.
+std::vector<std::string> LoadTraces(
+    const std::vector<std::string>& paths, const ModelOptions& options,
+    const std::function<void(const ProcessModel&)>& inspect,
+    const std::function<void(const std::string& path, LoadedTrace loaded)>& take);
 
 // True when `path` looks like a PyTorch snapshot (by content, not by name).
 bool LooksLikePickle(const std::string& path);
