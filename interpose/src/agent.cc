@@ -134,7 +134,10 @@ void Initialize() {
 }
 
 // Runs before main (and before most other libraries' constructors, as a preload).
-__attribute__((constructor)) void AgentLoad() { AgentRecording(); }
+__attribute__((constructor)) void AgentLoad() {
+  OwnSignalHandlerTable();
+  AgentRecording();
+}
 
 // Runs in _dl_fini, after the program's atexit handlers; other libraries' destructors may run
 // after it. Stops the drain thread; AtExit writes End (or, if it already ran because the agent

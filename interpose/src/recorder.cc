@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -487,6 +488,23 @@ using SignalFn = sighandler_t (*)(int, sighandler_t);
 constinit std::atomic<SigactionFn> g_real_sigaction{nullptr};
 constinit std::atomic<SignalFn> g_real_signal{nullptr};
 
+// The process whose table g_handlers is. A child made by vfork() or posix_spawn() (Python's
+// subprocess module uses vfork) shares its parent's memory until it execs, and resets its signal
+// dispositions there: written into g_handlers, its SIG_DFLs erased the parent's handlers from
+// the table while the parent's kernel still called our dispatcher, which then took the default
+// action (a Ctrl-C killed a Python program instead of raising KeyboardInterrupt, and
+// faulthandler never ran). Such a child changes only its own kernel dispositions. A fork()
+// child has memory of its own and takes the table over (ChildOwnsSignalHandlers).
+constinit std::atomic<pid_t> g_handlers_pid{0};
+
+void ChildOwnsSignalHandlers() { g_handlers_pid.store(getpid(), std::memory_order_relaxed); }
+
+// True in a child that shares its parent's memory (see g_handlers_pid).
+bool InParentsMemory() {
+  const pid_t owner = g_handlers_pid.load(std::memory_order_relaxed);
+  return owner != 0 && owner != getpid();
+}
+
 // The handler the program installed for each signal, while the kernel holds our dispatcher.
 struct ProgramHandler {
   std::atomic<uintptr_t> fn;  // sa_handler or sa_sigaction; 0 while none is wrapped
@@ -584,6 +602,11 @@ void Unwrap(struct sigaction* old, uintptr_t program_fn, int program_flags) {
 
 }  // namespace
 
+void OwnSignalHandlerTable() {
+  ChildOwnsSignalHandlers();
+  pthread_atfork(nullptr, nullptr, ChildOwnsSignalHandlers);
+}
+
 extern "C" FRAGSCOPE_HIDDEN int fs_sigaction(int sig, const struct sigaction* act,
                                              struct sigaction* old);
 FRAGSCOPE_EXPORT_AS("fs_sigaction", "sigaction");
@@ -596,6 +619,11 @@ extern "C" int fs_sigaction(int sig, const struct sigaction* act, struct sigacti
   const bool valid = sig > 0 && sig < _NSIG;
   const uintptr_t prev_fn = valid ? g_handlers[sig].fn.load(std::memory_order_acquire) : 0;
   const int prev_flags = valid ? g_handlers[sig].flags.load(std::memory_order_relaxed) : 0;
+  if (InParentsMemory()) {  // the kernel's disposition only; the table is the parent's
+    int r = real(sig, act, old);
+    if (r == 0) Unwrap(old, prev_fn, prev_flags);
+    return r;
+  }
   if (act == nullptr || !Wrap(sig, HandlerOf(*act))) {
     int r = real(sig, act, old);
     if (r == 0) Unwrap(old, prev_fn, prev_flags);
@@ -630,6 +658,10 @@ extern "C" sighandler_t fs_signal(int sig, sighandler_t handler) {
   }
   const bool valid = sig > 0 && sig < _NSIG;
   const uintptr_t prev_fn = valid ? g_handlers[sig].fn.load(std::memory_order_acquire) : 0;
+  if (InParentsMemory()) {  // see fs_sigaction
+    sighandler_t r = real(sig, handler);
+    return Ours(reinterpret_cast<uintptr_t>(r)) ? reinterpret_cast<sighandler_t>(prev_fn) : r;
+  }
   const int prev_flags = valid ? g_handlers[sig].flags.load(std::memory_order_relaxed) : 0;
   const bool wrap = Wrap(sig, reinterpret_cast<uintptr_t>(handler));
   if (wrap) {

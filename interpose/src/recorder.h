@@ -196,6 +196,11 @@ struct FailureInfo {
 };
 void RecordFailure(const FailureInfo& info);
 
+// Makes this process the owner of the table of program signal handlers that the interposed
+// sigaction/signal keep (fork children take it over; vfork children, which share the memory,
+// do not touch it). Called once, from the agent's constructor.
+void OwnSignalHandlerTable();
+
 // After a successful tracked call: a rate-limited MemInfo sample of `device` (driver calls).
 // `now_ns`: the event's time, if the caller has it (0: read the clock).
 void MaybeSampleMemInfo(int32_t device, uint64_t now_ns = 0);

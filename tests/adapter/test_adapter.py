@@ -150,6 +150,23 @@ class AdapterTest(unittest.TestCase):
         if not AGENT_LIB or not os.path.exists(AGENT_LIB):
             self.skipTest("libfragscope.so not given")
 
+    def test_ctrl_c_still_raises_keyboard_interrupt_after_a_subprocess(self):
+        # Python's subprocess forks with vfork: the child shares the parent's memory and resets
+        # its signals there before exec. The agent, which keeps the program's handlers behind
+        # its own dispatcher, lost them to the child, and a Ctrl-C then killed the program.
+        self.need_agent()
+        r = self.run_python('''
+            import os, signal, subprocess, time
+            subprocess.run(["true"], check=True)
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)
+                print("no KeyboardInterrupt")
+            except KeyboardInterrupt:
+                print("KeyboardInterrupt")
+        ''', env={"FRAGSCOPE_OUTPUT": os.path.join(self.dir, "t.fst")}, preload=True)
+        self.assertEqual(r.stdout.strip(), "KeyboardInterrupt")
+
     def test_cpu_only_torch_with_agent(self):
         self.need_agent()
         torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH_CPU)

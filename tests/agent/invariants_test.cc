@@ -85,6 +85,28 @@ TEST(InvariantsTest, ErrnoAndCudaErrorStateAreThoseOfTheProgram) {
   EXPECT_TRUE(trace.Events()[0]->failed().has_mem_info());
 }
 
+// A vfork child shares the parent's memory until it execs and resets its signals there, as
+// Python's subprocess module does. The agent keeps the program's handlers in a table behind its
+// own dispatcher; written by such a child, that table lost them, and the parent's next signal
+// took the default action: a Ctrl-C killed a Python program instead of raising
+// KeyboardInterrupt after any subprocess.run().
+TEST(InvariantsTest, AVforkChildDoesNotTakeTheProgramsSignalHandlers) {
+  TempDir dir;
+  RunResult run =
+      RunProgram(AppPath("agent_runtime_app"), {"vfork_signals"}, Traced(dir.File("t.fst")));
+  RunResult plain =
+      RunProgram(AppPath("agent_runtime_app"), {"vfork_signals"}, RunOptions{false, {}});
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("handled 1, handler is the program's: yes"), std::string::npos)
+      << plain.out;
+  EXPECT_EQ(run.signal, 0) << "killed by signal " << run.signal;
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("handled 1, handler is the program's: yes"), std::string::npos) << run.out;
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  EXPECT_TRUE(trace.clean) << trace.error;
+  EXPECT_EQ(DescribeEvents(trace).size(), 2u);
+}
+
 TEST(InvariantsTest, ForkedChildStaysSilentByDefault) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"fork"}, Traced(dir.File("t.fst")));

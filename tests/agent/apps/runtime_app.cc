@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +36,40 @@ int Malloc() {
   Print("cudaMalloc", b, 300, r);
   Print("cudaFree", b, 0, cudaFree(b));
   Print("cudaFree", nullptr, 0, cudaFree(nullptr));  // not an event: only initializes
+  Print("cudaFree", a, 0, cudaFree(a));
+  return 0;
+}
+
+std::atomic<int> g_usr1{0};
+void OnUsr1(int) { g_usr1.fetch_add(1); }
+
+// The program's signal handler survives a vfork child that resets its signals before exec, as
+// Python's subprocess module does (the child shares the parent's memory until it execs).
+int VforkSignals() {
+  struct sigaction on_usr1 = {};
+  on_usr1.sa_handler = OnUsr1;
+  sigemptyset(&on_usr1.sa_mask);
+  if (sigaction(SIGUSR1, &on_usr1, nullptr) != 0) return 3;
+  void* a = nullptr;
+  Print("cudaMalloc", a, 4096, cudaMalloc(&a, 4096));
+  const pid_t child = vfork();
+  if (child == 0) {
+    struct sigaction dfl = {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGUSR1, &dfl, nullptr);
+    signal(SIGUSR2, SIG_DFL);
+    execl("/bin/true", "true", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  if (child < 0) return 3;
+  int status = 0;
+  waitpid(child, &status, 0);
+  raise(SIGUSR1);  // the default action would end the program here
+  struct sigaction now = {};
+  sigaction(SIGUSR1, nullptr, &now);
+  std::printf("handled %d, handler is the program's: %s\n", g_usr1.load(),
+              now.sa_handler == OnUsr1 ? "yes" : "no");
   Print("cudaFree", a, 0, cudaFree(a));
   return 0;
 }
@@ -374,6 +409,7 @@ int main(int argc, char** argv) {
   if (scenario == "malloc") return Malloc();
   if (scenario == "families") return Families();
   if (scenario == "refused_free") return RefusedFree();
+  if (scenario == "vfork_signals") return VforkSignals();
   if (scenario == "entrypoint") return EntryPoint();
   if (scenario == "threads") return Threads();
   if (scenario == "error_state") return ErrorState();
