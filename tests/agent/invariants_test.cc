@@ -1,6 +1,7 @@
 // What must hold whatever the program does: same results with and without the agent, no
 // deadlock or crash with 16 threads, fork, exec, CUDA calls from static constructors and atexit,
 // an unwritable output or a vanished collector; causal sequence numbers; nothing lost silently.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -83,6 +84,26 @@ TEST(InvariantsTest, ErrnoAndCudaErrorStateAreThoseOfTheProgram) {
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events[0], "failed cudaMalloc size=1125899906842624 result=2 dev=0");
   EXPECT_TRUE(trace.Events()[0]->failed().has_mem_info());
+}
+
+// The agent links its C++ runtime in and must keep it to itself. Exported from a preloaded
+// library, its __gxx_personality_v0, __cxa_* and std::terminate interposed on the program's own
+// libstdc++: PyTorch's autograd thread, unwound by pthread_exit while Python finalized, ran our
+// personality routine and died in our terminate ("terminate called without an active
+// exception"), and a program's std::set_terminate handler would not have been ours to call.
+TEST(InvariantsTest, TheAgentExportsItsApiAndNoCxxRuntime) {
+  void* agent = dlopen(AgentLibrary().c_str(), RTLD_LAZY | RTLD_LOCAL);
+  ASSERT_NE(agent, nullptr) << dlerror();
+  // dlsym on a handle searches the library and its dependencies, none of which is libstdc++.
+  for (const char* runtime : {"__gxx_personality_v0", "__cxa_throw", "__cxa_begin_catch",
+                              "__cxa_rethrow", "_ZSt9terminatev", "_ZSt13set_terminatePFvvE",
+                              "_Znwm", "_ZdlPv", "_ZN10__cxxabiv119__terminate_handlerE"}) {
+    EXPECT_EQ(dlsym(agent, runtime), nullptr) << runtime << " is exported by the agent";
+  }
+  for (const char* api : {"cudaMalloc", "cuMemAlloc_v2", "fragscope_mark", "sigaction", "dlsym"}) {
+    EXPECT_NE(dlsym(agent, api), nullptr) << api << " is not exported";
+  }
+  dlclose(agent);
 }
 
 // A vfork child shares the parent's memory until it execs and resets its signals there, as
