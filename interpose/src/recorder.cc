@@ -369,18 +369,14 @@ PendingRelease::Shipped PendingRelease::ShipFree(Api api, int32_t result, uint64
 void PendingRelease::ShipRestored(int32_t result) {
   // Shipped early means the agent shipped when the seq was taken, so the constructor resolved
   // any deferred field; a wake cannot undo that.
-  LiveEntry e = entry_;
-  const uint64_t seq = InsertLive(e, nullptr);
+  const LiveEntry& e = entry_;
   EventRecord r = NewRecordWithoutStack(RecordType::kAlloc, e.api);
-  r.seq = seq;
-  r.stack_id = e.stack_id;  // the allocation's own site: it is the same allocation
-  r.address = key_;
-  r.size = e.size;
-  r.device = e.device == kDeviceDeferred ? -1 : e.device;
-  r.stream = e.stream;
-  r.pool = e.pool == kPoolDeferred ? 0 : e.pool;
-  r.kind = e.kind;
+  FillAllocRecord(r, AllocInfo{e.api, key_, e.size, e.kind, e.device, e.stream, e.pool},
+                  e.device == kDeviceDeferred ? -1 : e.device,
+                  e.pool == kPoolDeferred ? 0 : e.pool);
+  r.stack_id = e.stack_id;                 // the allocation's own site: it is the same allocation
   r.aux1 = static_cast<uint32_t>(result);  // AllocEvent.failed_release_result
+  r.seq = InsertLive(e, nullptr);
   Submit(r);
 }
 
@@ -499,10 +495,11 @@ constinit std::atomic<pid_t> g_handlers_pid{0};
 
 void ChildOwnsSignalHandlers() { g_handlers_pid.store(getpid(), std::memory_order_relaxed); }
 
-// True in a child that shares its parent's memory (see g_handlers_pid).
-bool InParentsMemory() {
+// False in a child that shares its parent's memory (see g_handlers_pid): it may read the table,
+// never write it.
+bool OwnsHandlerTable() {
   const pid_t owner = g_handlers_pid.load(std::memory_order_relaxed);
-  return owner != 0 && owner != getpid();
+  return owner == 0 || owner == getpid();
 }
 
 // The handler the program installed for each signal, while the kernel holds our dispatcher.
@@ -619,15 +616,13 @@ extern "C" int fs_sigaction(int sig, const struct sigaction* act, struct sigacti
   const bool valid = sig > 0 && sig < _NSIG;
   const uintptr_t prev_fn = valid ? g_handlers[sig].fn.load(std::memory_order_acquire) : 0;
   const int prev_flags = valid ? g_handlers[sig].flags.load(std::memory_order_relaxed) : 0;
-  if (InParentsMemory()) {  // the kernel's disposition only; the table is the parent's
+  const bool owner = OwnsHandlerTable();  // else only the kernel's disposition changes
+  if (act == nullptr || !owner || !Wrap(sig, HandlerOf(*act))) {
     int r = real(sig, act, old);
     if (r == 0) Unwrap(old, prev_fn, prev_flags);
-    return r;
-  }
-  if (act == nullptr || !Wrap(sig, HandlerOf(*act))) {
-    int r = real(sig, act, old);
-    if (r == 0) Unwrap(old, prev_fn, prev_flags);
-    if (r == 0 && act != nullptr && valid) g_handlers[sig].fn.store(0, std::memory_order_release);
+    if (r == 0 && act != nullptr && valid && owner) {
+      g_handlers[sig].fn.store(0, std::memory_order_release);
+    }
     return r;
   }
   // The handler first, then the dispatcher that reads it.
@@ -658,12 +653,9 @@ extern "C" sighandler_t fs_signal(int sig, sighandler_t handler) {
   }
   const bool valid = sig > 0 && sig < _NSIG;
   const uintptr_t prev_fn = valid ? g_handlers[sig].fn.load(std::memory_order_acquire) : 0;
-  if (InParentsMemory()) {  // see fs_sigaction
-    sighandler_t r = real(sig, handler);
-    return Ours(reinterpret_cast<uintptr_t>(r)) ? reinterpret_cast<sighandler_t>(prev_fn) : r;
-  }
   const int prev_flags = valid ? g_handlers[sig].flags.load(std::memory_order_relaxed) : 0;
-  const bool wrap = Wrap(sig, reinterpret_cast<uintptr_t>(handler));
+  const bool owner = OwnsHandlerTable();  // see fs_sigaction
+  const bool wrap = owner && Wrap(sig, reinterpret_cast<uintptr_t>(handler));
   if (wrap) {
     g_handlers[sig].flags.store(0, std::memory_order_relaxed);
     g_handlers[sig].fn.store(reinterpret_cast<uintptr_t>(handler), std::memory_order_release);
@@ -676,7 +668,7 @@ extern "C" sighandler_t fs_signal(int sig, sighandler_t handler) {
     }
     return r;
   }
-  if (!wrap && valid) g_handlers[sig].fn.store(0, std::memory_order_release);
+  if (!wrap && valid && owner) g_handlers[sig].fn.store(0, std::memory_order_release);
   return Ours(reinterpret_cast<uintptr_t>(r)) ? reinterpret_cast<sighandler_t>(prev_fn) : r;
 }
 
