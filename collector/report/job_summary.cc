@@ -87,11 +87,7 @@ JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
   JobSummary job;
   std::vector<JobOom> all;
   std::vector<bool> process_had_oom(members.size(), false);
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    JobMemberInfo info;
-    info.resumed = members[i].summary->resumed;
-    job.members.push_back(std::move(info));
-  }
+  job.members.resize(members.size());  // linked first: every row needs its process
   LinkResumedStreams(members, job);
   for (std::size_t i = 0; i < members.size(); ++i) {
     const ModelSummary& s = *members[i].summary;

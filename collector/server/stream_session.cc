@@ -41,17 +41,16 @@ void StreamSession::OpenTraceCopy(const v1::Frame& first, StreamOutcome& outcome
 inline void StreamSession::CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome) {
   if (!chose_) OpenTraceCopy(frame, outcome);
   if (!writer_) return;
-  if (absl::Status s = writer_->Write(frame); !s.ok()) {
-    outcome.trace_error = std::string(s.message());
-    writer_.reset();  // stop writing; the model keeps going
-  }
+  if (absl::Status s = writer_->Write(frame); !s.ok()) StopTraceCopy(s, outcome);
 }
 
 void StreamSession::FlushTraceCopy(StreamOutcome& outcome) {
-  if (absl::Status s = writer_->Flush(); !s.ok()) {
-    outcome.trace_error = std::string(s.message());
-    writer_.reset();  // stop writing; the model keeps going
-  }
+  if (absl::Status s = writer_->Flush(); !s.ok()) StopTraceCopy(s, outcome);
+}
+
+void StreamSession::StopTraceCopy(const absl::Status& error, StreamOutcome& outcome) {
+  outcome.trace_error = std::string(error.message());
+  writer_.reset();  // stop writing; the model keeps going
 }
 
 StreamOutcome StreamSession::Run(FrameReader& reader) {

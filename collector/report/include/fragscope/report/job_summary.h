@@ -66,7 +66,6 @@ struct JobMemberInfo {
   // the later one beginning after the earlier one's last seq) are linked: `resumes` names the
   // stream this one continues, `resumed_in` the one that continues it (indices into
   // JobSummary::members), and `process` the process's first stream, which all of them share.
-  uint32_t resumed = 0;
   std::optional<std::size_t> resumes;
   std::optional<std::size_t> resumed_in;
   std::size_t process = 0;

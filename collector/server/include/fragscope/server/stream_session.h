@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "fragscope.pb.h"
 #include "fragscope/model/process_model.h"
 #include "fragscope/server/seq_orderer.h"
@@ -57,6 +58,8 @@ class StreamSession {
   void OpenTraceCopy(const v1::Frame& first, StreamOutcome& outcome);
   void CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome);
   void FlushTraceCopy(StreamOutcome& outcome);
+  // A write or flush of the copy failed: said in the outcome, and the copy stops.
+  void StopTraceCopy(const absl::Status& error, StreamOutcome& outcome);
 
   // The most frames Run applies under one holding of mu_.
   static constexpr int kFramesPerLock = 64;
