@@ -312,7 +312,7 @@ class ProcessModel::Impl {
   bool stream_ended_ = false;
   std::optional<int> exit_status_;
   std::optional<int64_t> realtime_minus_monotonic_ns_;  // from Hello, when it has both clocks
-  std::optional<uint32_t> rank_, world_size_;           // Hello.rank, Hello.world_size
+  std::optional<uint32_t> rank_, world_size_;           // Hello.rank/world_size, or a Mark's
   uint32_t resumed_ = 0;                                // Hello.resumed
   uint64_t unmatched_ = 0;
   std::vector<ApproximateInterval> approximate_;
@@ -1314,6 +1314,12 @@ void ProcessModel::Impl::OnMark(const v1::Mark& e) {
     ++block_syncs_;
     last_block_sync_seq_ = e.seq();
     blocks_fresh_ = true;
+  }
+  // The rank the program set itself (an mp.spawn worker's init_process_group): it names the
+  // process from now on, in place of its launcher's environment (Hello).
+  if (e.has_rank()) {
+    rank_ = e.rank();
+    world_size_ = e.has_world_size() ? std::optional<uint32_t>(e.world_size()) : std::nullopt;
   }
   for (auto& [ordinal, d] : devices_) {
     d.RecordEvent(

@@ -199,13 +199,17 @@ int main(int argc, char** argv) {
                   << "\n";
         ++events;
         break;
-      case v1::Frame::kMark:
-        std::cout << absl::StrFormat("fragscope_mark label=\"%s\" seq=%d tid=%d%s\n",
-                                     absl::CEscape(frame.mark().label()), frame.mark().seq(),
-                                     frame.mark().tid(),
-                                     frame.mark().blocks_synced() ? " blocks_synced=1" : "");
+      case v1::Frame::kMark: {
+        const v1::Mark& m = frame.mark();
+        std::string rank;
+        if (m.has_rank()) rank = absl::StrFormat(" rank=%d", m.rank());
+        if (m.has_world_size()) absl::StrAppendFormat(&rank, " world_size=%d", m.world_size());
+        std::cout << absl::StrFormat("fragscope_mark label=\"%s\" seq=%d tid=%d%s%s\n",
+                                     absl::CEscape(m.label()), m.seq(), m.tid(),
+                                     m.blocks_synced() ? " blocks_synced=1" : "", rank);
         ++events;
         break;
+      }
       case v1::Frame::kSymbolizedStack: {
         // Stacks of converted streams (PyTorch snapshots): frames by name, not by pc.
         const auto& st = frame.symbolized_stack();

@@ -53,6 +53,9 @@ struct AgentState {
   // stream's first snapshot (drain.cc, Wake).
   std::atomic<bool> shipping{false};
   std::atomic<bool> late{false};  // past our atexit handler: hooks drain inline
+  // The rank the program itself set (annotate.h fragscope_set_rank), PackRank'ed; 0 while it
+  // set none and the launcher's (config.rank) stands. Every Hello after it carries it.
+  std::atomic<uint64_t> program_rank{0};
   // Loaded into a running process by `fragscope attach` (inject_attach.cc): hooks are reached
   // through in-place patches of libcuda, and memory from before the attach is not known.
   bool injected = false;
@@ -76,6 +79,24 @@ extern __attribute__((visibility("hidden"))) constinit std::atomic<int> g_agent_
 
 // The one instance; never destroyed (hooks may run during and after exit).
 inline AgentState& Agent() { return g_agent_storage.state; }
+
+// Which rank of a distributed job the process is, and the job's size (-1: unknown).
+struct ProcessRank {
+  int32_t rank = -1;
+  int32_t world_size = -1;
+  bool operator==(const ProcessRank&) const = default;
+};
+inline uint64_t PackRank(ProcessRank r) {
+  return uint64_t{1} << 63 | uint64_t{static_cast<uint32_t>(r.rank)} << 32 |
+         static_cast<uint32_t>(r.world_size);
+}
+// The program's rank if it set one, else its launcher's.
+inline ProcessRank CurrentRank() {
+  const uint64_t packed = Agent().program_rank.load(std::memory_order_relaxed);
+  if (packed == 0) return {Agent().config.rank, Agent().config.world_size};
+  return {static_cast<int32_t>(static_cast<uint32_t>(packed >> 32) & 0x7fffffffu),
+          static_cast<int32_t>(static_cast<uint32_t>(packed))};
+}
 
 bool AgentRecordingSlow();
 

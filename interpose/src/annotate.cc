@@ -124,6 +124,19 @@ extern "C" FRAGSCOPE_VISIBLE void fragscope_blocks_synced(const char* label) {
   if (hook.record()) RecordMark(label, /*blocks_synced=*/true);
 }
 
+extern "C" FRAGSCOPE_VISIBLE void fragscope_set_rank(int rank, int world_size) {
+  if (rank < 0) return;
+  HookCall hook;
+  const ProcessRank now{rank, world_size > rank ? world_size : -1};
+  if (!AgentRecording()) return;  // no stream now or later (agent off)
+  const ProcessRank before = CurrentRank();
+  Agent().program_rank.store(PackRank(now), std::memory_order_relaxed);
+  // The same rank the stream already names (a torchrun launch that also calls
+  // init_process_group): no mark. Dormant: the wake's Hello carries it.
+  if (before == now || !hook.record()) return;
+  RecordRankMark(now.rank, now.world_size);
+}
+
 static_assert(sizeof(fragscope_source_frame) == sizeof(SourceFrameText) &&
                   offsetof(fragscope_source_frame, line) == offsetof(SourceFrameText, line),
               "annotate.h's frame and the table's must be the same layout");

@@ -277,8 +277,9 @@ void WriteStreamHead() {
   hello.stack_depth = static_cast<uint32_t>(a.config.stack_depth);
   hello.release_stacks_off = a.config.stack_depth > 0 && !a.config.release_stacks;
   hello.ring_bytes = a.ring.bytes();
-  hello.rank = a.config.rank;
-  hello.world_size = a.config.world_size;
+  const ProcessRank rank = CurrentRank();
+  hello.rank = rank.rank;
+  hello.world_size = rank.world_size;
   Put([&](WireWriter& w) { return EncodeHello(w, hello); });
   SendModules();
 }

@@ -28,6 +28,7 @@ enum RecordFlags : uint8_t {
   kFlagHasMemInfo = 1 << 1,    // FailedAlloc.has_mem_info (free/total in aux0/aux1)
   kFlagSubAllocator = 1 << 2,  // FailedAlloc.from_sub_allocator
   kFlagBlocksSynced = 1 << 3,  // Mark.blocks_synced
+  kFlagRank = 1 << 4,          // Mark.rank and Mark.world_size, from `rank_mark`
 };
 
 // 120 bytes, so that with the ring's 8-byte sequence word a slot is two cache lines.
@@ -47,6 +48,7 @@ struct EventRecord {
   uint8_t label_size;
   uint8_t reserved;
   static constexpr int kLabelCapacity = 72;
+  static constexpr int kRankLabelCapacity = kLabelCapacity - 8;
   union {
     struct {
       uint64_t address;
@@ -60,6 +62,12 @@ struct EventRecord {
       uint64_t aux4;
     };
     char label[kLabelCapacity];  // Mark, not NUL-terminated (label_size bytes)
+    // A Mark with kFlagRank: its label is at most kRankLabelCapacity bytes (`label` reads them).
+    struct {
+      char text[kLabelCapacity - 8];
+      int32_t rank;
+      int32_t world_size;  // -1: unknown
+    } rank_mark;
   };
 };
 static_assert(sizeof(EventRecord) == 120, "EventRecord must fill two cache lines with its slot");

@@ -242,9 +242,17 @@ void EncodeEventBody(Writer& w, const EventRecord& r) {
       w.Uint64(1, r.seq);
       w.Uint64(2, r.time_ns);
       w.Uint32(3, r.tid);
-      size_t n = r.label_size <= EventRecord::kLabelCapacity ? r.label_size : 0;
+      const size_t capacity = (r.flags & kFlagRank) != 0 ? EventRecord::kRankLabelCapacity
+                                                         : EventRecord::kLabelCapacity;
+      size_t n = r.label_size <= capacity ? r.label_size : 0;
       w.Bytes(4, r.label, n);
       w.Bool(5, (r.flags & kFlagBlocksSynced) != 0);
+      if ((r.flags & kFlagRank) != 0) {
+        w.PresentUint64(6, static_cast<uint32_t>(r.rank_mark.rank));
+        if (r.rank_mark.world_size >= 0) {
+          w.PresentUint64(7, static_cast<uint32_t>(r.rank_mark.world_size));
+        }
+      }
       return;
     }
     case RecordType::kBlock: {
@@ -264,10 +272,11 @@ void EncodeEventBody(Writer& w, const EventRecord& r) {
 }
 
 // An event frame is at most its 3 header bytes (frame length, body tag, body length) and 15
-// varint fields, or a Mark's 3 fields and label: one room check covers all of it.
+// varint fields, or a Mark's 3 varint fields, label, blocks_synced and rank fields: one room check
+// covers all of it.
 constexpr size_t kMaxEventFrameBytes = 3 + 15 * RawWireWriter::kMaxVarintField;
 static_assert(kMaxEventFrameBytes >=
-              3 + 3 * RawWireWriter::kMaxVarintField + 2 + EventRecord::kLabelCapacity);
+              3 + 5 * RawWireWriter::kMaxVarintField + 2 + EventRecord::kLabelCapacity + 2);
 
 }  // namespace
 

@@ -274,6 +274,39 @@ void RecordMark(const char* label, bool blocks_synced) {
   Submit(r);
 }
 
+namespace {
+// Decimal digits of `v` at p (room for 10); returns the end. (No snprintf: annotate.h promises
+// no allocation, and hooks may run in any state of the C library.)
+char* PutDecimal(char* p, uint32_t v) {
+  char digits[10];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  while (n > 0) *p++ = digits[--n];
+  return p;
+}
+}  // namespace
+
+void RecordRankMark(int32_t rank, int32_t world_size) {
+  EventRecord r = NewRecordWithoutStack(RecordType::kMark, Api::k_fragscope_mark);
+  // "rank 2147483647 of 2147483647": 29 bytes, within kRankLabelCapacity.
+  char* p = r.label;
+  memcpy(p, "rank ", 5);
+  p = PutDecimal(p + 5, static_cast<uint32_t>(rank));
+  if (world_size >= 0) {
+    memcpy(p, " of ", 4);
+    p = PutDecimal(p + 4, static_cast<uint32_t>(world_size));
+  }
+  r.label_size = static_cast<uint8_t>(p - r.label);
+  r.rank_mark.rank = rank;
+  r.rank_mark.world_size = world_size;
+  r.flags |= kFlagRank;
+  r.seq = NextSeq();
+  Submit(r);
+}
+
 void RecordFailure(const FailureInfo& info) {
   EventRecord r = info.site != 0 ? NewRecordWithoutStack(RecordType::kFailed, info.api)
                                  : NewRecord(RecordType::kFailed, info.api);

@@ -277,6 +277,9 @@ EventRecord NewRecordWithoutStack(RecordType type, Api api);
 // drain thread calls it directly at a wake.
 void RecordMark(const char* label, bool blocks_synced);
 
+// A Mark "rank R of N" (or "rank R") that carries the process's rank (Mark.rank/world_size).
+void RecordRankMark(int32_t rank, int32_t world_size);
+
 // Samples `device`'s free/total now, with its primary context made current for the call
 // (primary_context.h): the drain thread at a wake, which has no context of its own, so that an
 // attach during which the program allocates nothing still knows what is outside its memory.

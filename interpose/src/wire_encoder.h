@@ -140,6 +140,11 @@ class WireWriter : public VarintFieldForms<WireWriter> {
   }
 
   void Tag(uint32_t field, uint32_t wire_type) { RawVarint((uint64_t{field} << 3) | wire_type); }
+  // A varint field written even when 0 (proto3 `optional`: present means set).
+  void PresentUint64(uint32_t field, uint64_t value) {
+    Tag(field, kVarint);
+    RawVarint(value);
+  }
   void RawVarint(uint64_t value) {
     if (!overflow_ && cap_ - pos_ >= kMaxVarint) {  // common case: room for the longest varint
       pos_ = static_cast<size_t>(PutVarint(buf_ + pos_, value) - buf_);
@@ -190,6 +195,10 @@ class RawWireWriter : public VarintFieldForms<RawWireWriter> {
 
   void Uint64(uint32_t field, uint64_t value) {
     if (value == 0) return;
+    *p_++ = static_cast<uint8_t>((field << 3) | WireWriter::kVarint);
+    p_ = PutVarint(p_, value);
+  }
+  void PresentUint64(uint32_t field, uint64_t value) {
     *p_++ = static_cast<uint8_t>((field << 3) | WireWriter::kVarint);
     p_ = PutVarint(p_, value);
   }

@@ -6,7 +6,8 @@ so a site's own customisation keeps working.
 
 What it does, and only in a process the fragscope agent (libfragscope.so) is preloaded into:
 once the program imports torch and torch initialises CUDA, it makes PyTorch's caching-allocator
-blocks visible to the agent, so the collector sees blocks and free ranges inside PyTorch's
+blocks visible to the agent (and when torch.distributed.init_process_group returns, it tells the
+agent the process's rank, which an mp.spawn worker has in no launcher variable), so the collector sees blocks and free ranges inside PyTorch's
 segments instead of opaque segments:
 
 - primary: a small C++ extension (fragscope_torch_adapter.cpp), built with
@@ -482,11 +483,60 @@ def _on_cuda_init(torch):
     _install_fallback(torch, agent, why)
 
 
+def _report_rank(torch):
+    """Tells the agent which rank this process is once torch.distributed knows it."""
+    dist = getattr(torch, "distributed", None)
+    agent = _agent()
+    if dist is None or agent is None or not hasattr(agent, "fragscope_set_rank"):
+        return
+    if not dist.is_available() or not dist.is_initialized():
+        return
+    agent.fragscope_set_rank(int(dist.get_rank()), int(dist.get_world_size()))
+
+
+def _watch_distributed(torch):
+    """Names the process by its rank when the program sets it through
+    torch.distributed.init_process_group (torch.multiprocessing.spawn workers pass it as an
+    argument: no RANK variable for the agent to read at start). Wraps the function where
+    programs find it: torch.distributed and its distributed_c10d module."""
+    import functools
+
+    dist = getattr(torch, "distributed", None)
+    if dist is None:
+        return
+    modules = [dist, getattr(dist, "distributed_c10d", None)]
+    original = getattr(dist, "init_process_group", None)
+    if original is None or getattr(original, "_fragscope_rank", False):
+        return
+
+    def init_process_group(*args, **kwargs):
+        result = original(*args, **kwargs)
+        try:
+            _report_rank(torch)
+        except Exception as error:  # never into the program's start-up
+            _warn("could not report the process's rank: %r" % (error,))
+        return result
+
+    functools.update_wrapper(init_process_group, original)
+    init_process_group._fragscope_rank = True
+    for module in modules:
+        if module is not None and getattr(module, "init_process_group", None) is original:
+            module.init_process_group = init_process_group
+    try:
+        _report_rank(torch)  # a process group made before the adapter saw torch
+    except Exception as error:
+        _warn("could not report the process's rank: %r" % (error,))
+
+
 def _on_torch_imported(torch):
     try:
         if _agent() is None:
             _set_state("inactive: libfragscope.so is not loaded")
             return
+        try:
+            _watch_distributed(torch)
+        except Exception as error:
+            _warn("PyTorch adapter could not watch torch.distributed: %r" % (error,))
         cuda = getattr(torch, "cuda", None)
         if cuda is None or not hasattr(torch._C, "_cuda_getDeviceCount"):
             _set_state("inactive: torch without CUDA")

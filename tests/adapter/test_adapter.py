@@ -6,7 +6,8 @@ sometimes with a stand-in `torch` package (tests only the adapter's hooks, not P
 sometimes with the real libfragscope.so preloaded (its annotate symbols are what the adapter
 looks for).
 
-usage: test_adapter.py ADAPTER_DIR [AGENT_LIB]   (AGENT_LIB: libfragscope.so, optional)
+usage: test_adapter.py ADAPTER_DIR [AGENT_LIB [FRAGSCOPE_CLI]]   (libfragscope.so and the
+       `fragscope` command, optional: the cases that need them are skipped without)
 """
 import os
 import subprocess
@@ -17,6 +18,7 @@ import unittest
 
 ADAPTER_DIR = None
 AGENT_LIB = None
+CLI = None
 
 # A stand-in torch with CUDA: records what the adapter registers, runs nothing of its own.
 FAKE_TORCH = textwrap.dedent('''
@@ -252,6 +254,69 @@ class AdapterTest(unittest.TestCase):
                 break
         self.assertIn(bytes([7 << 3]) + bytes(varint), data)
 
+
+    # A stand-in torch.distributed (imported by torch's __init__, as the real one is):
+    # init_process_group keeps the rank it was given.
+    FAKE_DISTRIBUTED = textwrap.dedent('''
+        group = {}
+        def is_available():
+            return True
+        def is_initialized():
+            return bool(group)
+        def init_process_group(backend=None, rank=-1, world_size=-1, **kwargs):
+            group.update(rank=rank, world_size=world_size)
+        def get_rank():
+            return group["rank"]
+        def get_world_size():
+            return group["world_size"]
+    ''')
+
+    def report(self, trace):
+        import json
+        r = subprocess.run([CLI, "report", "--format", "json", trace], capture_output=True,
+                           text=True, timeout=60)
+        self.assertIn(r.returncode, (0, 1), r.stdout + r.stderr)
+        return json.loads(r.stdout)
+
+    def test_init_process_group_names_the_process_by_its_rank(self):
+        # An mp.spawn worker: no RANK variable; its rank is init_process_group's argument.
+        self.need_agent()
+        if CLI is None:
+            self.skipTest("no fragscope command given")
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH + "from . import distributed\n")
+        self.write("pkgs/torch/distributed/__init__.py", self.FAKE_DISTRIBUTED)
+        trace = os.path.join(self.dir, "trace.fst")
+        code = '''
+            import ctypes
+            import torch.distributed as dist  # the usual spelling
+            dist.init_process_group("nccl", rank=2, world_size=4)
+            ctypes.CDLL(None).fragscope_mark(b"step 1")  # an event after it in every case
+        '''
+        env = {"FRAGSCOPE_OUTPUT": trace}
+        for name in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+            env[name] = ""  # not a number: passed over, as if unset
+        self.run_python(code, path=[os.path.dirname(torch_dir)], preload=True, env=env)
+        process = self.report(trace)["process"]
+        self.assertEqual(process.get("rank"), 2, process)
+        self.assertEqual(process.get("world_size"), 4, process)
+        with open(trace, "rb") as f:
+            self.assertEqual(f.read().count(b"rank 2 of 4"), 1)
+
+        # torchrun: the launcher's RANK is already in the Hello; the same rank again adds no mark.
+        trace = os.path.join(self.dir, "torchrun.fst")
+        self.run_python(code, path=[os.path.dirname(torch_dir)], preload=True,
+                        env=dict(env, FRAGSCOPE_OUTPUT=trace, RANK="2", WORLD_SIZE="4"))
+        process = self.report(trace)["process"]
+        self.assertEqual((process.get("rank"), process.get("world_size")), (2, 4), process)
+        with open(trace, "rb") as f:
+            self.assertNotIn(b"rank 2 of 4", f.read())
+
+        # Without the agent the wrapper is not even installed: the program's own function runs.
+        r = self.run_python('''
+            import torch
+            print(getattr(torch.distributed.init_process_group, "_fragscope_rank", False))
+        ''', path=[os.path.dirname(torch_dir)])
+        self.assertEqual(r.stdout.strip(), "False")
 
     def test_python_sites_flush_before_the_oom_is_reported(self):
         # The extension stood in by a recorder: what sitecustomize asks of torch and of it.
@@ -595,4 +660,6 @@ if __name__ == "__main__":
     ADAPTER_DIR = os.path.abspath(sys.argv[1])
     if len(sys.argv) > 2:
         AGENT_LIB = os.path.abspath(sys.argv[2])
-    unittest.main(argv=[sys.argv[0]] + sys.argv[3:], verbosity=2)
+    if len(sys.argv) > 3:
+        CLI = os.path.abspath(sys.argv[3])
+    unittest.main(argv=[sys.argv[0]] + sys.argv[4:], verbosity=2)

@@ -383,6 +383,26 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         self.assertNotIn(activation, default)
         self.assertEqual(default.get(None), (24 * MiB, 1), "made while dormant: no stack")
 
+    def test_mp_spawn_workers_are_named_by_their_rank(self):
+        # mp.spawn workers get their rank as an argument; no RANK variable for the agent to
+        # read at start. The adapter reports it when init_process_group returns.
+        job = os.path.join(WORK, "spawn")
+        shutil.rmtree(job, ignore_errors=True)
+        os.makedirs(job)
+        report = os.path.join(job, "report.json")
+        r = subprocess.run(
+            [CLI, "run", "-o", os.path.join(job, "rank.fst"), "--format", "json", "--report",
+             report, "--", sys.executable, os.path.join(HERE, "torch_spawn_workload.py"), job],
+            env=environment({"FRAGSCOPE_TORCH_ADAPTER": "fallback"}), capture_output=True,
+            text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(report) as f:
+            processes = json.load(f)["processes"]
+        self.assertEqual(len(processes), 2, processes)
+        for rank, p in enumerate(processes):  # in rank order
+            process = p["report"]["process"]
+            self.assertEqual((process.get("rank"), process.get("world_size")), (rank, 2), process)
+
     def test_expandable_segments(self):
         """expandable_segments:True: PyTorch reserves address space per pool and maps 2 or
         20 MiB pages into it as it grows (cuMemAddressReserve, cuMemCreate, cuMemMap), and on

@@ -54,7 +54,7 @@ class FrameEncoderTest : public ::testing::Test {
 TEST_F(FrameEncoderTest, StreamHeaderIsMagicThenVersions) {
   uint8_t header[kStreamHeaderSize];
   EncodeStreamHeader(header);
-  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 7, 0, 0, 0};
+  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 8, 0, 0, 0};
   EXPECT_EQ(memcmp(header, expected, 16), 0);
 }
 
@@ -323,6 +323,31 @@ TEST_F(FrameEncoderTest, Mark) {
   r.flags = kFlagBlocksSynced;
   ASSERT_TRUE(EncodeRecord(w_, r));
   EXPECT_TRUE(Single().mark().blocks_synced());
+  EXPECT_FALSE(Single().mark().has_rank());
+}
+
+TEST_F(FrameEncoderTest, RankMark) {
+  EventRecord r = Record(RecordType::kMark, Api::k_fragscope_mark);
+  memcpy(r.label, "rank 0 of 4", 11);
+  r.label_size = 11;
+  r.flags = kFlagRank;
+  r.rank_mark.rank = 0;  // present although 0
+  r.rank_mark.world_size = 4;
+  ASSERT_TRUE(EncodeRecord(w_, r));
+  v1::Frame f = Single();
+  ASSERT_TRUE(f.has_mark());
+  EXPECT_EQ(f.mark().label(), "rank 0 of 4");
+  ASSERT_TRUE(f.mark().has_rank());
+  EXPECT_EQ(f.mark().rank(), 0u);
+  ASSERT_TRUE(f.mark().has_world_size());
+  EXPECT_EQ(f.mark().world_size(), 4u);
+  w_.Clear();
+  r.rank_mark.rank = 7;
+  r.rank_mark.world_size = -1;  // unknown: absent
+  ASSERT_TRUE(EncodeRecord(w_, r));
+  f = Single();
+  EXPECT_EQ(f.mark().rank(), 7u);
+  EXPECT_FALSE(f.mark().has_world_size());
 }
 
 TEST_F(FrameEncoderTest, BlockEvent) {

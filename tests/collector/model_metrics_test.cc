@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "fragscope/model/process_model.h"
@@ -861,6 +862,29 @@ TEST(ModelMetricsTest, BlockAtALiveBlockAddressReplacesIt) {
   EXPECT_EQ(s.unmatched_events, 1u);
   EXPECT_EQ(d.allocated_bytes, 24 * kMiB);
   EXPECT_EQ(d.cached_bytes, 40 * kMiB);
+}
+
+// An mp.spawn worker learns its rank after start (init_process_group(rank=...)), with no
+// launcher variable for the agent's Hello: the rank mark names the process from then on, and a
+// later one (a re-initialised process group) replaces it, world size included.
+TEST(ModelMetricsTest, ARankMarkNamesTheProcess) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Hello(/*attached=*/false);
+  EXPECT_FALSE(model.Summarize().rank.has_value());
+  feed.RankMark(3, 8);
+  ModelSummary s = model.Summarize();
+  ASSERT_TRUE(s.rank.has_value());
+  EXPECT_EQ(*s.rank, 3u);
+  ASSERT_TRUE(s.world_size.has_value());
+  EXPECT_EQ(*s.world_size, 8u);
+  feed.RankMark(0, -1);
+  s = model.Summarize();
+  ASSERT_TRUE(s.rank.has_value());
+  EXPECT_EQ(*s.rank, 0u);  // rank 0 is a rank, not "none"
+  EXPECT_FALSE(s.world_size.has_value());
+  feed.Mark("step 1");  // a plain mark leaves it alone
+  EXPECT_EQ(model.Summarize().rank, std::optional<uint32_t>(0));
 }
 
 }  // namespace

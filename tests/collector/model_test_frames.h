@@ -196,6 +196,18 @@ class FrameFeed {
     model_->Apply(f);
   }
 
+  // A mark that says which rank the process is (Mark.rank; world_size < 0: not given).
+  void RankMark(uint32_t rank, int64_t world_size) {
+    v1::Frame f;
+    v1::Mark* m = f.mutable_mark();
+    m->set_seq(++seq_);
+    m->set_time_ns(seq_ * 1000);
+    m->set_label("rank " + std::to_string(rank));
+    m->set_rank(rank);
+    if (world_size >= 0) m->set_world_size(static_cast<uint32_t>(world_size));
+    model_->Apply(f);
+  }
+
   void Drops(uint64_t dropped) {
     v1::Frame f;
     f.mutable_drops()->set_seq(seq_);

@@ -51,6 +51,13 @@ void fragscope_mark(const char* label) __attribute__((weak));
  * syncs only: figures between two syncs (peaks, fragmentation maxima) may miss blocks that came
  * and went, and a failure long after the last sync is not judged against its blocks. */
 void fragscope_blocks_synced(const char* label) __attribute__((weak));
+/* Which rank of a distributed job this process is (`rank` >= 0), and the job's size
+ * (`world_size` > rank; anything else: unknown), for a program that learns it after start
+ * without a launcher variable the agent reads (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK,
+ * SLURM_PROCID): e.g. torch.multiprocessing.spawn workers, which pass their rank to
+ * torch.distributed.init_process_group. Reports name the process by it from then on; a mark
+ * "rank R of N" shows when it was set. A negative rank is ignored. */
+void fragscope_set_rank(int rank, int world_size) __attribute__((weak));
 
 /* Source-level sites: for an adapter that learns where a block was allocated in its own
  * language (PyTorch: the Python frames of the line that made the tensor), which the agent's
@@ -105,6 +112,9 @@ static inline void fragscope_annotate_mark(const char* label) {
 }
 static inline void fragscope_annotate_blocks_synced(const char* label) {
   if (fragscope_blocks_synced) fragscope_blocks_synced(label);
+}
+static inline void fragscope_annotate_rank(int rank, int world_size) {
+  if (fragscope_set_rank) fragscope_set_rank(rank, world_size);
 }
 static inline uint64_t fragscope_annotate_source_stack(const fragscope_source_frame* frames,
                                                        size_t count) {

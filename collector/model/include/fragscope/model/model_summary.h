@@ -282,8 +282,8 @@ struct ModelSummary {
   uint32_t pid = 0;
   std::string host;
   std::string exe;
-  // The process's rank in a distributed job and the job's size, from its launcher's environment
-  // (Hello.rank); unset outside one.
+  // The process's rank in a distributed job and the job's size: from its launcher's environment
+  // (Hello.rank), or as the program set it later (a Mark's rank); unset outside one.
   std::optional<uint32_t> rank;
   std::optional<uint32_t> world_size;
   // Hello.resumed: how many times the agent lost its collector and resumed the stream in a new
