@@ -81,6 +81,39 @@ void LinkResumedStreams(const std::vector<JobMember>& members, JobSummary& job) 
   }
 }
 
+// GPUs (by host and UUID) that more than one distinct process of the job used. Devices without
+// a UUID (not read) cannot be told apart across processes and are left out.
+std::vector<SharedDevice> FindSharedDevices(const std::vector<JobMember>& members,
+                                            const JobSummary& job) {
+  std::vector<SharedDevice> gpus;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const ModelSummary& s = *members[i].summary;
+    for (const DeviceSummary& d : s.devices) {
+      if (d.uuid_hex.empty() || !DeviceUsed(d)) continue;
+      auto gpu = std::find_if(gpus.begin(), gpus.end(), [&](const SharedDevice& g) {
+        return g.host == s.host && g.uuid_hex == d.uuid_hex;
+      });
+      if (gpu == gpus.end()) {
+        gpus.push_back({s.host, d.uuid_hex, {}});
+        gpu = gpus.end() - 1;
+      }
+      const std::size_t process = job.members[i].process;
+      auto user = std::find_if(gpu->users.begin(), gpu->users.end(), [&](const auto& u) {
+        return job.members[u.member].process == process;
+      });
+      if (user == gpu->users.end()) {
+        gpu->users.push_back({i, d.ordinal, d.peak_reserved_bytes});
+      } else {
+        user->peak_reserved_bytes = std::max(user->peak_reserved_bytes, d.peak_reserved_bytes);
+      }
+    }
+  }
+  gpus.erase(std::remove_if(gpus.begin(), gpus.end(),
+                            [](const SharedDevice& g) { return g.users.size() < 2; }),
+             gpus.end());
+  return gpus;
+}
+
 }  // namespace
 
 JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
@@ -183,6 +216,7 @@ JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
     h.processes_with_oom = processes.size();
     job.first_ooms.push_back(std::move(h));
   }
+  job.shared_devices = FindSharedDevices(members, job);
   // Across hosts only wall clocks compare, and only to within their skew.
   if (job.first_ooms.size() > 1 &&
       std::all_of(job.first_ooms.begin(), job.first_ooms.end(),

@@ -82,6 +82,27 @@ void RenderJobJson(const JobSummary& job, const std::vector<std::string>& member
   w.EndArray();
   w.Field("hosts_ordered_by_wall_clock", job.hosts_ordered_by_wall_clock);
   w.Field("host_lead_ns", job.host_lead_ns);
+  w.Key("shared_devices");
+  w.BeginArray();
+  for (const SharedDevice& g : job.shared_devices) {
+    w.BeginObject();
+    w.Field("host", g.host);
+    w.Field("uuid", g.uuid_hex);
+    w.Key("users");
+    w.BeginArray();
+    for (const SharedDevice::User& u : g.users) {
+      w.BeginObject();
+      w.Field("process", static_cast<uint64_t>(u.member));
+      w.Field("pid", static_cast<uint64_t>(job.members[u.member].pid));
+      w.FieldOrNull("rank", job.members[u.member].rank);
+      w.Field("device", u.device);
+      w.Field("peak_reserved_bytes", u.peak_reserved_bytes);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
   w.EndObject();
   w.Key("processes");
   w.BeginArray();

@@ -1,5 +1,6 @@
 // RenderJobSummaryText: the job table and the first OOM per host.
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/strings/str_format.h"
 #include "fragscope/model/format_bytes.h"
@@ -47,6 +48,38 @@ std::string EndText(const JobMemberInfo& m) {
 
 // How a stream is named in notes: its trace, else the process.
 std::string TraceOrName(const JobMemberInfo& m) { return m.trace.empty() ? Name(m) : m.trace; }
+
+// A GPU as nvidia-smi names it ("GPU-8f0c...-..."), from 32 hex digits.
+std::string GpuName(const std::string& uuid_hex) {
+  if (uuid_hex.size() != 32) return uuid_hex;
+  return absl::StrFormat("GPU-%s-%s-%s-%s-%s", uuid_hex.substr(0, 8), uuid_hex.substr(8, 4),
+                         uuid_hex.substr(12, 4), uuid_hex.substr(16, 4), uuid_hex.substr(20));
+}
+
+// "rank 0 (device 0, peak reserved 200.00 MiB)" for each user of `gpu` but `except` (a member's
+// process; SIZE_MAX: none), joined with ", ".
+std::string GpuUsers(const SharedDevice& gpu, const JobSummary& job, std::size_t except) {
+  std::string text;
+  for (const SharedDevice::User& u : gpu.users) {
+    if (job.members[u.member].process == except) continue;
+    if (!text.empty()) text += ", ";
+    absl::StrAppendFormat(&text, "%s (device %d, peak reserved %s)", Name(job.members[u.member]),
+                          u.device, FormatBytes(u.peak_reserved_bytes));
+  }
+  return text;
+}
+
+// The shared GPU that `member` used as `device`, if any.
+const SharedDevice* SharedGpuOf(const JobSummary& job, std::size_t member, int device) {
+  for (const SharedDevice& g : job.shared_devices) {
+    for (const SharedDevice::User& u : g.users) {
+      if (job.members[u.member].process == job.members[member].process && u.device == device) {
+        return &g;
+      }
+    }
+  }
+  return nullptr;
+}
 
 std::string FirstOomCell(const JobRow& row, const JobSummary& job) {
   if (!row.first_oom) return "-";
@@ -128,6 +161,15 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
           Name(m));
     }
   }
+  for (const SharedDevice& g : job.shared_devices) {
+    out << absl::StrFormat(
+        "  %s on %s was used by %d processes: %s. They compete for its memory, and each counts "
+        "the others' as outside its own segments (untracked: an OOM there reads \"external\"). "
+        "Ranks of a data-parallel job usually get a GPU each: unless sharing was meant (MPS), "
+        "call torch.cuda.set_device(local_rank) (or give each rank its own "
+        "CUDA_VISIBLE_DEVICES) before the first CUDA call.\n",
+        GpuName(g.uuid_hex), g.host, g.users.size(), GpuUsers(g, job, SIZE_MAX));
+  }
   std::string traces;
   for (const JobMemberInfo& m : job.members) {
     if (!m.trace.empty()) absl::StrAppendFormat(&traces, "\n    %-14s %s", Name(m), m.trace);
@@ -157,6 +199,12 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
                            h.oom.seq,
                            h.oom.wall_time_ns ? ", at " + FormatWallTime(*h.oom.wall_time_ns) : "");
     out << "  " << h.oom.headline << "\n";
+    if (const SharedDevice* g = SharedGpuOf(job, h.oom.member, h.oom.device)) {
+      out << absl::StrFormat(
+          "  Device %d is %s, which other processes of this job used too: %s. The memory "
+          "outside this process's segments may have been theirs, up to their peaks.\n",
+          h.oom.device, GpuName(g->uuid_hex), GpuUsers(*g, job, m.process));
+    }
     if (!h.time_order_known) {
       out << "  Some OOMs of this host carry no time, so which came first is not certain.\n";
     }

@@ -306,6 +306,55 @@ TEST_F(CliEndToEnd, UsageErrorsExit2AndBadInputExits3) {
   EXPECT_EQ(Shell(Fragscope() + " gate " + dir_ + "/garbage.fst --max-reserved 1G").exit_code, 3);
 }
 
+// Two ranks that both use device 0 (a program that never called torch.cuda.set_device): the
+// job summary says they share one GPU, names it as nvidia-smi does, and says it again at the
+// first OOM, since memory the OOM counts as outside the process may be the other rank's.
+TEST_F(CliEndToEnd, RanksThatShareAGpuAreToldSo) {
+  const std::string job = dir_ + "/shared";
+  ASSERT_EQ(std::system(("mkdir -p " + job).c_str()), 0);
+  const std::string demo = FRAGSCOPE_DEMO_BIN;
+  Result run = Shell("FAKECUDA_DEVICES=2 FAKECUDA_CAPACITY=4G " + Fragscope() + " run -o " + job +
+                     "/rank.fst --format json --report " + job +
+                     "/live.json -- sh -c 'RANK=0 WORLD_SIZE=2 " + demo +
+                     " & RANK=1 WORLD_SIZE=2 " + demo + "; s=$?; wait; exit $s'");
+  ASSERT_EQ(run.exit_code, 1) << run.output;
+  json live = json::parse(Slurp(job + "/live.json"), nullptr, false);
+  ASSERT_FALSE(live.is_discarded()) << Slurp(job + "/live.json");
+  ASSERT_EQ(live["job"]["shared_devices"].size(), 1u) << live["job"].dump();
+  const json& gpu = live["job"]["shared_devices"][0];
+  ASSERT_EQ(gpu["users"].size(), 2u) << gpu.dump();
+  const std::string uuid = gpu["uuid"];
+  ASSERT_EQ(uuid.size(), 32u);
+  std::vector<int> ranks;
+  for (const json& u : gpu["users"]) {
+    EXPECT_EQ(u["device"], 0);
+    EXPECT_GT(u["peak_reserved_bytes"].get<uint64_t>(), 0u);
+    ranks.push_back(u["rank"].get<int>());
+  }
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_EQ(ranks, (std::vector<int>{0, 1}));
+
+  Result text = Shell(Fragscope() + " report " + job + "/rank.fst.*");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  const std::string name = "GPU-" + uuid.substr(0, 8) + "-" + uuid.substr(8, 4) + "-";
+  EXPECT_NE(text.output.find(name), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find(" was used by 2 processes: rank 0 (device 0, peak reserved "),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("torch.cuda.set_device(local_rank)"), std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("Device 0 is " + name), std::string::npos) << text.output;
+
+  // The same two ranks on GPUs of their own: nothing to say.
+  Result apart =
+      Shell("FAKECUDA_DEVICES=2 FAKECUDA_CAPACITY=4G " + Fragscope() + " run -o " + job +
+            "/apart.fst -- sh -c 'RANK=0 WORLD_SIZE=2 " + demo +
+            " & RANK=1 WORLD_SIZE=2 CUDA_VISIBLE_DEVICES=1 " + demo + "; s=$?; wait; exit $s'");
+  ASSERT_EQ(apart.exit_code, 1) << apart.output;
+  EXPECT_NE(apart.output.find("==== job: 2 processes"), std::string::npos) << apart.output;
+  EXPECT_EQ(apart.output.find(" was used by "), std::string::npos) << apart.output;
+}
+
 // A job of three processes (the ranks of a multi-GPU run, here three copies of the demo under
 // one launcher): `run` reports each and then the job; its JSON is one document; `report` and
 // `gate` take every rank's trace at once.
@@ -313,10 +362,13 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
   const std::string job = dir_ + "/job";
   ASSERT_EQ(std::system(("mkdir -p " + job).c_str()), 0);
   const std::string demo = FRAGSCOPE_DEMO_BIN;
-  Result run = Shell("FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() +
-                     " run -o " + job + "/rank.fst --format json --report " + job +
-                     "/live.json -- sh -c 'RANK=2 WORLD_SIZE=3 " + demo + " & RANK=0 WORLD_SIZE=3 " +
-                     demo + " & RANK=1 WORLD_SIZE=3 " + demo + "; s=$?; wait; exit $s'");
+  // Each rank on a GPU of its own, as a launcher sets it up.
+  Result run =
+      Shell("FAKECUDA_DEVICES=3 FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + Fragscope() +
+            " run -o " + job + "/rank.fst --format json --report " + job +
+            "/live.json -- sh -c 'RANK=2 WORLD_SIZE=3 CUDA_VISIBLE_DEVICES=2 " + demo +
+            " & RANK=0 WORLD_SIZE=3 CUDA_VISIBLE_DEVICES=0 " + demo +
+            " & RANK=1 WORLD_SIZE=3 CUDA_VISIBLE_DEVICES=1 " + demo + "; s=$?; wait; exit $s'");
   ASSERT_EQ(run.exit_code, 1) << "a rank's status (1: died of its OOM): " << run.output;
   // One JSON document, not three objects back to back.
   json live = json::parse(Slurp(job + "/live.json"), nullptr, false);
@@ -325,6 +377,7 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
   EXPECT_EQ(live["job"]["processes"], 3);
   EXPECT_EQ(live["job"]["oom_count"], 6);
   EXPECT_EQ(live["job"]["processes_with_oom"], 3);
+  EXPECT_EQ(live["job"]["shared_devices"].size(), 0u) << "a GPU each";
   ASSERT_EQ(live["processes"].size(), 3u);
   std::vector<uint64_t> times;
   // In rank order, from the launcher's RANK and WORLD_SIZE, whatever order they connected in.
@@ -362,8 +415,9 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
   for (const char* rank : {", rank 0 of 3\n", ", rank 1 of 3\n", ", rank 2 of 3\n"}) {
     EXPECT_EQ(Count(text.output, rank), 1) << rank << text.output;
   }
-  Result as_json = Shell(Fragscope() + " report " + traces + " --format json -o " + job +
-                         "/file.json");
+  EXPECT_EQ(text.output.find(" was used by "), std::string::npos) << text.output;
+  Result as_json =
+      Shell(Fragscope() + " report " + traces + " --format json -o " + job + "/file.json");
   ASSERT_EQ(as_json.exit_code, 0) << as_json.output;
   json file = json::parse(Slurp(job + "/file.json"), nullptr, false);
   ASSERT_FALSE(file.is_discarded());
@@ -384,9 +438,9 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
   }
   EXPECT_EQ(rank_processes, 3) << timeline["traceEvents"].dump().substr(0, 2000);
   EXPECT_EQ(timeline["otherData"]["time_base"], "wall clock (us since the Unix epoch)");
-  EXPECT_EQ(Shell(Fragscope() + " export " + traces + " --torch-snapshot " + job + "/x.pickle")
-                .exit_code,
-            2)
+  EXPECT_EQ(
+      Shell(Fragscope() + " export " + traces + " --torch-snapshot " + job + "/x.pickle").exit_code,
+      2)
       << "a PyTorch snapshot holds one process";
 
   // The gate judges every rank; the job passes only if all do.
@@ -412,8 +466,8 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
   EXPECT_EQ(cut.exit_code, 3) << cut.output;
   EXPECT_NE(cut.output.find("==== job: 4 processes"), std::string::npos) << cut.output;
   EXPECT_NE(cut.output.find("damaged input"), std::string::npos) << cut.output;
-  Result cut_gate = Shell(Fragscope() + " gate " + traces + " " + job +
-                          "/cut.fst --max-fragmentation 0.99");
+  Result cut_gate =
+      Shell(Fragscope() + " gate " + traces + " " + job + "/cut.fst --max-fragmentation 0.99");
   EXPECT_EQ(cut_gate.exit_code, 3) << cut_gate.output;
   EXPECT_EQ(Count(cut_gate.output, "passed (1 check)"), 3) << cut_gate.output;
 
@@ -434,10 +488,10 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
       << index;
   EXPECT_EQ(Shell(Fragscope() + " report " + traces + " --format html").exit_code, 2)
       << "several pages need a folder";
-  EXPECT_EQ(Shell(Fragscope() + " gate " + traces + " --baseline " + dir_ +
-                  "/live.json --max-increase 0")
-                .exit_code,
-            2);
+  EXPECT_EQ(
+      Shell(Fragscope() + " gate " + traces + " --baseline " + dir_ + "/live.json --max-increase 0")
+          .exit_code,
+      2);
   // A job's report is a baseline for the job, process by process, matched by rank.
   Result same_job = Shell(Fragscope() + " gate " + traces + " --baseline " + job +
                           "/live.json --max-increase 0 --max-reserved-increase 0");

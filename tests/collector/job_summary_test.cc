@@ -343,5 +343,74 @@ TEST(JobSummary, AResumedStreamIsTheSameProcess) {
   EXPECT_FALSE(reused.members[2].resumes.has_value());
 }
 
+// Ranks on one GPU (same host and UUID): the usual mp.spawn slip of never calling
+// torch.cuda.set_device(local_rank). Said once per GPU, with each process's peak there, and again
+// at a first OOM on it; a resumed stream is not a second process, other GPUs and devices without
+// a UUID are not shared.
+TEST(JobSummary, RanksOnOneGpuAreSaidToShareIt) {
+  const std::string gpu0(32, 'a'), gpu1(32, 'b');
+  std::vector<ModelSummary> ranks = {
+      Rank(800, "node1", 0, 0, std::nullopt),               // rank 0
+      Rank(801, "node1", 0, 7 * kMs, OomClass::kExternal),  // rank 1, same GPU
+      Rank(800, "node1", 0, 0, std::nullopt),               // rank 0 again, resumed
+      Rank(802, "node1", 0, 0, std::nullopt),               // rank 2: a GPU of its own
+      Rank(803, "node1", 0, 0, std::nullopt),               // rank 3: UUID not read
+      Rank(804, "node2", 0, 0, std::nullopt),               // rank 4: gpu0's UUID, another host
+  };
+  for (uint32_t r = 0; r < ranks.size(); ++r) ranks[r].rank = r == 2 ? 0 : (r > 2 ? r - 1 : r);
+  ranks[0].devices[0].uuid_hex = ranks[1].devices[0].uuid_hex = gpu0;
+  ranks[2].devices[0].uuid_hex = gpu0;
+  ranks[2].devices[0].peak_reserved_bytes = 950 * kMiB;  // its larger peak after the restart
+  ranks[2].resumed = 1;
+  ranks[0].stream_ended = false;
+  ranks[0].last_seq = 10;
+  ranks[2].history_from_seq = 20;
+  ranks[3].devices[0].uuid_hex = gpu1;
+  ranks[5].devices[0].uuid_hex = gpu0;
+  JobSummary job = BuildJobSummary(Members(ranks));
+  ASSERT_EQ(job.members[2].process, 0u);
+  ASSERT_EQ(job.shared_devices.size(), 1u);
+  const SharedDevice& g = job.shared_devices[0];
+  EXPECT_EQ(g.host, "node1");
+  EXPECT_EQ(g.uuid_hex, gpu0);
+  ASSERT_EQ(g.users.size(), 2u);
+  EXPECT_EQ(g.users[0].member, 0u);
+  EXPECT_EQ(g.users[0].peak_reserved_bytes, 950 * kMiB);
+  EXPECT_EQ(g.users[1].member, 1u);
+  EXPECT_EQ(g.users[1].device, 0);
+
+  std::ostringstream text;
+  RenderJobSummaryText(job, text);
+  const std::string t = text.str();
+  EXPECT_NE(t.find("GPU-aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa on node1 was used by 2 processes: "
+                   "rank 0 (device 0, peak reserved 950.00 MiB), rank 1 (device 0, peak "
+                   "reserved 900.00 MiB)"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("torch.cuda.set_device(local_rank)"), std::string::npos) << t;
+  EXPECT_NE(t.find("Device 0 is GPU-aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa, which other processes "
+                   "of this job used too: rank 0 (device 0, peak reserved 950.00 MiB)."),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(t.find("GPU-bbbbbbbb"), std::string::npos) << t;
+
+  std::ostringstream json;
+  RenderJobJson(job, {}, json);
+  const nlohmann::json j = nlohmann::json::parse(json.str());
+  ASSERT_EQ(j["job"]["shared_devices"].size(), 1u);
+  EXPECT_EQ(j["job"]["shared_devices"][0]["uuid"], gpu0);
+  EXPECT_EQ(j["job"]["shared_devices"][0]["users"][1]["rank"], 1);
+  EXPECT_EQ(j["job"]["shared_devices"][0]["users"][0]["peak_reserved_bytes"], 950 * kMiB);
+
+  // Each rank on its own GPU: nothing said.
+  ranks[1].devices[0].uuid_hex = gpu1;
+  ranks[3].devices[0].uuid_hex.clear();
+  job = BuildJobSummary(Members(ranks));
+  EXPECT_TRUE(job.shared_devices.empty());
+  std::ostringstream apart;
+  RenderJobSummaryText(job, apart);
+  EXPECT_EQ(apart.str().find(" was used by "), std::string::npos) << apart.str();
+}
+
 }  // namespace
 }  // namespace fragscope

@@ -83,6 +83,22 @@ struct HostFirstOom {
   bool time_order_known = true;
 };
 
+// One physical GPU (same host, same UUID) that several processes of the job used. A
+// data-parallel job usually gives each rank a GPU of its own; ranks that share one compete for
+// its memory, and each counts the others' as outside its own segments (an OOM there reads
+// "external"). The usual cause is a program that never called torch.cuda.set_device(local_rank),
+// so that every rank used device 0; MPS and deliberate co-location are the legitimate ones.
+struct SharedDevice {
+  std::string host;
+  std::string uuid_hex;
+  struct User {
+    std::size_t member = 0;            // the process's first stream that used the GPU
+    int device = -1;                   // the ordinal it had in that process
+    uint64_t peak_reserved_bytes = 0;  // that process's, on the GPU (the largest of its streams)
+  };
+  std::vector<User> users;  // two or more distinct processes, in members' order
+};
+
 struct JobSummary {
   std::vector<JobMemberInfo> members;  // in the caller's order
   std::size_t process_count = 0;       // distinct processes: members less resumed streams
@@ -98,6 +114,7 @@ struct JobSummary {
   // machines (NTP) do not say which was first.
   bool hosts_ordered_by_wall_clock = false;
   uint64_t host_lead_ns = 0;  // how long before the next host's first OOM the first came
+  std::vector<SharedDevice> shared_devices;  // GPUs several processes used, by first use
 };
 
 inline constexpr uint64_t kWallClockMarginNs = 100'000'000;  // 100 ms
