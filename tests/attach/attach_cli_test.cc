@@ -109,6 +109,39 @@ TEST(AttachCliTest, DurationDetachesAndLeavesTheAgentDormant) {
       << "events after the detach reached the trace";
 }
 
+// A rank the program set while the agent slept (an mp.spawn worker's init_process_group, long
+// before the attach) names the woken stream: its Hello carries it.
+TEST(AttachCliTest, ARankSetWhileDormantNamesTheWokenStream) {
+  TempDir dir;
+  RunOptions options = Dormant(dir);
+  options.env["ATTACH_APP_RANK"] = "3:8";
+  LiveProcess app(AppPath("agent_attach_app"), {}, options);
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string control = AgentSocket(dir, app.pid());
+  ASSERT_TRUE(WaitForFile(control));
+  RunResult attach = RunProgram(kCli,
+                                {"attach", std::to_string(app.pid()), "--duration", "1", "-o",
+                                 dir.File("t.fst"), "--format", "json"},
+                                Cli(dir));
+  ASSERT_EQ(attach.exit_code, 0) << attach.err;
+  nlohmann::json report = nlohmann::json::parse(attach.out, nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << attach.out;
+  EXPECT_EQ(report["process"]["rank"], 3) << report["process"].dump();
+  EXPECT_EQ(report["process"]["world_size"], 8) << report["process"].dump();
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  ASSERT_FALSE(trace.frames.empty());
+  ASSERT_TRUE(trace.frames[0].has_hello());
+  EXPECT_EQ(trace.frames[0].hello().rank(), 3u);
+  EXPECT_EQ(trace.frames[0].hello().world_size(), 8u);
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 2"));
+  app.Send("go");
+  ASSERT_TRUE(app.WaitForLine("ready 3"));
+  app.Send("go");
+  ASSERT_EQ(app.Finish(), 0) << app.err();
+}
+
 TEST(AttachCliTest, ErrorsSayWhatIsWrongAndWhatToDo) {
   TempDir dir;
   // Usage.

@@ -8,7 +8,8 @@
 // 1 (one of them stream-ordered) and 3, and frees one of those in phase 2 while device 0 is
 // current. ATTACH_APP_SYNCED_BLOCKS=1 reports, at the end of phase 1, a 1 MiB block inside the
 // 4 MiB allocation as a snapshot diff does (late, its source-level site, then
-// fragscope_blocks_synced).
+// fragscope_blocks_synced). ATTACH_APP_RANK=R:N says, before phase 1, that the process is rank R
+// of N (fragscope_set_rank, as the PyTorch adapter does after init_process_group).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -63,6 +64,11 @@ int main() {
       cudaGetDriverEntryPointByVersion("cuMemFree", reinterpret_cast<void**>(&g_free), 12000,
                                        cudaEnableDefault, &q) != cudaSuccess) {
     return 4;
+  }
+  if (const char* rank = std::getenv("ATTACH_APP_RANK")) {
+    int r = -1, n = -1;
+    if (std::sscanf(rank, "%d:%d", &r, &n) != 2) return 6;
+    fragscope_annotate_rank(r, n);
   }
   // Phase 1: before any attach.
   void* a[4];
