@@ -1,6 +1,7 @@
 // Frame dispatch of the collector model: turns each event into changes of segments, handles,
 // pools and blocks, and keeps the per-device aggregates (DeviceState) in step with them.
 #include "fragscope/model/process_model.h"
+#include "fragscope/model/wide_btree_map.h"
 
 #include <algorithm>
 #include <map>
@@ -163,7 +164,11 @@ class ProcessModel::Impl {
     Segment* operator->() const { return segment.get(); }
     Segment& operator*() const { return *segment; }
   };
-  using SegmentIndex = absl::btree_map<uint64_t, IndexedSegment, AddressOrder>;
+  // Wide nodes searched linearly, as the segments' extents (wide_btree_map.h): bisecting
+  // 256-byte nodes took fewer instructions but mispredicted a branch at every other step of
+  // every cudaFree's lookup (perf: the search's branch and the child loads held most of
+  // OnFree's samples); replay +4 % (tests/bench/RESULTS.md).
+  using SegmentIndex = WideBtreeMap<uint64_t, IndexedSegment, std::less<uint64_t>, 1024>;
   void EraseSegment(SegmentIndex::iterator it);
   void ClassifyPendingSegments();
 

@@ -70,15 +70,6 @@ struct SegmentContribution {
   uint64_t free_ranges = 0;
 };
 
-// Address order for the model's B-trees of absl's default node size, searching a node by
-// bisection: for integer keys absl scans a node linearly by default, which on these nodes (10 to
-// 15 keys) executes about twice the instructions of a bisection. (Wide nodes are another matter:
-// wide_btree_map.h.)
-struct AddressOrder {
-  using absl_btree_prefer_linear_node_search = std::false_type;
-  bool operator()(uint64_t a, uint64_t b) const { return a < b; }
-};
-
 // Whether [address, address + size) ends inside the 64-bit address space. A range that wraps
 // would make every end-begin difference and every sum of sizes meaningless.
 inline bool RangeFits(uint64_t address, uint64_t size) {
@@ -272,7 +263,7 @@ class Segment {
   static Extent BlockExtent(const SubBlock& b, uint32_t data) {
     return Extent{b.size, 0, b.stack_id, data, b.pending_free};
   }
-  // Wide nodes, searched linearly (std::less), not AddressOrder: see wide_btree_map.h.
+  // Wide nodes, searched linearly (std::less): see wide_btree_map.h.
   using ExtentMap = WideBtreeMap<uint64_t, Extent, std::less<uint64_t>, kExtentNodeBytes>;
 
   // The free run that ends at `next` (an extent, or end()): where it starts, and its size, held
