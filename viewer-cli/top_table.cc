@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/report/symbolizer.h"
 
@@ -76,6 +78,57 @@ std::optional<int64_t> RankOf(const nlohmann::json& stream) {
   return p["rank"].get<int64_t>();
 }
 
+// Processes in view that hold memory on one physical GPU (same host and UUID) now: a note per
+// such GPU under the table, "GPU-... on HOST: rank 0 (pid 41), rank 1 (pid 42)". Each of them
+// counts the others' memory as outside its own segments.
+std::string SharedGpuNotes(const nlohmann::json& streams, long pid_filter) {
+  struct Gpu {
+    std::string host, uuid;
+    std::vector<std::string> users;
+    std::vector<uint64_t> pids;
+  };
+  std::vector<Gpu> gpus;
+  for (const auto& s : streams) {
+    if (!s.value("connected", false) || !s.contains("report")) continue;
+    const nlohmann::json& r = s["report"];
+    const uint64_t pid = s.value("pid", 0ull);
+    const std::string host = r.contains("process") ? r["process"].value("host", "") : "";
+    for (const auto& d : r.value("devices", nlohmann::json::array())) {
+      const std::string uuid = d.value("uuid", "");
+      const bool holds = d.contains("reserved_bytes") && d["reserved_bytes"].is_number() &&
+                         d["reserved_bytes"].get<double>() > 0;
+      if (uuid.empty() || !holds) continue;
+      auto g = std::find_if(gpus.begin(), gpus.end(),
+                            [&](const Gpu& x) { return x.host == host && x.uuid == uuid; });
+      if (g == gpus.end()) g = gpus.insert(gpus.end(), Gpu{host, uuid, {}, {}});
+      if (std::find(g->pids.begin(), g->pids.end(), pid) != g->pids.end()) continue;
+      g->pids.push_back(pid);
+      const std::optional<int64_t> rank = RankOf(s);
+      g->users.push_back(rank ? absl::StrFormat("rank %d (pid %d)", *rank, pid)
+                              : absl::StrFormat("pid %d", pid));
+    }
+  }
+  std::string notes;
+  for (const Gpu& g : gpus) {
+    if (g.pids.size() < 2) continue;
+    if (pid_filter > 0 && std::find(g.pids.begin(), g.pids.end(),
+                                    static_cast<uint64_t>(pid_filter)) == g.pids.end()) {
+      continue;
+    }
+    const std::string name =
+        g.uuid.size() == 32
+            ? absl::StrFormat("GPU-%s-%s-%s-%s-%s", g.uuid.substr(0, 8), g.uuid.substr(8, 4),
+                              g.uuid.substr(12, 4), g.uuid.substr(16, 4), g.uuid.substr(20))
+            : g.uuid;
+    absl::StrAppendFormat(&notes,
+                          "shared GPU %s%s: %s hold memory on it at once; each counts the "
+                          "others' as outside its own segments.\n",
+                          name, g.host.empty() ? "" : " on " + g.host,
+                          absl::StrJoin(g.users, ", "));
+  }
+  return notes;
+}
+
 }  // namespace
 
 std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates, double now) {
@@ -84,10 +137,10 @@ std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates
   for (const auto& s : doc.value("streams", nlohmann::json::array())) {
     any_rank = any_rank || RankOf(s).has_value();
   }
-  std::string out = absl::StrFormat("%s%-8s %-18s %3s %11s %11s %11s %7s %4s %9s  %s\n",
-                                    any_rank ? "RANK  " : "", "PID", "PROCESS", "DEV", "RESERVED",
-                                    "ALLOCATED", "LARGESTFREE", "FRAG", "OOMS", "EVENTS/s",
-                                    "TOP SITE");
+  std::string out =
+      absl::StrFormat("%s%-8s %-18s %3s %11s %11s %11s %7s %4s %9s  %s\n", any_rank ? "RANK  " : "",
+                      "PID", "PROCESS", "DEV", "RESERVED", "ALLOCATED", "LARGESTFREE", "FRAG",
+                      "OOMS", "EVENTS/s", "TOP SITE");
   int rows = 0;
   bool any_stale = false;
   // A job's processes in rank order (then as the collector lists them); others after them.
@@ -143,15 +196,16 @@ std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates
         const std::optional<int64_t> rank = RankOf(s);
         rank_cell = rank ? absl::StrFormat("%-5d ", *rank) : absl::StrFormat("%-5s ", "-");
       }
-      out += absl::StrFormat("%s%-8d %-18s %3d %11s %11s %11s %7s %4s %9s  %s%s\n", rank_cell, pid,
-                             exe, device,
-                             Fmt(d["reserved_bytes"]), Fmt(d["allocated_bytes"]) + star,
-                             Fmt(d["largest_free_range_bytes"]) + star, frag + star, ooms, rate,
-                             site, s.value("connected", false) ? "" : " (ended)");
+      out +=
+          absl::StrFormat("%s%-8d %-18s %3d %11s %11s %11s %7s %4s %9s  %s%s\n", rank_cell, pid,
+                          exe, device, Fmt(d["reserved_bytes"]), Fmt(d["allocated_bytes"]) + star,
+                          Fmt(d["largest_free_range_bytes"]) + star, frag + star, ooms, rate, site,
+                          s.value("connected", false) ? "" : " (ended)");
       ++rows;
     }
   }
   if (rows == 0) out += "(no process with device memory yet)\n";
+  out += SharedGpuNotes(streams, pid_filter);
   if (any_stale) {
     out +=
         "* PyTorch's blocks as of its last sync (snapshot diffs: exact at syncs only); blocks "

@@ -2,6 +2,8 @@
 // between refreshes, and figures that are not measured now never shown as if they were.
 #include "top_table.h"
 
+#include <optional>
+
 #include "gtest/gtest.h"
 
 namespace fragscope::cli {
@@ -171,6 +173,35 @@ TEST(TopTable, BlocksFromAnOlderSyncAreStarredAndSaidSo) {
   const std::string table = TopTable(doc, 0, &rates, 2.0);
   EXPECT_NE(table.find("96.00 MiB  40.00 MiB*  20.00 MiB*  25.0%*"), std::string::npos) << table;
   EXPECT_NE(table.find("* PyTorch's blocks as of its last sync"), std::string::npos) << table;
+}
+
+// Processes that hold memory on one physical GPU at once (same host and UUID) are said to share
+// it, once per GPU; a GPU each, an ended stream or a device without a UUID says nothing.
+TEST(TopTable, ProcessesOnOneGpuAreSaidToShareIt) {
+  TopRates rates;
+  const std::string uuid = "0123456789abcdef0123456789abcdef";
+  auto on = [&](uint64_t pid, const std::string& gpu, std::optional<int> rank) {
+    nlohmann::json s = Stream(pid, 10);
+    s["report"]["devices"][0]["uuid"] = gpu;
+    s["report"]["process"] = {{"pid", pid}, {"host", "node1"}};
+    if (rank) s["report"]["process"]["rank"] = *rank;
+    return s;
+  };
+  nlohmann::json doc = {{"streams", {on(61, uuid, 0), on(62, uuid, 1)}}};
+  std::string table = TopTable(doc, 0, &rates, 1.0);
+  EXPECT_NE(table.find("shared GPU GPU-01234567-89ab-cdef-0123-456789abcdef on node1: rank 0 "
+                       "(pid 61), rank 1 (pid 62) hold memory on it at once"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(TopTable(doc, 62, &rates, 2.0).find("shared GPU"), std::string::npos);
+  doc["streams"].push_back(on(63, std::string(32, 'f'), std::nullopt));
+  EXPECT_EQ(TopTable(doc, 63, &rates, 3.0).find("shared GPU"), std::string::npos)
+      << "a view of pid 63 alone: it shares nothing";
+  doc["streams"][1]["connected"] = false;  // rank 1 ended
+  EXPECT_EQ(TopTable(doc, 0, &rates, 4.0).find("shared GPU"), std::string::npos);
+  doc["streams"][1]["connected"] = true;
+  doc["streams"][1]["report"]["devices"][0]["uuid"] = "";
+  EXPECT_EQ(TopTable(doc, 0, &rates, 5.0).find("shared GPU"), std::string::npos);
 }
 
 }  // namespace
