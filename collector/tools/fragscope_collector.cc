@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -46,7 +47,10 @@ constexpr char kUsage[] =
 
 std::mutex g_log_mu;  // one line at a time on stderr from many stream threads
 
-std::string StreamName(const fragscope::v1::Hello& h, pid_t peer) {
+// `rank`: the rank the model knows now, which the program may have set after its Hello
+// (fragscope_set_rank, e.g. an mp.spawn worker's init_process_group); nullopt: the Hello's.
+std::string StreamName(const fragscope::v1::Hello& h, pid_t peer,
+                       std::optional<uint32_t> rank = std::nullopt) {
   std::string exe = h.exe();
   exe = exe.substr(exe.rfind('/') + 1);
   for (char& c : exe) {
@@ -54,9 +58,10 @@ std::string StreamName(const fragscope::v1::Hello& h, pid_t peer) {
   }
   if (exe.empty()) exe = "process";
   // A distributed job's rank in the name: `ls traces/` then reads as the job's ranks.
-  const std::string rank = h.has_rank() ? absl::StrFormat("-rank%d", h.rank()) : "";
+  if (!rank && h.has_rank()) rank = h.rank();
+  const std::string rank_part = rank ? absl::StrFormat("-rank%d", *rank) : "";
   std::string name =
-      absl::StrFormat("%s%s-%d", exe, rank, h.pid() ? static_cast<int>(h.pid()) : peer);
+      absl::StrFormat("%s%s-%d", exe, rank_part, h.pid() ? static_cast<int>(h.pid()) : peer);
   if (h.stream_index() > 0) name += absl::StrFormat(".%d", h.stream_index());
   // A stream resumed after a collector restart: a file of its own, never over the trace the
   // previous collector wrote for the same process into the same directory.
@@ -142,13 +147,14 @@ int main(int argc, char** argv) {
   // Writes the post-mortems of `summary` not written yet. A sub-allocator's OOM is final when
   // it arrives; a driver failure is only judged once the stream ends (the program may still
   // retry and recover, or its allocator may report the OOM itself), so `final_only` skips those.
-  auto write_postmortems = [&](const std::string& name, const fragscope::ModelSummary& summary,
-                               bool final_only) {
+  // `key` names the stream for good (its Hello's name); `name` is the one files get now.
+  auto write_postmortems = [&](const std::string& key, const std::string& name,
+                               const fragscope::ModelSummary& summary, bool final_only) {
     for (const fragscope::OomPostMortem& oom : summary.ooms) {
       if (final_only && !oom.failure.from_sub_allocator) continue;
       {
         std::lock_guard<std::mutex> lock(written_mu);
-        if (!written.insert({name, oom.failure.seq}).second) continue;
+        if (!written.insert({key, oom.failure.seq}).second) continue;
       }
       std::string base = absl::StrFormat("%s/%s.oom-%d", dir, name, oom.failure.seq);
       bool ok = WriteFile(base + ".txt", Render(summary, false)) &&
@@ -160,13 +166,25 @@ int main(int argc, char** argv) {
   };
   options.on_failure = [&](const fragscope::StreamSession& session, pid_t peer,
                            const fragscope::ModelSummary& summary) {
-    write_postmortems(StreamName(session.hello().value_or(fragscope::v1::Hello()), peer), summary,
+    const fragscope::v1::Hello hello = session.hello().value_or(fragscope::v1::Hello());
+    write_postmortems(StreamName(hello, peer), StreamName(hello, peer, summary.rank), summary,
                       /*final_only=*/true);
   };
   options.on_stream_end = [&](const fragscope::CollectedStream& s,
                               const fragscope::ModelSummary& summary) {
-    std::string name = StreamName(s.session->hello().value_or(fragscope::v1::Hello()), s.peer_pid);
-    write_postmortems(name, summary, /*final_only=*/false);
+    const fragscope::v1::Hello hello = s.session->hello().value_or(fragscope::v1::Hello());
+    const std::string key = StreamName(hello, s.peer_pid);
+    const std::string name = StreamName(hello, s.peer_pid, summary.rank);
+    // The program named its rank after the stream began: its trace joins the others under
+    // that name (`ls` reads as the job). link + unlink: never over an existing file.
+    std::string renamed;
+    if (traces && name != key) {
+      const std::string from = dir + "/" + key + ".fst", to = dir + "/" + name + ".fst";
+      if (link(from.c_str(), to.c_str()) == 0 && unlink(from.c_str()) == 0) {
+        renamed = absl::StrFormat("; its trace was %s.fst until the program set its rank", key);
+      }
+    }
+    write_postmortems(key, name, summary, /*final_only=*/false);
     bool ok = WriteFile(dir + "/" + name + ".report.txt", Render(summary, false)) &&
               WriteFile(dir + "/" + name + ".report.json", Render(summary, true));
     std::lock_guard<std::mutex> lock(g_log_mu);
@@ -179,10 +197,10 @@ int main(int argc, char** argv) {
                            "; resumed after the agent's reconnect %d: exact from its snapshot, "
                            "%d events dropped in all",
                            resumed, summary.drops);
-    std::fprintf(stderr, "fragscope-collector: %s %s (%llu frames%s)%s%s\n", name.c_str(),
+    std::fprintf(stderr, "fragscope-collector: %s %s (%llu frames%s%s)%s%s\n", name.c_str(),
                  clean ? "ended" : "DISCONNECTED without a clean end (crashed or killed?)",
                  static_cast<unsigned long long>(s.outcome.frames), resumed_note.c_str(),
-                 s.outcome.error.empty() ? "" : ": ", s.outcome.error.c_str());
+                 renamed.c_str(), s.outcome.error.empty() ? "" : ": ", s.outcome.error.c_str());
     if (!ok)
       std::fprintf(stderr, "fragscope-collector: cannot write report for %s\n", name.c_str());
   };

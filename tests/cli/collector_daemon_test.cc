@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -157,11 +158,42 @@ TEST_F(CollectorDaemon, ManyProcessesEachGetTraceReportsAndPostMortems) {
   EXPECT_NE(log.find("class: fragmentation ->"), std::string::npos) << log;
   // The morning after: every rank's trace at once names the rank whose OOM came first.
   std::string job;
-  EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " report " + dir_ + "/out/*.fst", &job),
-            0)
+  EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " report " + dir_ + "/out/*.fst", &job), 0)
       << job;
   EXPECT_NE(job.find("==== job: 3 processes, 6 OOMs in 3 of them ===="), std::string::npos) << job;
   EXPECT_NE(job.find("First OOM: rank "), std::string::npos) << job;
+}
+
+// An mp.spawn worker names its rank after its stream began (init_process_group): when the
+// stream ends, its trace, report and post-mortem files carry the rank like a torchrun rank's.
+TEST_F(CollectorDaemon, ARankSetAfterTheStartNamesTheFiles) {
+  std::string out;
+  // The rank comes once the daemon has the stream under its Hello's name (no rank).
+  ASSERT_EQ(ShellStatus("(until ls " + dir_ + "/out/hold_memory_app-[0-9]*.fst >/dev/null 2>&1; " +
+                            "do sleep 0.01; done; echo go) | " + AgentEnv() + FRAGSCOPE_HOLD_BIN +
+                            " 1048576 5:8",
+                        &out),
+            0)
+      << out;
+  WaitForLog(" ended ", 1);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_ + "/out")) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  std::string listing;
+  for (const std::string& n : names) listing += n + "\n";
+  int ranked = 0;
+  for (const std::string& n : names) {
+    if (n.starts_with(".")) continue;
+    EXPECT_TRUE(n.starts_with("hold_memory_app-rank5-")) << listing;
+    ranked += n.ends_with(".fst") || n.ends_with(".report.json");
+  }
+  EXPECT_EQ(ranked, 2) << listing;
+  EXPECT_NE(Slurp(log_).find("until the program set its rank"), std::string::npos) << Slurp(log_);
+  std::string report;
+  EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " report " + dir_ + "/out/*.fst", &report),
+            0)
+      << report;
+  EXPECT_NE(report.find(", rank 5 of 8\n"), std::string::npos) << report;
 }
 
 // `fragscope run --daemon` sets up what a job under the daemon needs (agent, adapter, socket)
