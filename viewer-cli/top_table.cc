@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "fragscope/model/format_bytes.h"
+#include "fragscope/report/job_summary.h"
 #include "fragscope/report/symbolizer.h"
 
 namespace fragscope::cli {
@@ -115,15 +116,10 @@ std::string SharedGpuNotes(const nlohmann::json& streams, long pid_filter) {
                                     static_cast<uint64_t>(pid_filter)) == g.pids.end()) {
       continue;
     }
-    const std::string name =
-        g.uuid.size() == 32
-            ? absl::StrFormat("GPU-%s-%s-%s-%s-%s", g.uuid.substr(0, 8), g.uuid.substr(8, 4),
-                              g.uuid.substr(12, 4), g.uuid.substr(16, 4), g.uuid.substr(20))
-            : g.uuid;
     absl::StrAppendFormat(&notes,
                           "shared GPU %s%s: %s hold memory on it at once; each counts the "
                           "others' as outside its own segments.\n",
-                          name, g.host.empty() ? "" : " on " + g.host,
+                          GpuUuidName(g.uuid), g.host.empty() ? "" : " on " + g.host,
                           absl::StrJoin(g.users, ", "));
   }
   return notes;

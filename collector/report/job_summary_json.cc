@@ -6,11 +6,16 @@
 namespace fragscope {
 namespace {
 
+// Which process an entry is about: its index into processes[], pid and rank.
+void WriteProcess(JsonWriter& w, const JobSummary& job, std::size_t member) {
+  w.Field("process", static_cast<uint64_t>(member));
+  w.Field("pid", static_cast<uint64_t>(job.members[member].pid));
+  w.FieldOrNull("rank", job.members[member].rank);
+}
+
 void WriteOom(JsonWriter& w, const JobSummary& job, const JobOom& o) {
   w.BeginObject();
-  w.Field("process", static_cast<uint64_t>(o.member));
-  w.Field("pid", static_cast<uint64_t>(job.members[o.member].pid));
-  w.FieldOrNull("rank", job.members[o.member].rank);
+  WriteProcess(w, job, o.member);
   w.Field("device", o.device);
   w.Field("seq", o.seq);
   w.FieldOrNull("time_ns", o.time_ns != 0 ? std::optional<uint64_t>(o.time_ns) : std::nullopt);
@@ -42,9 +47,7 @@ void RenderJobJson(const JobSummary& job, const std::vector<std::string>& member
   w.BeginArray();
   for (const JobRow& r : job.rows) {
     w.BeginObject();
-    w.Field("process", static_cast<uint64_t>(r.member));
-    w.Field("pid", static_cast<uint64_t>(job.members[r.member].pid));
-    w.FieldOrNull("rank", job.members[r.member].rank);
+    WriteProcess(w, job, r.member);
     if (r.device >= 0) {
       w.Field("device", r.device);
     } else {
@@ -92,9 +95,7 @@ void RenderJobJson(const JobSummary& job, const std::vector<std::string>& member
     w.BeginArray();
     for (const SharedDevice::User& u : g.users) {
       w.BeginObject();
-      w.Field("process", static_cast<uint64_t>(u.member));
-      w.Field("pid", static_cast<uint64_t>(job.members[u.member].pid));
-      w.FieldOrNull("rank", job.members[u.member].rank);
+      WriteProcess(w, job, u.member);
       w.Field("device", u.device);
       w.Field("peak_reserved_bytes", u.peak_reserved_bytes);
       w.EndObject();

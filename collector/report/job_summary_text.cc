@@ -49,13 +49,6 @@ std::string EndText(const JobMemberInfo& m) {
 // How a stream is named in notes: its trace, else the process.
 std::string TraceOrName(const JobMemberInfo& m) { return m.trace.empty() ? Name(m) : m.trace; }
 
-// A GPU as nvidia-smi names it ("GPU-8f0c...-..."), from 32 hex digits.
-std::string GpuName(const std::string& uuid_hex) {
-  if (uuid_hex.size() != 32) return uuid_hex;
-  return absl::StrFormat("GPU-%s-%s-%s-%s-%s", uuid_hex.substr(0, 8), uuid_hex.substr(8, 4),
-                         uuid_hex.substr(12, 4), uuid_hex.substr(16, 4), uuid_hex.substr(20));
-}
-
 // "rank 0 (device 0, peak reserved 200.00 MiB)" for each user of `gpu` but `except` (a member's
 // process; SIZE_MAX: none), joined with ", ".
 std::string GpuUsers(const SharedDevice& gpu, const JobSummary& job, std::size_t except) {
@@ -100,6 +93,12 @@ std::string FirstOomCell(const JobRow& row, const JobSummary& job) {
 }
 
 }  // namespace
+
+std::string GpuUuidName(const std::string& uuid_hex) {
+  if (uuid_hex.size() != 32) return uuid_hex;
+  return absl::StrFormat("GPU-%s-%s-%s-%s-%s", uuid_hex.substr(0, 8), uuid_hex.substr(8, 4),
+                         uuid_hex.substr(12, 4), uuid_hex.substr(16, 4), uuid_hex.substr(20));
+}
 
 void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
   const std::size_t streams = job.members.size();
@@ -168,7 +167,7 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
         "Ranks of a data-parallel job usually get a GPU each: unless sharing was meant (MPS), "
         "call torch.cuda.set_device(local_rank) (or give each rank its own "
         "CUDA_VISIBLE_DEVICES) before the first CUDA call.\n",
-        GpuName(g.uuid_hex), g.host, g.users.size(), GpuUsers(g, job, SIZE_MAX));
+        GpuUuidName(g.uuid_hex), g.host, g.users.size(), GpuUsers(g, job, SIZE_MAX));
   }
   std::string traces;
   for (const JobMemberInfo& m : job.members) {
@@ -203,7 +202,7 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
       out << absl::StrFormat(
           "  Device %d is %s, which other processes of this job used too: %s. The memory "
           "outside this process's segments may have been theirs, up to their peaks.\n",
-          h.oom.device, GpuName(g->uuid_hex), GpuUsers(*g, job, m.process));
+          h.oom.device, GpuUuidName(g->uuid_hex), GpuUsers(*g, job, m.process));
     }
     if (!h.time_order_known) {
       out << "  Some OOMs of this host carry no time, so which came first is not certain.\n";

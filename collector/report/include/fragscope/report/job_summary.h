@@ -121,6 +121,10 @@ inline constexpr uint64_t kWallClockMarginNs = 100'000'000;  // 100 ms
 
 JobSummary BuildJobSummary(const std::vector<JobMember>& members);
 
+// A GPU as nvidia-smi names it, "GPU-8f0c29a1-...", from DeviceSummary::uuid_hex (32 hex
+// digits); any other text comes back as it is.
+std::string GpuUuidName(const std::string& uuid_hex);
+
 // The job table and the first OOM, as text (what `fragscope run` prints after the processes'
 // reports when it traced more than one, and `fragscope report` for several traces).
 void RenderJobSummaryText(const JobSummary& job, std::ostream& out);
