@@ -64,7 +64,7 @@ struct EventRecord {
     char label[kLabelCapacity];  // Mark, not NUL-terminated (label_size bytes)
     // A Mark with kFlagRank: its label is at most kRankLabelCapacity bytes (`label` reads them).
     struct {
-      char text[kLabelCapacity - 8];
+      char text[kRankLabelCapacity];
       int32_t rank;
       int32_t world_size;  // -1: unknown
     } rank_mark;

@@ -87,14 +87,8 @@ bool EncodeHello(WireWriter& w, const HelloInfo& h) {
   w.Bool(17, h.release_stacks_off);
   // Optional fields: present even when 0 (rank 0 is a rank), so not through Uint32, which
   // leaves zeros out as proto3 does.
-  if (h.rank >= 0) {
-    w.Tag(18, WireWriter::kVarint);
-    w.RawVarint(static_cast<uint64_t>(h.rank));
-  }
-  if (h.world_size >= 0) {
-    w.Tag(19, WireWriter::kVarint);
-    w.RawVarint(static_cast<uint64_t>(h.world_size));
-  }
+  if (h.rank >= 0) w.PresentUint64(18, static_cast<uint64_t>(h.rank));
+  if (h.world_size >= 0) w.PresentUint64(19, static_cast<uint64_t>(h.world_size));
   return frame.Close();
 }
 

@@ -6,9 +6,9 @@ so a site's own customisation keeps working.
 
 What it does, and only in a process the fragscope agent (libfragscope.so) is preloaded into:
 once the program imports torch and torch initialises CUDA, it makes PyTorch's caching-allocator
-blocks visible to the agent (and when torch.distributed.init_process_group returns, it tells the
-agent the process's rank, which an mp.spawn worker has in no launcher variable), so the collector sees blocks and free ranges inside PyTorch's
-segments instead of opaque segments:
+blocks visible to the agent, so the collector sees blocks and free ranges inside PyTorch's
+segments instead of opaque segments (and when torch.distributed.init_process_group returns, it
+tells the agent the process's rank, which an mp.spawn worker has in no launcher variable):
 
 - primary: a small C++ extension (fragscope_torch_adapter.cpp), built with
   torch.utils.cpp_extension.load against the installed torch and cached per torch version, that
@@ -484,14 +484,18 @@ def _on_cuda_init(torch):
 
 
 def _report_rank(torch):
-    """Tells the agent which rank this process is once torch.distributed knows it."""
-    dist = getattr(torch, "distributed", None)
-    agent = _agent()
-    if dist is None or agent is None or not hasattr(agent, "fragscope_set_rank"):
-        return
-    if not dist.is_available() or not dist.is_initialized():
-        return
-    agent.fragscope_set_rank(int(dist.get_rank()), int(dist.get_world_size()))
+    """Tells the agent which rank this process is once torch.distributed knows it. Never raises
+    (it runs inside the program's start-up)."""
+    try:
+        dist = getattr(torch, "distributed", None)
+        agent = _agent()
+        if dist is None or agent is None or not hasattr(agent, "fragscope_set_rank"):
+            return
+        if not dist.is_available() or not dist.is_initialized():
+            return
+        agent.fragscope_set_rank(int(dist.get_rank()), int(dist.get_world_size()))
+    except Exception as error:
+        _warn("could not report the process's rank: %r" % (error,))
 
 
 def _watch_distributed(torch):
@@ -511,10 +515,7 @@ def _watch_distributed(torch):
 
     def init_process_group(*args, **kwargs):
         result = original(*args, **kwargs)
-        try:
-            _report_rank(torch)
-        except Exception as error:  # never into the program's start-up
-            _warn("could not report the process's rank: %r" % (error,))
+        _report_rank(torch)
         return result
 
     functools.update_wrapper(init_process_group, original)
@@ -522,10 +523,7 @@ def _watch_distributed(torch):
     for module in modules:
         if module is not None and getattr(module, "init_process_group", None) is original:
             module.init_process_group = init_process_group
-    try:
-        _report_rank(torch)  # a process group made before the adapter saw torch
-    except Exception as error:
-        _warn("could not report the process's rank: %r" % (error,))
+    _report_rank(torch)  # a process group made before the adapter saw torch
 
 
 def _on_torch_imported(torch):
