@@ -76,6 +76,7 @@ void ChildAfterFork() {
   a.shipping.store(false);
   if (a.ring.bytes() > 0) a.ring.Reset();
   a.live.Clear();
+  a.logs.ResetAfterFork(/*open=*/dormant);
   a.stacks.ResetAfterFork();
   for (DeviceSlot& d : a.devices) {
     d.state.store(0);
@@ -113,6 +114,7 @@ void Initialize() {
   if (LoadedIntoRunningProcess()) return;
   if (!a.config.dormant && !a.config.has_output()) return;
   if (!a.live.Init(a.config.live_slots)) return;
+  if (a.config.dormant_logs) a.logs.Init(/*open=*/a.config.dormant);
   // Dormant: only the live table, so a later attach starts from an exact snapshot; the ring
   // and the stack table are mapped when it wakes (drain.cc).
   if (!a.config.dormant) {
@@ -168,6 +170,7 @@ bool AgentStartInjected() {
   a.config.output_path[0] = '\0';
   a.config.socket_path[0] = '\0';
   if (!a.live.Init(a.config.live_slots)) return false;
+  if (a.config.dormant_logs) a.logs.Init(/*open=*/true);
   pthread_atfork(nullptr, nullptr, ChildAfterFork);
   // No atexit handler: registered now it would run before the program's own; AgentUnload
   // ends the stream instead.

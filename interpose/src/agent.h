@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "allocation_log.h"
 #include "config.h"
 #include "event_record.h"
 #include "live_table.h"
@@ -41,6 +42,8 @@ struct AgentState {
   StackTable stacks;
   SourceStackTable source_stacks;  // adapters' text stacks (annotate.h source sites)
   LiveTable live;
+  // Dormant allocations not yet in `live` (folded by the background thread and at a wake).
+  AllocationLogs logs;
   std::atomic<uint64_t> seq{0};  // last sequence number handed out
   // The seq of the last blocks_synced Mark (RecordMark), dormant or not: 0 while a
   // sub-allocator's blocks, if any, are followed one by one (Snapshot.last_blocks_synced_seq).

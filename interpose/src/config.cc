@@ -77,6 +77,7 @@ void LoadConfig(Config* c) {
   uint64_t v;
   if (ReadUint("FRAGSCOPE_STACK_DEPTH", 0, 64, &v)) c->stack_depth = static_cast<int>(v);
   if (ReadUint("FRAGSCOPE_FREE_STACKS", 0, 1, &v)) c->release_stacks = v == 1;
+  if (ReadUint("FRAGSCOPE_DORMANT_LOGS", 0, 1, &v)) c->dormant_logs = v == 1;
   if (ReadUint("FRAGSCOPE_RING_MB", 1, 4096, &v)) c->ring_bytes = static_cast<size_t>(v) << 20;
   c->follow_fork = ReadFlag("FRAGSCOPE_FOLLOW_FORK");
   c->dormant = ReadFlag("FRAGSCOPE_DORMANT");

@@ -18,6 +18,9 @@ struct Config {
   size_t ring_bytes = size_t{8} << 20;  // FRAGSCOPE_RING_MB
   bool follow_fork = false;             // FRAGSCOPE_FOLLOW_FORK=1
   bool dormant = false;                 // FRAGSCOPE_DORMANT=1: live table only until woken
+  // FRAGSCOPE_DORMANT_LOGS=0: dormant allocations go straight into the live table instead of
+  // per-thread logs (allocation_log.h); for comparisons and as a way out.
+  bool dormant_logs = true;
   // FRAGSCOPE_SNAPSHOT_EVERY (trace files; 0 = never). Unset: DefaultSnapshotEvery(live_slots).
   uint64_t snapshot_every = 0;
   size_t live_slots = size_t{1} << 18;        // FRAGSCOPE_LIVE_SLOTS

@@ -554,6 +554,7 @@ void EndAttachedStreamLocked(bool write_end) {
   AgentState& a = Agent();
   DrainState& d = g_drain;
   a.shipping.store(false, std::memory_order_seq_cst);
+  if (a.config.dormant_logs) a.logs.Open();  // dormant allocations go to the logs again
   DrainAllLocked();
   if (write_end && d.output.is_open()) {
     EndData end;
@@ -619,6 +620,9 @@ void Wake(const char* socket_path, char* reply, size_t reply_size) {
   // `shipping` after taking its seq; both seq_cst), and every one at or below it is in the
   // snapshot, so the stream is exact from its first frame.
   a.shipping.store(true, std::memory_order_seq_cst);
+  // What dormant threads logged goes into the table before anything reads it; their logs take
+  // nothing from now on (allocation_log.h), so the table alone is the live set.
+  a.logs.Close(a.live);
   // Dormant hooks left the devices (and stream-ordered pools) of their allocations to now
   // (recorder.cc); hooks from here on read their own. Before the devices are described, so
   // that every device the snapshot names has its DeviceInfo ahead of it.
@@ -667,6 +671,7 @@ void ServeControl(int timeout_ms) {
       pthread_mutex_unlock(&d.lock);
       break;
     case ControlCommandKind::kStatus:
+      if (!a.shipping.load()) a.logs.FoldAll(a.live);  // so that `live` counts them
       snprintf(reply, sizeof(reply), "ok %s pid=%d seq=%llu live=%zu",
                a.shipping.load() ? "streaming" : "dormant", static_cast<int>(getpid()),
                static_cast<unsigned long long>(a.seq.load()), a.live.CountLive());
@@ -718,6 +723,11 @@ void* DrainThreadMain(void*) {
       pthread_mutex_lock(&g_drain.lock);
       if (g_drain.attached) EndAttachedStreamLocked(/*write_end=*/false);
       pthread_mutex_unlock(&g_drain.lock);
+    }
+    if (!a.shipping.load(std::memory_order_acquire)) {
+      // Dormant: the threads' allocation logs into the table, so that they do not fill up and
+      // the table's entries are there for an attach (a wake folds what is left).
+      if (a.logs.HasUnfolded()) a.logs.FoldAll(a.live);
     }
     if (!a.shipping.load(std::memory_order_acquire) && g_drain.control.listening()) {
       // Dormant: hooks push nothing; sleep until a control client comes (or a while passes,

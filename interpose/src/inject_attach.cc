@@ -168,7 +168,10 @@ extern "C" __attribute__((visibility("default"))) FragscopeInjectTable* fragscop
   if (Agent().injected) {
     // A later attach: the previous detach removed the patches, so nothing the table holds was
     // seen to the end. Only threads still inside a wrapper from before could touch it now.
-    if (t.status == 0) Agent().live.Clear();
+    if (t.status == 0) {
+      Agent().logs.FoldAll(Agent().live);  // what the logs still hold goes with the table
+      Agent().live.Clear();
+    }
     return &t;
   }
   if (!LoadedIntoRunningProcess()) {

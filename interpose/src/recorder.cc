@@ -234,6 +234,21 @@ inline void FillAllocRecord(EventRecord& r, const AllocInfo& info, int32_t devic
   MaybeSampleMemInfo(r.device, r.time_ns);
 }
 
+// A dormant allocation the thread's log refused (a wake began, or the log is full): the live
+// table, with a seq (the seq_cst load decides for a woken stream). Out of line, so that the
+// log's path keeps a small frame.
+[[gnu::noinline]] void RecordDormantAllocInTable(const AllocInfo& info, int32_t device) {
+  LiveEntry e = AllocationEntry(info, device, info.pool);
+  size_t index = 0;
+  const uint64_t seq = InsertLive(e, &index);
+  if (!Agent().shipping.load(std::memory_order_seq_cst)) {
+    EnsureDeviceInfo(e.device);
+    EnsureBackgroundThread();
+    return;
+  }
+  ShipWokenAlloc(info, e, index, seq);
+}
+
 }  // namespace
 
 void RecordAlloc(const AllocInfo& info) {
@@ -242,19 +257,20 @@ void RecordAlloc(const AllocInfo& info) {
     RecordAllocShipping(info);
     return;
   }
-  // Dormant: the live entry alone (the seq_cst load below decides for a woken stream; this
-  // one only skips building a record that would be thrown away). The device (and a
+  // Dormant: the live entry alone (this load only skips building a record that would be
+  // thrown away; the log's gate or the table's seq decides for a woken stream). The device (and a
   // stream-ordered allocation's pool, kPoolDeferred from the hook) is left to the wake,
   // which reads it from the allocation.
-  LiveEntry e = AllocationEntry(info, info.device >= 0 ? info.device : kDeviceDeferred, info.pool);
-  size_t index = 0;
-  const uint64_t seq = InsertLive(e, &index);
-  if (!a.shipping.load(std::memory_order_seq_cst)) {
-    EnsureDeviceInfo(e.device);
-    EnsureBackgroundThread();
-    return;
+  const int32_t device = info.device >= 0 ? info.device : kDeviceDeferred;
+  // This thread's log first (allocation_log.h): a few plain stores. It refuses once a wake
+  // began.
+  if (!a.logs.TryAppend(LoggedAllocation{info.address, info.size, info.stream, info.pool,
+                                         static_cast<uint16_t>(info.api),
+                                         static_cast<uint8_t>(info.kind), 0, device})) {
+    return RecordDormantAllocInTable(info, device);
   }
-  ShipWokenAlloc(info, e, index, seq);
+  EnsureDeviceInfo(device);
+  EnsureBackgroundThread();
 }
 
 void RecordMark(const char* label, bool blocks_synced) {
@@ -334,10 +350,15 @@ void RecordFailure(const FailureInfo& info) {
   if (Agent().shipping.load(std::memory_order_relaxed)) FlushSoon();
 }
 
-[[gnu::always_inline]] inline void PendingRelease::Begin(const Api* free_api, uint64_t stream) {
-  LiveTable& live = Agent().live;
+void PendingRelease::Begin(const Api* free_api, uint64_t stream) {
+  AgentState& a = Agent();
+  LiveTable& live = a.live;
   size_t index = 0;
   known_ = live.Erase(cls_, key_, &entry_, &index);
+  // Still in some thread's log (another thread's, or this one's beyond the cancel window).
+  if (!known_ && cls_ == LiveClass::kAllocation && a.logs.FoldIfPending(live)) {
+    known_ = live.Erase(cls_, key_, &entry_, &index);
+  }
   if (!known_) {
     memset(&entry_, 0, sizeof(entry_));
     entry_.device = -1;
@@ -366,6 +387,14 @@ PendingRelease::PendingRelease(LiveClass cls, uint64_t key) : cls_(cls), key_(ke
 
 PendingRelease::PendingRelease(uint64_t key, Api api, uint64_t stream)
     : cls_(LiveClass::kAllocation), key_(key) {
+  // Allocated on this thread since the last fold (dormant): it never reaches the table, and no
+  // seq is taken (a wake folds and snapshots only after this thread left its log).
+  if (Agent().logs.TryCancel(key, &logged_)) {
+    known_ = true;
+    cancelled_ = true;
+    seq_ = 0;
+    return;
+  }
   Begin(&api, stream);
 }
 
@@ -415,6 +444,17 @@ void PendingRelease::ShipRestored(int32_t result) {
 
 void PendingRelease::EndFreeSlow(Api api, int32_t result, uint64_t stream) {
   if (shipped_) {  // and failed (EndFree)
+    ShipRestored(result);
+    return;
+  }
+  if (cancelled_) {                               // and failed: the allocation is still there
+    if (Agent().logs.TryAppend(logged_)) return;  // back in the log
+    entry_ = logged_.ToLiveEntry();
+    // A wake began meanwhile: the entry goes back with a seq of its own, shipped if the stream
+    // started (its snapshot did not list it).
+    if (HasDeferredFields(entry_) && Agent().shipping.load(std::memory_order_seq_cst)) {
+      ResolveDeferred(entry_);
+    }
     ShipRestored(result);
     return;
   }

@@ -221,12 +221,12 @@ class PendingRelease {
   // ships after the call, with its result, as before.
   PendingRelease(uint64_t key, Api api, uint64_t stream);
   bool known() const { return known_; }
-  const LiveEntry& entry() const { return entry_; }
   uint64_t seq() const { return seq_; }
   // FreeEvent for allocations. Inline for the dormant release that succeeded, which has
   // nothing left to do (seq_cst: see Submit; the seq was taken in the constructor).
   void EndFree(Api api, int32_t result, uint64_t stream) {
     if (result == 0) {
+      if (cancelled_) return;
       if (shipped_) return MaybeSampleMemInfo(entry_.device, shipped_time_ns_);
       if (!Agent().shipping.load(std::memory_order_seq_cst)) return;
     }
@@ -236,9 +236,10 @@ class PendingRelease {
   void Restore();
 
  private:
-  // Both constructors: erases the entry and takes the seq; `free_api` (an allocation's
-  // release) ships the FreeEvent now when the agent ships.
-  void Begin(const Api* free_api, uint64_t stream);
+  // Both constructors (the second unless the thread's allocation log had the entry): erases
+  // the entry and takes the seq; `free_api` (an allocation's release) ships the FreeEvent now
+  // when the agent ships. Out of line: the log's path keeps a small frame.
+  [[gnu::noinline]] void Begin(const Api* free_api, uint64_t stream);
   void EndFreeSlow(Api api, int32_t result, uint64_t stream);
   // Pushes the FreeEvent (result `result`) for this release's seq.
   struct Shipped {
@@ -254,7 +255,9 @@ class PendingRelease {
   LiveClass cls_;
   uint64_t key_;
   bool known_;
-  bool shipped_ = false;  // the FreeEvent went before the real call
+  bool shipped_ = false;     // the FreeEvent went before the real call
+  bool cancelled_ = false;   // taken out of this thread's allocation log (dormant), no seq
+  LoggedAllocation logged_;  // what it held, if cancelled_ (entry_ is not filled then)
   uint64_t shipped_time_ns_ = 0;
   LiveEntry entry_;
   uint64_t seq_;

@@ -10,16 +10,22 @@
 // 4 MiB allocation as a snapshot diff does (late, its source-level site, then
 // fragscope_blocks_synced). ATTACH_APP_RANK=R:N says, before phase 1, that the process is rank R
 // of N (fragscope_set_rank, as the PyTorch adapter does after init_process_group).
+// ATTACH_APP_THREADS=N runs N threads in phase 1 that allocate, free some of their own at once
+// and some of the next thread's (a dormant agent's per-thread logs: cancels, cross-thread
+// releases, logs of exited threads), and exit before the wake.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <sys/prctl.h>
 
+#include <barrier>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "fragscope/annotate.h"
 
@@ -41,6 +47,34 @@ CUdeviceptr DriverAlloc(size_t size) {
   std::printf("cuMemAlloc %#llx %zu %d\n", static_cast<unsigned long long>(p), size,
               static_cast<int>(r));
   return p;
+}
+
+// ATTACH_APP_THREADS: thread t allocates kPerThread blocks (sizes unique to t), frees every
+// third one at once (its own log's newest entry), then, once every thread has allocated, frees
+// the even-numbered survivors of thread t+1 (another thread's log) and exits.
+void ThreadPhase(int threads) {
+  constexpr int kPerThread = 40;
+  std::vector<std::vector<void*>> kept(threads);
+  std::barrier allocated(threads);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      for (int j = 0; j < kPerThread; ++j) {
+        void* p = nullptr;
+        const size_t size = (size_t{1} << 16) * (t + 1) + 4096 * (j + 1);
+        if (cudaMalloc(&p, size) != cudaSuccess) continue;
+        if (j % 3 == 0) {
+          cudaFree(p);
+        } else {
+          kept[t].push_back(p);
+        }
+      }
+      allocated.arrive_and_wait();
+      std::vector<void*>& next = kept[(t + 1) % threads];
+      for (size_t j = 0; j < next.size(); j += 2) cudaFree(next[j]);
+    });
+  }
+  for (std::thread& w : workers) w.join();
 }
 
 bool WaitForLine(int phase) {
@@ -99,6 +133,7 @@ int main() {
     fragscope_annotate_block_site(a[3], 0, fragscope_annotate_source_stack(frames, 1));
     fragscope_annotate_blocks_synced("test sync");
   }
+  if (const char* threads = std::getenv("ATTACH_APP_THREADS")) ThreadPhase(std::atoi(threads));
   if (!WaitForLine(1)) return 0;
   // Phase 2: the attached part.
   Malloc(5 * kMiB);

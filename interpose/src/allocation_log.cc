@@ -1,0 +1,297 @@
+#include "allocation_log.h"
+
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <new>
+
+#if defined(__SANITIZE_THREAD__)
+#define FRAGSCOPE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FRAGSCOPE_TSAN 1
+#endif
+#endif
+
+namespace fragscope::agent {
+
+using allocation_log_internal::kFree;
+using allocation_log_internal::kNoLog;
+using allocation_log_internal::kOrphaned;
+using allocation_log_internal::kOwned;
+using allocation_log_internal::Log;
+using allocation_log_internal::t_folding;
+using allocation_log_internal::t_log;
+
+LiveEntry LoggedAllocation::ToLiveEntry() const {
+  LiveEntry e = ZeroLiveEntry();
+  e.cls = LiveClass::kAllocation;
+  e.api = static_cast<Api>(api);
+  e.kind = static_cast<MemoryKind>(kind);
+  e.device = device;
+  e.address = address;
+  e.size = size;
+  e.stream = stream;
+  e.pool = pool;
+  e.seq = 0;  // before any snapshot (see the header)
+  return e;
+}
+
+namespace {
+
+long Membarrier(int cmd) { return syscall(__NR_membarrier, cmd, 0, 0); }
+
+// Waits a little before attempt `attempt` (spin, yield, then sleep: the other thread may have
+// been preempted).
+void Backoff(int attempt) {
+  if (attempt < 64) return;
+  if (attempt < 1024) {
+    sched_yield();
+    return;
+  }
+  timespec ts{0, 50'000};
+  nanosleep(&ts, nullptr);
+}
+
+}  // namespace
+
+Log* AllocationLogs::LogAt(int i) const {
+  return reinterpret_cast<Log*>(logs_ + static_cast<size_t>(i) * sizeof(Log));
+}
+
+AllocationLogs::~AllocationLogs() {
+  if (key_ok_) pthread_key_delete(static_cast<pthread_key_t>(key_));
+  if (logs_ != nullptr) munmap(logs_, kMaxLogs * sizeof(Log));
+}
+
+bool AllocationLogs::Init(bool open, bool allow_membarrier) {
+  if (logs_ != nullptr) return true;
+  void* mem = mmap(nullptr, kMaxLogs * sizeof(Log), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) return false;
+  logs_ = static_cast<char*>(mem);  // zero pages: every log free and empty
+  pthread_key_t key;
+  key_ok_ = pthread_key_create(&key, &AllocationLogs::ThreadExit) == 0;
+  key_ = static_cast<unsigned>(key);
+#ifndef FRAGSCOPE_TSAN
+  // ThreadSanitizer does not model membarrier; its builds check the locked-exchange protocol.
+  if (allow_membarrier) {
+    const long supported = Membarrier(MEMBARRIER_CMD_QUERY);
+    membarrier_ = supported > 0 && (supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 &&
+                  Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+  }
+#else
+  (void)allow_membarrier;
+#endif
+  gate_.store(open ? 0u : uint32_t{kGateClosed}, std::memory_order_seq_cst);
+  return true;
+}
+
+Log* AllocationLogs::ClaimLog() {
+  if (logs_ == nullptr) return kNoLog;
+  for (int i = 0; i < kMaxLogs; ++i) {
+    Log* log = LogAt(i);
+    uint32_t expected = kFree;
+    if (log->state.load(std::memory_order_relaxed) != kFree ||
+        !log->state.compare_exchange_strong(expected, kOwned, std::memory_order_acq_rel)) {
+      continue;
+    }
+    int hw = logs_used_hw_.load(std::memory_order_relaxed);
+    while (hw < i + 1 &&
+           !logs_used_hw_.compare_exchange_weak(hw, i + 1, std::memory_order_acq_rel)) {
+    }
+    if (key_ok_) pthread_setspecific(static_cast<pthread_key_t>(key_), log);
+    return log;
+  }
+  return kNoLog;  // every log taken: this thread uses the table
+}
+
+void AllocationLogs::ThreadExit(void* p) {
+  // Later hooks on this exiting thread (other keys' destructors) use the table.
+  t_log = kNoLog;
+  static_cast<Log*>(p)->state.store(kOrphaned, std::memory_order_release);
+}
+
+void AllocationLogs::ReleaseThisThread() {
+  Log* log = t_log;
+  t_log = nullptr;
+  if (log == nullptr || log == kNoLog) return;
+  if (key_ok_) pthread_setspecific(static_cast<pthread_key_t>(key_), nullptr);
+  log->state.store(kOrphaned, std::memory_order_release);
+}
+
+bool AllocationLogs::CancelOlder(Log* log, uint64_t address, LoggedAllocation* out) {
+  const uint64_t head = log->head.load(std::memory_order_relaxed);
+  const uint64_t folded = log->folded.load(std::memory_order_relaxed);
+  const uint64_t stop = head - folded > kCancelWindow ? head - kCancelWindow : folded;
+  // The newest was looked at (TryCancel); an older one is marked, and folds skip it.
+  for (uint64_t i = head == folded ? head : head - 1; i > stop;) {
+    --i;
+    LoggedAllocation& e = log->entries[i % kCapacity];
+    if (e.address != address) continue;
+    *out = e;
+    e.address = kCancelledAddress;
+    log->in_op.store(0, std::memory_order_release);
+    return true;
+  }
+  log->in_op.store(0, std::memory_order_release);
+  return false;
+}
+
+void AllocationLogs::LockFolds() {
+  for (int attempt = 0; !TryLockFolds(); ++attempt) Backoff(attempt);
+}
+
+bool AllocationLogs::TryLockFolds() {
+  int expected = 0;
+  return fold_lock_.load(std::memory_order_relaxed) == 0 &&
+         fold_lock_.compare_exchange_strong(expected, 1, std::memory_order_acquire);
+}
+
+void AllocationLogs::UnlockFolds() { fold_lock_.store(0, std::memory_order_release); }
+
+void AllocationLogs::FoldLocked(LiveTable& table, size_t* folded_count) {
+  const int used = logs_used_hw_.load(std::memory_order_acquire);
+  gate_.fetch_or(kGateFolding, std::memory_order_seq_cst);
+  // Every owner's in_op store and entries are visible from here, and every operation that
+  // starts from here sees the gate (the header). Its failure cannot happen once registered.
+  if (membarrier_) Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+  Log* const own = t_log;
+  for (int i = 0; i < used; ++i) {
+    Log* log = LogAt(i);
+    if (log->state.load(std::memory_order_acquire) == kFree) continue;
+    // This thread's own log while a signal handler runs over its operation: that operation
+    // cannot finish before we return. Its entries wait for the next fold.
+    if (log == own && log->in_op.load(std::memory_order_relaxed) != 0) continue;
+    for (int attempt = 0; log->in_op.load(std::memory_order_seq_cst) != 0; ++attempt) {
+      Backoff(attempt);
+    }
+    const uint64_t head = log->head.load(std::memory_order_relaxed);
+    const uint64_t from = log->folded.load(std::memory_order_relaxed);
+    for (uint64_t at = from; at < head; ++at) {
+      const LoggedAllocation& e = log->entries[at % kCapacity];
+      if (e.address == kCancelledAddress) continue;
+      table.Insert(e.ToLiveEntry());  // a full table counts an overflow, as a direct insert does
+      ++*folded_count;
+    }
+    log->folded.store(head, std::memory_order_relaxed);
+    // An exited thread's log, now empty, goes back for another thread to take.
+    if (log->state.load(std::memory_order_acquire) == kOrphaned) {
+      log->head.store(0, std::memory_order_relaxed);
+      log->folded.store(0, std::memory_order_relaxed);
+      log->state.store(kFree, std::memory_order_release);
+    }
+  }
+  gate_.fetch_and(~uint32_t{kGateFolding}, std::memory_order_seq_cst);
+}
+
+size_t AllocationLogs::FoldAll(LiveTable& table) {
+  if (logs_ == nullptr || t_folding) return 0;
+  size_t folded = 0;
+  LockFolds();
+  t_folding = true;
+  FoldLocked(table, &folded);
+  t_folding = false;
+  UnlockFolds();
+  return folded;
+}
+
+bool AllocationLogs::FoldIfPending(LiveTable& table) {
+  if (logs_ == nullptr || logs_used_hw_.load(std::memory_order_acquire) == 0 || t_folding) {
+    return false;
+  }
+  // A signal handler over this thread's own log operation must not wait for a folder that
+  // waits for that operation: one try only.
+  Log* const own = t_log;
+  const bool nested =
+      own != nullptr && own != kNoLog && own->in_op.load(std::memory_order_relaxed) != 0;
+  // The lock first: an entry a fold in progress has taken from its log but not yet inserted
+  // is visible to neither check otherwise.
+  if (nested) {
+    if (!TryLockFolds()) return false;
+  } else {
+    LockFolds();
+  }
+  t_folding = true;
+  size_t folded = 0;
+  // An owner mid-append is waited for by the fold, and its entry then found.
+  if (HasUnfolded()) FoldLocked(table, &folded);
+  t_folding = false;
+  UnlockFolds();
+  // Look again even if this call folded nothing: a fold that ended between the caller's look
+  // and the lock may have put the entry there.
+  return true;
+}
+
+void AllocationLogs::Close(LiveTable& table) {
+  if (logs_ == nullptr) return;
+  gate_.fetch_or(kGateClosed, std::memory_order_seq_cst);
+  FoldAll(table);
+}
+
+void AllocationLogs::Open() {
+  if (logs_ == nullptr) return;
+  gate_.fetch_and(~uint32_t{kGateClosed}, std::memory_order_seq_cst);
+}
+
+bool AllocationLogs::HasUnfolded() const {
+  if (logs_ == nullptr) return false;
+  const int used = logs_used_hw_.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    Log* log = LogAt(i);
+    if (log->state.load(std::memory_order_acquire) == kFree) continue;
+    if (log->state.load(std::memory_order_relaxed) == kOrphaned ||
+        log->head.load(std::memory_order_acquire) != log->folded.load(std::memory_order_relaxed)) {
+      return true;  // an exited thread's log is folded to be given back, even empty
+    }
+  }
+  return false;
+}
+
+size_t AllocationLogs::CountUnfolded() const {
+  if (logs_ == nullptr) return 0;
+  size_t n = 0;
+  const int used = logs_used_hw_.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    Log* log = LogAt(i);
+    if (log->state.load(std::memory_order_acquire) == kFree) continue;
+    const uint64_t head = log->head.load(std::memory_order_acquire);
+    for (uint64_t at = log->folded.load(std::memory_order_relaxed); at < head; ++at) {
+      n += log->entries[at % kCapacity].address != kCancelledAddress ? 1 : 0;
+    }
+  }
+  return n;
+}
+
+int AllocationLogs::LogsInUse() const {
+  if (logs_ == nullptr) return 0;
+  int n = 0;
+  const int used = logs_used_hw_.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    n += LogAt(i)->state.load(std::memory_order_acquire) != kFree ? 1 : 0;
+  }
+  return n;
+}
+
+void AllocationLogs::ResetAfterFork(bool open) {
+  if (logs_ == nullptr) return;
+  // Fresh pages: the parent's threads, logs and any fold in progress are not this process's.
+  void* mem = mmap(logs_, kMaxLogs * sizeof(Log), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (mem == MAP_FAILED) {
+    for (int i = 0; i < kMaxLogs; ++i) new (LogAt(i)) Log();
+  }
+  t_log = nullptr;
+  t_folding = false;
+  if (key_ok_) pthread_setspecific(static_cast<pthread_key_t>(key_), nullptr);
+  logs_used_hw_.store(0, std::memory_order_relaxed);
+  fold_lock_.store(0, std::memory_order_relaxed);
+  gate_.store(open ? 0u : uint32_t{kGateClosed}, std::memory_order_seq_cst);
+}
+
+}  // namespace fragscope::agent

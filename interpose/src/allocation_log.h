@@ -1,0 +1,208 @@
+// Per-thread logs of the allocations a dormant agent sees, folded into the live table later.
+//
+// Why: a dormant agent keeps only the live table, yet its insert and erase (a compare-and-swap
+// on a shared slot, a global seq, ~240 instructions each) made a cudaMalloc/cudaFree pair ~30 %
+// slower on the null fake driver, where DESIGN.md asks for 2 % (tests/bench/RESULTS.md). Here
+// an allocation costs its owner thread a few plain stores into its own log, and a release of an
+// allocation still in that log cancels it in place; what remains is folded into the live table
+// by the background thread (every poll, ~100 ms), by a wake before its snapshot, and by any
+// thread whose release misses the table (FoldIfPending), so the table plus the logs always
+// hold exactly what is live.
+//
+// Folding runs while every owner is held off: the folder closes the gate (`gate_`), makes each
+// owner's pending stores visible and waits for owners inside an operation to leave it. An owner
+// marks itself inside (`in_op`) before it reads the gate, so either it sees the gate closed and
+// uses the table instead, or the folder sees it inside and waits. That store-then-load pair
+// needs a full fence on one side: the folder issues it for every thread at once with
+// membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), so owners pay only a compiler barrier. Without
+// membarrier (old kernels, seccomp, ThreadSanitizer builds) owners use a locked exchange.
+//
+// Logged entries carry no seq: they were made live before any wake's snapshot, which folds
+// them first (LiveTable seq 0). Nothing else (handles, VMM, blocks) is logged.
+//
+// Thread safety: TryAppend/TryCancel on the calling thread's own log, from any thread; FoldAll,
+// FoldIfPending, Close, Open and CountUnfolded from any thread; ResetAfterFork only in a fork
+// child. No heap: one mmap at Init; threads take logs from it and give them back at exit.
+#ifndef FRAGSCOPE_INTERPOSE_ALLOCATION_LOG_H_
+#define FRAGSCOPE_INTERPOSE_ALLOCATION_LOG_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "api.h"
+#include "live_table.h"
+
+namespace fragscope::agent {
+
+// One logged allocation (what LiveEntry needs of it). 40 bytes.
+struct LoggedAllocation {
+  uint64_t address;  // kCancelledAddress once its release cancelled it
+  uint64_t size;     // bytes
+  uint64_t stream;
+  uint64_t pool;  // or kPoolDeferred
+  uint16_t api;   // Api
+  uint8_t kind;   // MemoryKind
+  uint8_t unused;
+  int32_t device;  // or kDeviceDeferred
+
+  LiveEntry ToLiveEntry() const;
+};
+
+inline constexpr uint64_t kAllocationLogCapacity = 1024;  // entries per thread between folds
+
+namespace allocation_log_internal {
+enum : uint32_t { kFree = 0, kOwned = 1, kOrphaned = 2 };
+// One thread's log. The header's line is the owner's (in_op, head) and the folder's (folded):
+// the folder touches it only while the owner is held off.
+struct alignas(64) Log {
+  std::atomic<uint32_t> in_op;   // owner: 1 while it reads or changes its entries
+  std::atomic<uint32_t> state;   // kFree / kOwned / kOrphaned
+  std::atomic<uint64_t> head;    // owner: entries [folded, head) are unfolded
+  std::atomic<uint64_t> folded;  // folder, while the owner is held off
+  LoggedAllocation entries[kAllocationLogCapacity];
+};
+inline Log* const kNoLog = reinterpret_cast<Log*>(alignof(Log));
+// This thread's log; nullptr until its first append, kNoLog when it has none (all taken, or
+// the thread is exiting). initial-exec: no allocation in a hook.
+inline thread_local constinit Log* t_log __attribute__((tls_model("initial-exec"))) = nullptr;
+// Set while this thread folds: a signal handler's release on it must not fold again.
+inline thread_local constinit bool t_folding __attribute__((tls_model("initial-exec"))) = false;
+}  // namespace allocation_log_internal
+
+class AllocationLogs {
+ public:
+  static constexpr uint64_t kCapacity = kAllocationLogCapacity;
+  static constexpr int kMaxLogs = 256;  // threads with a log at once; others use the table
+  // A release looks back this far in its own log before it goes to the table.
+  static constexpr int kCancelWindow = 16;
+  static constexpr uint64_t kCancelledAddress = ~uint64_t{0};
+
+  AllocationLogs() = default;
+  // Only when no thread uses the logs any more (tests; the agent's is never destroyed).
+  ~AllocationLogs();
+  AllocationLogs(const AllocationLogs&) = delete;
+  AllocationLogs& operator=(const AllocationLogs&) = delete;
+
+  // Maps the logs. `open`: appends are accepted from now (a dormant agent); else Open() first.
+  // `allow_membarrier` false forces the locked-exchange protocol (tests of both).
+  bool Init(bool open, bool allow_membarrier = true);
+  bool initialized() const { return logs_ != nullptr; }
+  bool uses_membarrier() const { return membarrier_; }
+
+  // Owner side (hot): logs `entry` on this thread's log. False when the caller must use the
+  // table instead: gate closed, log full, no log, or a signal handler over this thread's own
+  // operation on its log.
+  inline bool TryAppend(const LoggedAllocation& entry);
+  // Owner side (hot): if `address` is among the last kCancelWindow unfolded entries of this
+  // thread's log, removes it, copies it to *out and returns true.
+  inline bool TryCancel(uint64_t address, LoggedAllocation* out);
+
+  // Folds every log into `table` and returns how many entries went in. Waits for owners inside
+  // an operation (a few instructions each), except this thread's own when a signal handler
+  // runs over it.
+  size_t FoldAll(LiveTable& table);
+  // For a release that missed the table: folds if any log holds unfolded entries, waiting for
+  // a fold in progress first. True when the caller should look in the table again (logs are
+  // in use: a fold, this one or one that ended meanwhile, may have put the entry there).
+  bool FoldIfPending(LiveTable& table);
+
+  // A wake: no appends from now on, and everything logged goes into `table`.
+  void Close(LiveTable& table);
+  // Back to dormant: appends accepted again.
+  void Open();
+
+  // Whether any log holds entries not folded yet (a cheap look at each log's counters).
+  bool HasUnfolded() const;
+  // Unfolded, uncancelled entries (exact when no owner runs); for status and tests.
+  size_t CountUnfolded() const;
+  // Logs taken by threads (tests).
+  int LogsInUse() const;
+
+  // Fork child: only the calling thread exists; every log is empty and free, the gate as
+  // `open` says.
+  void ResetAfterFork(bool open);
+
+  // Gives the calling thread's log back once it is folded (thread exit; also tests).
+  void ReleaseThisThread();
+
+ private:
+  enum : uint32_t { kGateFolding = 1, kGateClosed = 2 };
+  allocation_log_internal::Log* ClaimLog();
+  allocation_log_internal::Log* LogAt(int i) const;
+  // The owner's entry into an operation on `log`: false (and nothing held) when it must not
+  // touch its log now.
+  inline bool Enter(allocation_log_internal::Log* log);
+  // TryCancel past the newest entry.
+  bool CancelOlder(allocation_log_internal::Log* log, uint64_t address, LoggedAllocation* out);
+  void FoldLocked(LiveTable& table, size_t* folded);
+  void LockFolds();
+  bool TryLockFolds();
+  void UnlockFolds();
+  static void ThreadExit(void* log);
+
+  char* logs_ = nullptr;  // kMaxLogs Logs
+  bool membarrier_ = false;
+  unsigned key_ = 0;  // pthread_key_t: ThreadExit
+  bool key_ok_ = false;
+  std::atomic<uint32_t> gate_{kGateClosed};
+  std::atomic<int> logs_used_hw_{0};  // logs ever taken: scans stop here
+  std::atomic<int> fold_lock_{0};
+};
+
+[[gnu::always_inline]] inline bool AllocationLogs::Enter(allocation_log_internal::Log* log) {
+  // A signal handler over this thread's own operation: its log is mid-change.
+  if (log->in_op.load(std::memory_order_relaxed) != 0) return false;
+  if (membarrier_) {
+    log->in_op.store(1, std::memory_order_relaxed);
+    // The folder's membarrier stands in for a fence here (see the top of this file).
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (__builtin_expect(gate_.load(std::memory_order_acquire) == 0, 1)) return true;
+  } else {
+    log->in_op.exchange(1, std::memory_order_seq_cst);
+    if (gate_.load(std::memory_order_seq_cst) == 0) return true;
+  }
+  log->in_op.store(0, std::memory_order_release);
+  return false;
+}
+
+[[gnu::always_inline]] inline bool AllocationLogs::TryAppend(const LoggedAllocation& entry) {
+  using allocation_log_internal::Log;
+  Log* log = allocation_log_internal::t_log;
+  if (__builtin_expect(log == nullptr, 0)) {
+    if (gate_.load(std::memory_order_relaxed) != 0) return false;
+    log = allocation_log_internal::t_log = ClaimLog();
+  }
+  if (log == allocation_log_internal::kNoLog || !Enter(log)) return false;
+  const uint64_t head = log->head.load(std::memory_order_relaxed);
+  const bool room = head - log->folded.load(std::memory_order_relaxed) < kCapacity;
+  if (__builtin_expect(room, 1)) {
+    log->entries[head % kCapacity] = entry;
+    log->head.store(head + 1, std::memory_order_relaxed);
+  }
+  log->in_op.store(0, std::memory_order_release);
+  return room;  // full until the next fold: the table takes it
+}
+
+[[gnu::always_inline]] inline bool AllocationLogs::TryCancel(uint64_t address,
+                                                             LoggedAllocation* out) {
+  using allocation_log_internal::Log;
+  Log* log = allocation_log_internal::t_log;
+  if (log == nullptr || log == allocation_log_internal::kNoLog || !Enter(log)) return false;
+  const uint64_t head = log->head.load(std::memory_order_relaxed);
+  // The newest entry, what a short-lived allocation's release finds: dropped.
+  if (head != log->folded.load(std::memory_order_relaxed)) {
+    const LoggedAllocation& top = log->entries[(head - 1) % kCapacity];
+    if (top.address == address) {
+      *out = top;
+      log->head.store(head - 1, std::memory_order_relaxed);
+      log->in_op.store(0, std::memory_order_release);
+      return true;
+    }
+  }
+  return CancelOlder(log, address, out);  // leaves the operation
+}
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_INTERPOSE_ALLOCATION_LOG_H_
