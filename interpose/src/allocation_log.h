@@ -93,7 +93,15 @@ class AllocationLogs {
   // Owner side (hot): logs `entry` on this thread's log. False when the caller must use the
   // table instead: gate closed, log full, no log, or a signal handler over this thread's own
   // operation on its log.
-  inline bool TryAppend(const LoggedAllocation& entry);
+  inline bool TryAppend(const LoggedAllocation& entry) {
+    return TryAppendWith([&entry](LoggedAllocation& slot) { slot = entry; });
+  }
+  // The same with `fill(LoggedAllocation&)` writing the entry in place (the hook's fields go
+  // straight into the log, read only once the log takes them).
+  template <typename Fill>
+  inline bool TryAppendWith(Fill&& fill);
+  // Whether this thread has yet to take a log (its first append will).
+  static bool ThreadHasNoLog() { return allocation_log_internal::t_log == nullptr; }
   // Owner side (hot): if `address` is among the last kCancelWindow unfolded entries of this
   // thread's log, removes it, copies it to *out and returns true.
   inline bool TryCancel(uint64_t address, LoggedAllocation* out);
@@ -166,7 +174,8 @@ class AllocationLogs {
   return false;
 }
 
-[[gnu::always_inline]] inline bool AllocationLogs::TryAppend(const LoggedAllocation& entry) {
+template <typename Fill>
+[[gnu::always_inline]] inline bool AllocationLogs::TryAppendWith(Fill&& fill) {
   using allocation_log_internal::Log;
   Log* log = allocation_log_internal::t_log;
   if (__builtin_expect(log == nullptr, 0)) {
@@ -177,7 +186,7 @@ class AllocationLogs {
   const uint64_t head = log->head.load(std::memory_order_relaxed);
   const bool room = head - log->folded.load(std::memory_order_relaxed) < kCapacity;
   if (__builtin_expect(room, 1)) {
-    log->entries[head % kCapacity] = entry;
+    fill(log->entries[head % kCapacity]);
     log->head.store(head + 1, std::memory_order_relaxed);
   }
   log->in_op.store(0, std::memory_order_release);

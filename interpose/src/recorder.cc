@@ -264,13 +264,23 @@ void RecordAlloc(const AllocInfo& info) {
   const int32_t device = info.device >= 0 ? info.device : kDeviceDeferred;
   // This thread's log first (allocation_log.h): a few plain stores. It refuses once a wake
   // began.
-  if (!a.logs.TryAppend(LoggedAllocation{info.address, info.size, info.stream, info.pool,
-                                         static_cast<uint16_t>(info.api),
-                                         static_cast<uint8_t>(info.kind), 0, device})) {
+  // The background thread folds the logs: started with the first append of each thread (its
+  // own check is cheap, but not free on every call).
+  const bool first_append = AllocationLogs::ThreadHasNoLog();
+  if (!a.logs.TryAppendWith([&info, device](LoggedAllocation& slot) {
+        slot.address = info.address;
+        slot.size = info.size;
+        slot.stream = info.stream;
+        slot.pool = info.pool;
+        slot.api = static_cast<uint16_t>(info.api);
+        slot.kind = static_cast<uint8_t>(info.kind);
+        slot.unused = 0;
+        slot.device = device;
+      })) {
     return RecordDormantAllocInTable(info, device);
   }
   EnsureDeviceInfo(device);
-  EnsureBackgroundThread();
+  if (__builtin_expect(first_append, 0)) EnsureBackgroundThread();
 }
 
 void RecordMark(const char* label, bool blocks_synced) {
