@@ -125,10 +125,17 @@ void AllocationLogs::ReleaseThisThread() {
   log->state.store(kOrphaned, std::memory_order_release);
 }
 
-bool AllocationLogs::CancelOlder(Log* log, uint64_t address, LoggedAllocation* out) {
+bool AllocationLogs::TryCancelAnywhere(uint64_t address, LoggedAllocation* out) {
+  Log* log = t_log;
+  if (log == nullptr || log == kNoLog || !Enter(log)) return false;
+  return CancelOlder(log, address, out, kCapacity);  // the newest was looked at: TryCancel
+}
+
+bool AllocationLogs::CancelOlder(Log* log, uint64_t address, LoggedAllocation* out,
+                                 uint64_t window) {
   const uint64_t head = log->head.load(std::memory_order_relaxed);
   const uint64_t folded = log->folded.load(std::memory_order_relaxed);
-  const uint64_t stop = head - folded > kCancelWindow ? head - kCancelWindow : folded;
+  const uint64_t stop = head - folded > window ? head - window : folded;
   // The newest was looked at (TryCancel); an older one is marked, and folds skip it.
   for (uint64_t i = head == folded ? head : head - 1; i > stop;) {
     --i;

@@ -105,6 +105,10 @@ class AllocationLogs {
   // Owner side (hot): if `address` is among the last kCancelWindow unfolded entries of this
   // thread's log, removes it, copies it to *out and returns true.
   inline bool TryCancel(uint64_t address, LoggedAllocation* out);
+  // The same over every unfolded entry of this thread's log: for a release that missed the
+  // table too (allocations freed first in, first out, more than kCancelWindow apart), before
+  // it folds every log.
+  bool TryCancelAnywhere(uint64_t address, LoggedAllocation* out);
 
   // Folds every log into `table` and returns how many entries went in. Waits for owners inside
   // an operation (a few instructions each), except this thread's own when a signal handler
@@ -141,8 +145,9 @@ class AllocationLogs {
   // The owner's entry into an operation on `log`: false (and nothing held) when it must not
   // touch its log now.
   inline bool Enter(allocation_log_internal::Log* log);
-  // TryCancel past the newest entry.
-  bool CancelOlder(allocation_log_internal::Log* log, uint64_t address, LoggedAllocation* out);
+  // TryCancel past the newest entry, up to `window` entries back; leaves the operation.
+  bool CancelOlder(allocation_log_internal::Log* log, uint64_t address, LoggedAllocation* out,
+                   uint64_t window);
   void FoldLocked(LiveTable& table, size_t* folded);
   void LockFolds();
   bool TryLockFolds();
@@ -209,7 +214,7 @@ template <typename Fill>
       return true;
     }
   }
-  return CancelOlder(log, address, out);  // leaves the operation
+  return CancelOlder(log, address, out, kCancelWindow);  // leaves the operation
 }
 
 }  // namespace fragscope::agent

@@ -365,7 +365,18 @@ void PendingRelease::Begin(const Api* free_api, uint64_t stream) {
   LiveTable& live = a.live;
   size_t index = 0;
   known_ = live.Erase(cls_, key_, &entry_, &index);
-  // Still in some thread's log (another thread's, or this one's beyond the cancel window).
+  if (!known_ && free_api != nullptr) {
+    // Still in this thread's log, further back than TryCancel looks (released first in,
+    // first out): found there without folding.
+    if (a.logs.TryCancelAnywhere(key_, &logged_)) {
+      known_ = true;
+      cancelled_ = true;
+      seq_ = 0;
+      return;
+    }
+  }
+  // Still in some thread's log (another thread's): every log is folded, and the table asked
+  // again.
   if (!known_ && cls_ == LiveClass::kAllocation && a.logs.FoldIfPending(live)) {
     known_ = live.Erase(cls_, key_, &entry_, &index);
   }

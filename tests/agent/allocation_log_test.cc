@@ -35,11 +35,20 @@ void OnNewThread(Fn&& fn) {
   t.join();
 }
 
-// What a release does (recorder.cc PendingRelease): its own log, else the table, else fold
-// and look in the table again.
+// What a release does (recorder.cc PendingRelease): the newest entries of its own log, else
+// the table, else all of its own log, else fold and look in the table again.
 bool Release(AllocationLogs& logs, LiveTable& table, uint64_t address, uint64_t* size) {
   LoggedAllocation out;
   if (logs.TryCancel(address, &out)) {
+    *size = out.size;
+    return true;
+  }
+  LiveEntry found;
+  if (table.Erase(LiveClass::kAllocation, address, &found)) {
+    *size = found.size;
+    return true;
+  }
+  if (logs.TryCancelAnywhere(address, &out)) {
     *size = out.size;
     return true;
   }
@@ -132,17 +141,20 @@ TEST_P(AllocationLogTest, AReleaseBeyondTheWindowOrFromAnotherThreadFindsItAfter
       ASSERT_TRUE(logs_.TryAppend(Logged(0x100000 + 0x1000 * i, 1000 + i)));
     }
     uint64_t size = 0;
-    // Too old for the cancel window: not in the table either until a fold.
+    // Too old for the cancel window, not in the table: found further back in the log, without
+    // a fold.
     LoggedAllocation out;
     EXPECT_FALSE(logs_.TryCancel(0x100000, &out));
     EXPECT_TRUE(Release(logs_, table_, 0x100000, &size));
     EXPECT_EQ(size, 1000u);
+    EXPECT_EQ(logs_.CountUnfolded(), static_cast<size_t>(kOld - 1));
+    EXPECT_EQ(table_.CountLive(), 0u);
     appended = true;
     while (!done) std::this_thread::yield();  // the log stays this thread's meanwhile
   });
   while (!appended) std::this_thread::yield();
   OnNewThread([&] {
-    // Another thread's allocation, already folded by the release above.
+    // Another thread's allocation: every log is folded first.
     uint64_t size = 0;
     EXPECT_TRUE(Release(logs_, table_, 0x101000, &size));
     EXPECT_EQ(size, 1001u);

@@ -294,6 +294,29 @@ TEST(ReliabilityFaults, SignalsDuringHooksNoDeadlockNoCrashStreamConsistent) {
   EXPECT_EQ(r.dropped_frames, r.end_dropped);
 }
 
+// The same storm with the agent dormant: allocations go to per-thread logs (interpose/README.md,
+// "Allocation logs"). Each thread frees its allocations 64 later and passes some to the next
+// thread, so releases find entries far back in their own log, in the table, or only after
+// folding every log (which holds the owners off), while handlers interrupt owners inside a log
+// operation. Nothing may hang (the folder waits for owners; a handler over its own thread's
+// operation must never wait for the folder) or crash, and every call still succeeds.
+TEST(ReliabilityFaults, SignalsDuringDormantHooksNoDeadlockNoCrash) {
+  TempDir dir;
+  RunResult run = agent_test::RunProgram(
+      RelApp("reliability_stress_app"), {"signals", "4", "20000", "64"},
+      RunOptions{
+          true,
+          {{"FRAGSCOPE_DORMANT", "1"}, {"XDG_RUNTIME_DIR", dir.path()}, {"FAKECUDA_NULL", "1"}}});
+  ASSERT_EQ(run.signal, 0) << run.err;
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  std::vector<std::vector<std::string>> lines = agent_test::Lines(run.out);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0][0], "sent");
+  EXPECT_GT(std::stoull(lines[0][3]), 0u) << "no signal was handled";
+  EXPECT_GE(EventsMade(run.out), 4 * 20000 * 2) << run.out;
+  EXPECT_NE(run.out.find("failures 0"), std::string::npos) << run.out;
+}
+
 // Every cudaMalloc/cudaFree the program makes, including those its signal handlers make, is an
 // event in the trace or counted as dropped.
 //

@@ -6,8 +6,11 @@
 //   stress_app load THREADS N KEEP   THREADS threads x N events, KEEP allocations left live each
 //   stress_app phases DIR CODE       events (64 left live), touch DIR/phase1, wait for DIR/go,
 //                                    events until DIR/stop, free/alloc some, exit CODE
-//   stress_app signals THREADS N     N alloc/free pairs per thread while SIGUSR1 rains on them;
-//                                    the handler itself allocates and frees (driver API)
+//   stress_app signals THREADS N [KEEP]
+//                                    N alloc/free pairs per thread while SIGUSR1 rains on them;
+//                                    the handler itself allocates and frees (driver API). With
+//                                    KEEP, each thread frees its allocations KEEP later (first in,
+//                                    first out) and hands every 7th to the next thread to free
 //   stress_app openmp LIBOMP N       dlopen LLVM's OpenMP runtime, N alloc/free pairs per
 //                                    OpenMP thread inside GOMP_parallel
 //   stress_app slowfree DIR N        a free held up inside the driver after it took effect
@@ -200,7 +203,12 @@ void OnSignal(int) {
   errno = saved;
 }
 
-int Signals(int threads, long n) {
+// Handoffs between the threads of Signals with KEEP: slot t holds what thread t-1 passed on.
+struct Handoff {
+  std::atomic<void*> pointer{nullptr};
+};
+
+int Signals(int threads, long n, long keep) {
   Free(Alloc(256));  // loads the driver and makes a context current
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (cuda == nullptr) return 3;
@@ -224,11 +232,31 @@ int Signals(int threads, long n) {
   std::vector<pthread_t> ids(threads);
   std::vector<std::thread> pool;
   std::atomic<int> started{0};
+  std::vector<Handoff> handoffs(threads);
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       ids[t] = pthread_self();
       started.fetch_add(1);
-      for (long i = 0; i < n; ++i) Free(Alloc(512 + 512 * static_cast<size_t>(t)));
+      std::vector<void*> window;
+      for (long i = 0; i < n; ++i) {
+        void* p = Alloc(512 + 512 * static_cast<size_t>(t));
+        if (keep == 0) {
+          Free(p);
+          continue;
+        }
+        // Another thread's allocation, if one was passed on: freed here.
+        Free(handoffs[t].pointer.exchange(nullptr));
+        if (p != nullptr && i % 7 == 0) {
+          Free(handoffs[(t + 1) % threads].pointer.exchange(p));
+          continue;
+        }
+        window.push_back(p);
+        if (static_cast<long>(window.size()) > keep) {
+          Free(window.front());
+          window.erase(window.begin());
+        }
+      }
+      for (void* p : window) Free(p);
       running.fetch_sub(1);
       // Stay alive until the sender stops, so pthread_kill never targets a finished thread.
       while (running.load() >= 0) usleep(100);
@@ -241,6 +269,7 @@ int Signals(int threads, long n) {
   }
   running.store(-1);
   for (std::thread& th : pool) th.join();
+  for (Handoff& h : handoffs) Free(h.pointer.exchange(nullptr));
   std::printf("sent %llu handled %llu\n", static_cast<unsigned long long>(sent),
               static_cast<unsigned long long>(g_handled.load()));
   return Report();
@@ -297,7 +326,9 @@ int main(int argc, char** argv) {
     return Load(static_cast<int>(arg(2, 16)), arg(3, 1000), static_cast<int>(arg(4, 4)));
   }
   if (scenario == "phases" && argc > 3) return Phases(argv[2], std::atoi(argv[3]));
-  if (scenario == "signals") return Signals(static_cast<int>(arg(2, 4)), arg(3, 10000));
+  if (scenario == "signals") {
+    return Signals(static_cast<int>(arg(2, 4)), arg(3, 10000), arg(4, 0));
+  }
   if (scenario == "openmp" && argc > 2) return OpenMp(argv[2], arg(3, 1000));
   if (scenario == "slowfree" && argc > 2) return SlowFree(argv[2], arg(3, 40000));
   std::fprintf(stderr, "usage: stress_app load|phases|signals|openmp|slowfree ...\n");
