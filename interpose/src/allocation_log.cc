@@ -31,9 +31,9 @@ using allocation_log_internal::t_log;
 LiveEntry LoggedAllocation::ToLiveEntry() const {
   LiveEntry e = ZeroLiveEntry();
   e.cls = LiveClass::kAllocation;
-  e.api = static_cast<Api>(api);
-  e.kind = static_cast<MemoryKind>(kind);
-  e.device = device;
+  e.api = api();
+  e.kind = kind();
+  e.device = device();
   e.address = address;
   e.size = size;
   e.stream = stream;
@@ -140,14 +140,58 @@ bool AllocationLogs::CancelOlder(Log* log, uint64_t address, LoggedAllocation* o
   for (uint64_t i = head == folded ? head : head - 1; i > stop;) {
     --i;
     LoggedAllocation& e = log->entries[i % kCapacity];
-    if (e.address != address) continue;
-    *out = e;
-    e.address = kCancelledAddress;
+    if (e.LoadAddress() != address) continue;
+    *out = LoggedAllocation::LoadFrom(e, address);
+    e.StoreAddress(kCancelledAddress);
     log->in_op.store(0, std::memory_order_release);
     return true;
   }
   log->in_op.store(0, std::memory_order_release);
   return false;
+}
+
+bool AllocationLogs::TryCancelElsewhere(uint64_t address, LoggedAllocation* out) {
+  if (logs_ == nullptr) return false;
+  const int used = logs_used_hw_.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    Log* log = LogAt(i);
+    // This thread's own log too: while a wake closes the logs, or a fold runs, the owner may
+    // not enter it (TryCancelAnywhere fails) and must still find its allocation there.
+    if (log->state.load(std::memory_order_acquire) == kFree) continue;
+    // Read without holding the owner off: the window may be stale (its slots then hold other
+    // addresses, or entries a fold took), but the entry of a live allocation stays in its slot,
+    // unchanged, until it is cancelled or taken, and this thread only acts on a slot holding
+    // `address`. The owner wrote that entry before the program could hand the address to
+    // this thread.
+    const uint64_t head = log->head.load(std::memory_order_acquire);
+    const uint64_t folded = log->folded.load(std::memory_order_acquire);
+    const uint64_t from = head - folded > kCapacity ? head - kCapacity : folded;
+    for (uint64_t at = head; at > from;) {
+      --at;
+      LoggedAllocation& e = log->entries[at % kCapacity];
+      if (e.LoadAddress() != address) continue;
+      const LoggedAllocation copy = LoggedAllocation::LoadFrom(e, address);
+      // Lost to a fold (or to a second release of the same address): the caller waits for the
+      // fold and finds it in the table.
+      if (!e.CancelIf(address)) return false;
+      *out = copy;
+      return true;
+    }
+  }
+  return false;
+}
+
+void AllocationLogs::WaitForFolds() {
+  if (logs_ == nullptr || t_folding) return;
+  // A signal handler over this thread's own log operation must not wait for a folder that
+  // waits for that operation: one try only.
+  Log* const own = t_log;
+  if (own != nullptr && own != kNoLog && own->in_op.load(std::memory_order_relaxed) != 0) {
+    if (TryLockFolds()) UnlockFolds();
+    return;
+  }
+  LockFolds();
+  UnlockFolds();
 }
 
 void AllocationLogs::LockFolds() {
@@ -181,9 +225,14 @@ void AllocationLogs::FoldLocked(LiveTable& table, size_t* folded_count) {
     const uint64_t head = log->head.load(std::memory_order_relaxed);
     const uint64_t from = log->folded.load(std::memory_order_relaxed);
     for (uint64_t at = from; at < head; ++at) {
-      const LoggedAllocation& e = log->entries[at % kCapacity];
-      if (e.address == kCancelledAddress) continue;
-      table.Insert(e.ToLiveEntry());  // a full table counts an overflow, as a direct insert does
+      LoggedAllocation& e = log->entries[at % kCapacity];
+      const uint64_t address = e.LoadAddress();
+      if (address == kCancelledAddress) continue;
+      const LiveEntry entry = LoggedAllocation::LoadFrom(e, address).ToLiveEntry();
+      // Taken with a compare-and-swap: a release on another thread may cancel it meanwhile
+      // (TryCancelElsewhere); whichever comes first has it.
+      if (!e.CancelIf(address)) continue;
+      table.Insert(entry);  // a full table counts an overflow, as a direct insert does
       ++*folded_count;
     }
     log->folded.store(head, std::memory_order_relaxed);
@@ -206,33 +255,6 @@ size_t AllocationLogs::FoldAll(LiveTable& table) {
   t_folding = false;
   UnlockFolds();
   return folded;
-}
-
-bool AllocationLogs::FoldIfPending(LiveTable& table) {
-  if (logs_ == nullptr || logs_used_hw_.load(std::memory_order_acquire) == 0 || t_folding) {
-    return false;
-  }
-  // A signal handler over this thread's own log operation must not wait for a folder that
-  // waits for that operation: one try only.
-  Log* const own = t_log;
-  const bool nested =
-      own != nullptr && own != kNoLog && own->in_op.load(std::memory_order_relaxed) != 0;
-  // The lock first: an entry a fold in progress has taken from its log but not yet inserted
-  // is visible to neither check otherwise.
-  if (nested) {
-    if (!TryLockFolds()) return false;
-  } else {
-    LockFolds();
-  }
-  t_folding = true;
-  size_t folded = 0;
-  // An owner mid-append is waited for by the fold, and its entry then found.
-  if (HasUnfolded()) FoldLocked(table, &folded);
-  t_folding = false;
-  UnlockFolds();
-  // Look again even if this call folded nothing: a fold that ended between the caller's look
-  // and the lock may have put the entry there.
-  return true;
 }
 
 void AllocationLogs::Close(LiveTable& table) {
@@ -269,7 +291,7 @@ size_t AllocationLogs::CountUnfolded() const {
     if (log->state.load(std::memory_order_acquire) == kFree) continue;
     const uint64_t head = log->head.load(std::memory_order_acquire);
     for (uint64_t at = log->folded.load(std::memory_order_relaxed); at < head; ++at) {
-      n += log->entries[at % kCapacity].address != kCancelledAddress ? 1 : 0;
+      n += log->entries[at % kCapacity].LoadAddress() != kCancelledAddress ? 1 : 0;
     }
   }
   return n;

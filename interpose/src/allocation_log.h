@@ -5,9 +5,12 @@
 // slower on the null fake driver, where DESIGN.md asks for 2 % (tests/bench/RESULTS.md). Here
 // an allocation costs its owner thread a few plain stores into its own log, and a release of an
 // allocation still in that log cancels it in place; what remains is folded into the live table
-// by the background thread (every poll, ~100 ms), by a wake before its snapshot, and by any
-// thread whose release misses the table (FoldIfPending), so the table plus the logs always
-// hold exactly what is live.
+// by the background thread (every poll, ~100 ms) and by a wake before its snapshot, so the
+// table plus the logs always hold exactly what is live. A release that finds its allocation
+// neither in its own log nor in the table cancels it in the log of the thread that made it
+// (TryCancelElsewhere), or, if a fold took it first, finds it in the table once that fold ends.
+// Entries' addresses are the one field two threads may change at once: a release elsewhere and
+// a fold each take an entry with a compare-and-swap on it.
 //
 // Folding runs while every owner is held off: the folder closes the gate (`gate_`), makes each
 // owner's pending stores visible and waits for owners inside an operation to leave it. An owner
@@ -20,8 +23,9 @@
 // Logged entries carry no seq: they were made live before any wake's snapshot, which folds
 // them first (LiveTable seq 0). Nothing else (handles, VMM, blocks) is logged.
 //
-// Thread safety: TryAppend/TryCancel on the calling thread's own log, from any thread; FoldAll,
-// FoldIfPending, Close, Open and CountUnfolded from any thread; ResetAfterFork only in a fork
+// Thread safety: TryAppend/TryCancel/TryCancelAnywhere on the calling thread's own log, from any
+// thread; TryCancelElsewhere, WaitForFolds, FoldAll, Close, Open, HasUnfolded and CountUnfolded
+// from any thread; ResetAfterFork only in a fork
 // child. No heap: one mmap at Init; threads take logs from it and give them back at exit.
 #ifndef FRAGSCOPE_INTERPOSE_ALLOCATION_LOG_H_
 #define FRAGSCOPE_INTERPOSE_ALLOCATION_LOG_H_
@@ -35,18 +39,54 @@
 
 namespace fragscope::agent {
 
-// One logged allocation (what LiveEntry needs of it). 40 bytes.
+// One logged allocation (what LiveEntry needs of it): five 64-bit words.
+//
+// In a log, an entry is written and read word by word with relaxed atomic operations (StoreTo,
+// LoadFrom): a release on another thread may read an entry its owner is writing into a reused
+// slot (it then finds another address and ignores the rest), and a release elsewhere and a fold
+// each take an entry with a compare-and-swap on its address (CancelIf). On x86 and arm64 these
+// are plain loads and stores.
 struct LoggedAllocation {
-  uint64_t address;  // kCancelledAddress once its release cancelled it
+  uint64_t address;  // kCancelledAddress once cancelled by a release or taken by a fold
   uint64_t size;     // bytes
   uint64_t stream;
   uint64_t pool;  // or kPoolDeferred
-  uint16_t api;   // Api
-  uint8_t kind;   // MemoryKind
-  uint8_t unused;
-  int32_t device;  // or kDeviceDeferred
+  uint64_t meta;  // api | kind << 16 | uint32(device) << 32 (device: or kDeviceDeferred)
 
+  static LoggedAllocation Make(uint64_t address, uint64_t size, uint64_t stream, uint64_t pool,
+                               Api api, MemoryKind kind, int32_t device) {
+    return LoggedAllocation{address, size, stream, pool,
+                            static_cast<uint64_t>(static_cast<uint16_t>(api)) |
+                                static_cast<uint64_t>(static_cast<uint8_t>(kind)) << 16 |
+                                static_cast<uint64_t>(static_cast<uint32_t>(device)) << 32};
+  }
+  Api api() const { return static_cast<Api>(meta & 0xffff); }
+  MemoryKind kind() const { return static_cast<MemoryKind>((meta >> 16) & 0xff); }
+  int32_t device() const { return static_cast<int32_t>(static_cast<uint32_t>(meta >> 32)); }
   LiveEntry ToLiveEntry() const;
+
+  // Writes this entry into log slot `slot`, its address last.
+  void StoreTo(LoggedAllocation& slot) const {
+    __atomic_store_n(&slot.size, size, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot.stream, stream, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot.pool, pool, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot.meta, meta, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot.address, address, __ATOMIC_RELAXED);
+  }
+  // Reads log slot `slot`, with `address` as its address (the slot's may be changing).
+  static LoggedAllocation LoadFrom(const LoggedAllocation& slot, uint64_t address) {
+    return LoggedAllocation{address, __atomic_load_n(&slot.size, __ATOMIC_RELAXED),
+                            __atomic_load_n(&slot.stream, __ATOMIC_RELAXED),
+                            __atomic_load_n(&slot.pool, __ATOMIC_RELAXED),
+                            __atomic_load_n(&slot.meta, __ATOMIC_RELAXED)};
+  }
+  uint64_t LoadAddress() const { return __atomic_load_n(&address, __ATOMIC_ACQUIRE); }
+  void StoreAddress(uint64_t a) { __atomic_store_n(&address, a, __ATOMIC_RELAXED); }
+  // Takes the entry if it still holds `expected` (it becomes kCancelledAddress).
+  bool CancelIf(uint64_t expected) {
+    return __atomic_compare_exchange_n(&address, &expected, ~uint64_t{0}, false, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
+  }
 };
 
 inline constexpr uint64_t kAllocationLogCapacity = 1024;  // entries per thread between folds
@@ -94,7 +134,7 @@ class AllocationLogs {
   // table instead: gate closed, log full, no log, or a signal handler over this thread's own
   // operation on its log.
   inline bool TryAppend(const LoggedAllocation& entry) {
-    return TryAppendWith([&entry](LoggedAllocation& slot) { slot = entry; });
+    return TryAppendWith([&entry](LoggedAllocation& slot) { entry.StoreTo(slot); });
   }
   // The same with `fill(LoggedAllocation&)` writing the entry in place (the hook's fields go
   // straight into the log, read only once the log takes them).
@@ -109,15 +149,19 @@ class AllocationLogs {
   // table too (allocations freed first in, first out, more than kCancelWindow apart), before
   // it folds every log.
   bool TryCancelAnywhere(uint64_t address, LoggedAllocation* out);
+  // For a release that found its allocation neither in the table nor (TryCancelAnywhere) in its
+  // own log: cancels it in whichever log holds it, another thread's or, while the logs are
+  // closed or folded, its own (a compare-and-swap on the entry; no owner is held off). False
+  // when no log has it: then it is in the table, or a fold in progress is putting it there
+  // (WaitForFolds), or the agent never saw it.
+  bool TryCancelElsewhere(uint64_t address, LoggedAllocation* out);
+  // Returns once no fold is in progress (one that started before the call has ended).
+  void WaitForFolds();
 
   // Folds every log into `table` and returns how many entries went in. Waits for owners inside
   // an operation (a few instructions each), except this thread's own when a signal handler
   // runs over it.
   size_t FoldAll(LiveTable& table);
-  // For a release that missed the table: folds if any log holds unfolded entries, waiting for
-  // a fold in progress first. True when the caller should look in the table again (logs are
-  // in use: a fold, this one or one that ended meanwhile, may have put the entry there).
-  bool FoldIfPending(LiveTable& table);
 
   // A wake: no appends from now on, and everything logged goes into `table`.
   void Close(LiveTable& table);
@@ -192,7 +236,8 @@ template <typename Fill>
   const bool room = head - log->folded.load(std::memory_order_relaxed) < kCapacity;
   if (__builtin_expect(room, 1)) {
     fill(log->entries[head % kCapacity]);
-    log->head.store(head + 1, std::memory_order_relaxed);
+    // Release: another thread's release that sees this head sees the entry (TryCancelElsewhere).
+    log->head.store(head + 1, std::memory_order_release);
   }
   log->in_op.store(0, std::memory_order_release);
   return room;  // full until the next fold: the table takes it
@@ -206,10 +251,13 @@ template <typename Fill>
   const uint64_t head = log->head.load(std::memory_order_relaxed);
   // The newest entry, what a short-lived allocation's release finds: dropped.
   if (head != log->folded.load(std::memory_order_relaxed)) {
-    const LoggedAllocation& top = log->entries[(head - 1) % kCapacity];
-    if (top.address == address) {
-      *out = top;
-      log->head.store(head - 1, std::memory_order_relaxed);
+    LoggedAllocation& top = log->entries[(head - 1) % kCapacity];
+    if (top.LoadAddress() == address) {
+      *out = LoggedAllocation::LoadFrom(top, address);
+      // Marked too: a slot past the head must never show a live address to another thread's
+      // release, which reads the head and the slots without holding the owner off.
+      top.StoreAddress(kCancelledAddress);
+      log->head.store(head - 1, std::memory_order_release);
       log->in_op.store(0, std::memory_order_release);
       return true;
     }

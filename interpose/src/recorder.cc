@@ -268,14 +268,9 @@ void RecordAlloc(const AllocInfo& info) {
   // own check is cheap, but not free on every call).
   const bool first_append = AllocationLogs::ThreadHasNoLog();
   if (!a.logs.TryAppendWith([&info, device](LoggedAllocation& slot) {
-        slot.address = info.address;
-        slot.size = info.size;
-        slot.stream = info.stream;
-        slot.pool = info.pool;
-        slot.api = static_cast<uint16_t>(info.api);
-        slot.kind = static_cast<uint8_t>(info.kind);
-        slot.unused = 0;
-        slot.device = device;
+        LoggedAllocation::Make(info.address, info.size, info.stream, info.pool, info.api, info.kind,
+                               device)
+            .StoreTo(slot);
       })) {
     return RecordDormantAllocInTable(info, device);
   }
@@ -375,10 +370,20 @@ void PendingRelease::Begin(const Api* free_api, uint64_t stream) {
       return;
     }
   }
-  // Still in some thread's log (another thread's): every log is folded, and the table asked
-  // again.
-  if (!known_ && cls_ == LiveClass::kAllocation && a.logs.FoldIfPending(live)) {
-    known_ = live.Erase(cls_, key_, &entry_, &index);
+  if (!known_ && free_api != nullptr) {
+    // Another thread's, still in its log: cancelled there.
+    if (a.logs.TryCancelElsewhere(key_, &logged_)) {
+      known_ = true;
+      cancelled_ = true;
+      seq_ = 0;
+      return;
+    }
+    // Or a fold was putting it in the table while this release looked: once that fold ends,
+    // the table has it.
+    if (a.logs.initialized()) {
+      a.logs.WaitForFolds();
+      known_ = live.Erase(cls_, key_, &entry_, &index);
+    }
   }
   if (!known_) {
     memset(&entry_, 0, sizeof(entry_));
