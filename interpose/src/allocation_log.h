@@ -93,8 +93,9 @@ inline constexpr uint64_t kAllocationLogCapacity = 1024;  // entries per thread 
 
 namespace allocation_log_internal {
 enum : uint32_t { kFree = 0, kOwned = 1, kOrphaned = 2 };
-// One thread's log. The header's line is the owner's (in_op, head) and the folder's (folded):
-// the folder touches it only while the owner is held off.
+// One thread's log. The owner writes in_op, head and entries; the folder writes folded (and
+// takes entries) only while the owner is held off; other threads' releases read head, folded
+// and entries at any time and take an entry with a compare-and-swap on its address.
 struct alignas(64) Log {
   std::atomic<uint32_t> in_op;   // owner: 1 while it reads or changes its entries
   std::atomic<uint32_t> state;   // kFree / kOwned / kOrphaned
@@ -106,7 +107,8 @@ inline Log* const kNoLog = reinterpret_cast<Log*>(alignof(Log));
 // This thread's log; nullptr until its first append, kNoLog when it has none (all taken, or
 // the thread is exiting). initial-exec: no allocation in a hook.
 inline thread_local constinit Log* t_log __attribute__((tls_model("initial-exec"))) = nullptr;
-// Set while this thread folds: a signal handler's release on it must not fold again.
+// Set while this thread folds: a signal handler's release on it must neither fold nor wait for
+// the fold (its own).
 inline thread_local constinit bool t_folding __attribute__((tls_model("initial-exec"))) = false;
 }  // namespace allocation_log_internal
 
@@ -146,8 +148,7 @@ class AllocationLogs {
   // thread's log, removes it, copies it to *out and returns true.
   inline bool TryCancel(uint64_t address, LoggedAllocation* out);
   // The same over every unfolded entry of this thread's log: for a release that missed the
-  // table too (allocations freed first in, first out, more than kCancelWindow apart), before
-  // it folds every log.
+  // table too (allocations freed first in, first out, more than kCancelWindow apart).
   bool TryCancelAnywhere(uint64_t address, LoggedAllocation* out);
   // For a release that found its allocation neither in the table nor (TryCancelAnywhere) in its
   // own log: cancels it in whichever log holds it, another thread's or, while the logs are
