@@ -6,6 +6,8 @@
 #include "allocation_log.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <map>
@@ -211,6 +213,38 @@ TEST_P(AllocationLogTest, LogsOfExitedThreadsAreFoldedAndReused) {
   EXPECT_EQ(logs_.LogsInUse(), 0);
   OnNewThread([&] { EXPECT_TRUE(logs_.TryAppend(Logged(0x9000000, 1))); });
   EXPECT_EQ(table_.CountLive(), static_cast<size_t>(AllocationLogs::kMaxLogs));
+}
+
+// A fork child (agent.cc ChildAfterFork) starts with no logs: the parent's threads, their
+// entries and a fold a parent thread had in progress are not the child's. The parent's logs
+// are untouched.
+TEST_P(AllocationLogTest, AForkChildStartsWithEmptyLogs) {
+  std::atomic<int> step{0};
+  std::thread owner([&] {
+    ASSERT_TRUE(logs_.TryAppend(Logged(0x10000, 100)));
+    step = 1;
+    while (step != 2) std::this_thread::yield();
+  });
+  while (step != 1) std::this_thread::yield();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Plain checks and _exit: no gtest machinery in the child.
+    logs_.ResetAfterFork(/*open=*/true);
+    int failed = 0;
+    if (logs_.CountUnfolded() != 0 || logs_.LogsInUse() != 0) failed |= 1;
+    if (!logs_.TryAppend(Logged(0x20000, 200))) failed |= 2;
+    if (logs_.FoldAll(table_) != 1) failed |= 4;
+    _exit(failed);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: logs kept, 2: no append, 4: fold";
+  step = 2;
+  owner.join();
+  EXPECT_EQ(logs_.CountUnfolded(), 1u);
+  EXPECT_EQ(logs_.FoldAll(table_), 1u);
 }
 
 // Threads allocate from a shared pool of addresses (so the same address moves between threads),
