@@ -130,6 +130,8 @@ class AllocationLogs {
   // `allow_membarrier` false forces the locked-exchange protocol (tests of both).
   bool Init(bool open, bool allow_membarrier = true);
   bool initialized() const { return logs_ != nullptr; }
+  // Whether any thread ever took a log (never, in an agent that was never dormant).
+  bool ever_used() const { return logs_used_hw_.load(std::memory_order_acquire) > 0; }
   bool uses_membarrier() const { return membarrier_; }
 
   // Owner side (hot): logs `entry` on this thread's log. False when the caller must use the

@@ -380,7 +380,7 @@ void PendingRelease::Begin(const Api* free_api, uint64_t stream) {
     }
     // Or a fold was putting it in the table while this release looked: once that fold ends,
     // the table has it.
-    if (a.logs.initialized()) {
+    if (a.logs.ever_used()) {
       a.logs.WaitForFolds();
       known_ = live.Erase(cls_, key_, &entry_, &index);
     }
