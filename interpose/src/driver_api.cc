@@ -157,7 +157,9 @@ const DriverCalls& Driver() {
   return g_driver;
 }
 
-bool StreamCapturing(CUstream stream) {
+bool StreamCapturing(CUstream stream, bool per_thread_default) {
+  if (stream == CU_STREAM_LEGACY || (stream == nullptr && !per_thread_default)) return false;
+  if (stream == nullptr) stream = CU_STREAM_PER_THREAD;
   if (!AgentMayCallDriver()) return false;  // a signal handler over agent code (recorder.h)
   const DriverCalls& d = Driver();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

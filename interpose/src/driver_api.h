@@ -46,7 +46,12 @@ struct DriverCalls {
 const DriverCalls& Driver();
 
 // True if `stream` is capturing (its stream-ordered allocations are graph memory).
-bool StreamCapturing(CUstream stream);
+// `per_thread_default`: the call came through a _ptsz entry point, where stream 0 is the
+// per-thread default stream rather than the legacy one. The legacy default stream cannot be
+// captured (cuStreamBeginCapture refuses it, and asking about it during another stream's
+// capture is an error), so for it the answer is false without asking the driver: a dormant
+// cudaMallocAsync on the default stream, PyTorch's usual one, makes no driver call.
+bool StreamCapturing(CUstream stream, bool per_thread_default);
 // The current memory pool of `device` (where cudaMallocAsync/cuMemAllocAsync allocate), 0 if
 // unknown.
 uint64_t DeviceCurrentPool(int device);

@@ -96,7 +96,9 @@ CUresult Release(DriverHookId id, Fn real, Ptr ptr, uint64_t stream,
   }
   hook.Returned(r);
   if (hook.record()) {
-    bool capture = StreamCapturing(stream);
+    const bool capture =
+        StreamCapturing(stream, id == DriverHookId::k_cuMemAllocAsync_ptsz ||
+                                    id == DriverHookId::k_cuMemAllocFromPoolAsync_ptsz);
     uint64_t pool_id = from_pool ? reinterpret_cast<uint64_t>(pool) : CurrentPoolUnlessDormant();
     OnAcquire(id, r, r == CUDA_SUCCESS && dptr != nullptr ? *dptr : 0, size,
               capture ? MemoryKind::kGraph : MemoryKind::kPool, reinterpret_cast<uint64_t>(stream),

@@ -107,7 +107,7 @@ cudaError_t MallocAsync(RuntimeHookId id, int abi, void** ptr, size_t size, cuda
   cudaError_t r = real(ptr, size, stream);
   hook.Returned(r, false);
   if (hook.record()) {
-    bool capture = StreamCapturing(stream);
+    const bool capture = StreamCapturing(stream, id == RuntimeHookId::k_cudaMallocAsync_ptsz);
     OnAcquire(hook, id, r, r == cudaSuccess && ptr ? Address(*ptr) : 0, size,
               capture ? MemoryKind::kGraph : MemoryKind::kPool, Address(stream),
               CurrentPoolUnlessDormant(), 0, capture);
@@ -123,7 +123,8 @@ cudaError_t MallocFromPoolAsync(RuntimeHookId id, int abi, void** ptr, size_t si
   cudaError_t r = real(ptr, size, pool, stream);
   hook.Returned(r, false);
   if (hook.record()) {
-    bool capture = StreamCapturing(stream);
+    const bool capture =
+        StreamCapturing(stream, id == RuntimeHookId::k_cudaMallocFromPoolAsync_ptsz);
     OnAcquire(hook, id, r, r == cudaSuccess && ptr ? Address(*ptr) : 0, size,
               capture ? MemoryKind::kGraph : MemoryKind::kPool, Address(stream), Address(pool), 0,
               capture);

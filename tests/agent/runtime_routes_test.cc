@@ -178,6 +178,21 @@ TEST_F(RuntimeRoutesTest, StaticRuntimeIsSeenAtTheDriver) {
   for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(AddressOf(*events[i]), printed[i]);
 }
 
+// A stream-ordered allocation made while its stream captures a graph is graph memory
+// (kind=GRAPH, in_capture); one on the legacy default stream, which no capture can include, is
+// its pool's. The per-thread default stream is stream 0 of the _ptsz entry points: its capture
+// state is the per-thread stream's, not the legacy stream's.
+TEST_F(RuntimeRoutesTest, AllocationsInsideAGraphCaptureAreGraphMemory) {
+  Trace trace = RunApp("agent_runtime_app", {"capture"}, {});
+  ASSERT_EQ(run_.exit_code, 0) << run_.out << run_.err;
+  EXPECT_EQ(DescribeEvents(trace), (std::vector<std::string>{
+                                       "alloc cudaMallocAsync size=1000 kind=POOL dev=0",
+                                       "alloc cudaMallocAsync size=2000 kind=GRAPH dev=0",
+                                       "alloc cudaMallocAsync size=3000 kind=GRAPH dev=0",
+                                   }))
+      << run_.out;
+}
+
 TEST_F(RuntimeRoutesTest, InjectedFailureIsAFailedAllocWithTheDriversResult) {
   Trace trace = RunApp("agent_runtime_app", {"malloc"}, {{"FAKECUDA_FAIL_AT", "2"}});
   std::vector<std::string> described = DescribeEvents(trace);

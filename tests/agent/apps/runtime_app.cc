@@ -92,6 +92,34 @@ int RefusedFree() {
   return 0;
 }
 
+// Per-thread default stream entry point, as `nvcc --default-stream per-thread` maps
+// cudaMallocAsync to (declared here: the header declares it only for such builds).
+extern "C" cudaError_t cudaMallocAsync_ptsz(void** ptr, size_t size, cudaStream_t stream);
+
+// Stream-ordered allocations inside and outside graph captures: on the legacy default stream
+// (never capturable), on a capturing stream, and on the per-thread default stream (stream 0 of
+// the _ptsz entry point) while it captures.
+int Capture() {
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess) return 3;
+  void* legacy = nullptr;
+  Print("cudaMallocAsync", legacy, 1000, cudaMallocAsync(&legacy, 1000, nullptr));
+  cudaStreamSynchronize(nullptr);
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) return 4;
+  void* captured = nullptr;
+  Print("cudaMallocAsync", captured, 2000, cudaMallocAsync(&captured, 2000, stream));
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream, &graph) != cudaSuccess) return 5;
+  if (cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+    return 6;
+  }
+  void* per_thread = nullptr;
+  Print("cudaMallocAsync_ptsz", per_thread, 3000, cudaMallocAsync_ptsz(&per_thread, 3000, nullptr));
+  cudaGraph_t graph2 = nullptr;
+  if (cudaStreamEndCapture(cudaStreamPerThread, &graph2) != cudaSuccess) return 7;
+  return 0;
+}
+
 int Families() {
   cudaStream_t stream = nullptr;
   if (cudaStreamCreate(&stream) != cudaSuccess) return 3;
@@ -408,6 +436,7 @@ int main(int argc, char** argv) {
   std::string scenario = argv[1];
   if (scenario == "malloc") return Malloc();
   if (scenario == "families") return Families();
+  if (scenario == "capture") return Capture();
   if (scenario == "refused_free") return RefusedFree();
   if (scenario == "vfork_signals") return VforkSignals();
   if (scenario == "entrypoint") return EntryPoint();
