@@ -318,6 +318,11 @@ void AllocationLogs::ResetAfterFork(bool open) {
   t_log = nullptr;
   t_folding = false;
   if (key_ok_) pthread_setspecific(static_cast<pthread_key_t>(key_), nullptr);
+  // Linux keeps the registration across fork (checked on 6.18), but nothing documents it: ask
+  // again, and if refused, owners use the locked exchange (safe to switch: no other thread yet).
+  if (membarrier_ && Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0) {
+    membarrier_ = false;
+  }
   logs_used_hw_.store(0, std::memory_order_relaxed);
   fold_lock_.store(0, std::memory_order_relaxed);
   gate_.store(open ? 0u : uint32_t{kGateClosed}, std::memory_order_seq_cst);
