@@ -268,42 +268,43 @@ void AllocationLogs::Open() {
   gate_.fetch_and(~uint32_t{kGateClosed}, std::memory_order_seq_cst);
 }
 
-bool AllocationLogs::HasUnfolded() const {
+template <typename Fn>
+bool AllocationLogs::AnyLogInUse(Fn&& fn) const {
   if (logs_ == nullptr) return false;
   const int used = logs_used_hw_.load(std::memory_order_acquire);
   for (int i = 0; i < used; ++i) {
     Log* log = LogAt(i);
-    if (log->state.load(std::memory_order_acquire) == kFree) continue;
-    if (log->state.load(std::memory_order_relaxed) == kOrphaned ||
-        log->head.load(std::memory_order_acquire) != log->folded.load(std::memory_order_relaxed)) {
-      return true;  // an exited thread's log is folded to be given back, even empty
-    }
+    if (log->state.load(std::memory_order_acquire) != kFree && fn(log)) return true;
   }
   return false;
 }
 
+bool AllocationLogs::HasUnfolded() const {
+  return AnyLogInUse([](Log* log) {
+    // An exited thread's log is folded to be given back, even empty.
+    return log->state.load(std::memory_order_relaxed) == kOrphaned ||
+           log->head.load(std::memory_order_acquire) != log->folded.load(std::memory_order_relaxed);
+  });
+}
+
 size_t AllocationLogs::CountUnfolded() const {
-  if (logs_ == nullptr) return 0;
   size_t n = 0;
-  const int used = logs_used_hw_.load(std::memory_order_acquire);
-  for (int i = 0; i < used; ++i) {
-    Log* log = LogAt(i);
-    if (log->state.load(std::memory_order_acquire) == kFree) continue;
+  AnyLogInUse([&n](Log* log) {
     const uint64_t head = log->head.load(std::memory_order_acquire);
     for (uint64_t at = log->folded.load(std::memory_order_relaxed); at < head; ++at) {
       n += log->entries[at % kCapacity].LoadAddress() != kCancelledAddress ? 1 : 0;
     }
-  }
+    return false;
+  });
   return n;
 }
 
 int AllocationLogs::LogsInUse() const {
-  if (logs_ == nullptr) return 0;
   int n = 0;
-  const int used = logs_used_hw_.load(std::memory_order_acquire);
-  for (int i = 0; i < used; ++i) {
-    n += LogAt(i)->state.load(std::memory_order_acquire) != kFree ? 1 : 0;
-  }
+  AnyLogInUse([&n](Log*) {
+    ++n;
+    return false;
+  });
   return n;
 }
 

@@ -200,6 +200,10 @@ class AllocationLogs {
   bool TryLockFolds();
   void UnlockFolds();
   static void ThreadExit(void* log);
+  // Calls fn(Log*) for every log a thread holds or held, until fn returns true; returns whether
+  // one did.
+  template <typename Fn>
+  bool AnyLogInUse(Fn&& fn) const;
 
   char* logs_ = nullptr;  // kMaxLogs Logs
   bool membarrier_ = false;

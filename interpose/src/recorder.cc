@@ -361,21 +361,10 @@ void PendingRelease::Begin(const Api* free_api, uint64_t stream) {
   size_t index = 0;
   known_ = live.Erase(cls_, key_, &entry_, &index);
   if (!known_ && free_api != nullptr) {
-    // Still in this thread's log, further back than TryCancel looks (released first in,
-    // first out): found there without folding.
-    if (a.logs.TryCancelAnywhere(key_, &logged_)) {
-      known_ = true;
-      cancelled_ = true;
-      seq_ = 0;
-      return;
-    }
-  }
-  if (!known_ && free_api != nullptr) {
-    // Another thread's, still in its log: cancelled there.
-    if (a.logs.TryCancelElsewhere(key_, &logged_)) {
-      known_ = true;
-      cancelled_ = true;
-      seq_ = 0;
+    // Still in this thread's log, further back than TryCancel looks (released first in, first
+    // out), or in another thread's: cancelled there.
+    if (a.logs.TryCancelAnywhere(key_, &logged_) || a.logs.TryCancelElsewhere(key_, &logged_)) {
+      TookFromLog();
       return;
     }
     // Or a fold was putting it in the table while this release looked: once that fold ends,
@@ -416,9 +405,7 @@ PendingRelease::PendingRelease(uint64_t key, Api api, uint64_t stream)
   // Allocated on this thread since the last fold (dormant): it never reaches the table, and no
   // seq is taken (a wake folds and snapshots only after this thread left its log).
   if (Agent().logs.TryCancel(key, &logged_)) {
-    known_ = true;
-    cancelled_ = true;
-    seq_ = 0;
+    TookFromLog();
     return;
   }
   Begin(&api, stream);

@@ -240,6 +240,12 @@ class PendingRelease {
   // the entry and takes the seq; `free_api` (an allocation's release) ships the FreeEvent now
   // when the agent ships. Out of line: the log's path keeps a small frame.
   [[gnu::noinline]] void Begin(const Api* free_api, uint64_t stream);
+  // The allocation was taken out of an allocation log (logged_ holds it): known, no seq.
+  void TookFromLog() {
+    known_ = true;
+    cancelled_ = true;
+    seq_ = 0;
+  }
   void EndFreeSlow(Api api, int32_t result, uint64_t stream);
   // Pushes the FreeEvent (result `result`) for this release's seq.
   struct Shipped {
