@@ -46,22 +46,21 @@ namespace {
 
 long Membarrier(int cmd) { return syscall(__NR_membarrier, cmd, 0, 0); }
 
-// Waits a little before attempt `attempt` (spin, yield, then sleep: the other thread may have
-// been preempted).
-void Backoff(int attempt) {
-  if (attempt < 64) return;
-  if (attempt < 1024) {
-    sched_yield();
-    return;
-  }
-  timespec ts{0, 50'000};
-  nanosleep(&ts, nullptr);
-}
-
 }  // namespace
 
 Log* AllocationLogs::LogAt(int i) const {
   return reinterpret_cast<Log*>(logs_ + static_cast<size_t>(i) * sizeof(Log));
+}
+
+template <typename Fn>
+bool AllocationLogs::AnyLogInUse(Fn&& fn) const {
+  if (logs_ == nullptr) return false;
+  const int used = logs_used_hw_.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    Log* log = LogAt(i);
+    if (log->state.load(std::memory_order_acquire) != kFree && fn(log)) return true;
+  }
+  return false;
 }
 
 AllocationLogs::~AllocationLogs() {
@@ -117,14 +116,6 @@ void AllocationLogs::ThreadExit(void* p) {
   static_cast<Log*>(p)->state.store(kOrphaned, std::memory_order_release);
 }
 
-void AllocationLogs::ReleaseThisThread() {
-  Log* log = t_log;
-  t_log = nullptr;
-  if (log == nullptr || log == kNoLog) return;
-  if (key_ok_) pthread_setspecific(static_cast<pthread_key_t>(key_), nullptr);
-  log->state.store(kOrphaned, std::memory_order_release);
-}
-
 bool AllocationLogs::TryCancelAnywhere(uint64_t address, LoggedAllocation* out) {
   Log* log = t_log;
   if (log == nullptr || log == kNoLog || !Enter(log)) return false;
@@ -151,13 +142,10 @@ bool AllocationLogs::CancelOlder(Log* log, uint64_t address, LoggedAllocation* o
 }
 
 bool AllocationLogs::TryCancelElsewhere(uint64_t address, LoggedAllocation* out) {
-  if (logs_ == nullptr) return false;
-  const int used = logs_used_hw_.load(std::memory_order_acquire);
-  for (int i = 0; i < used; ++i) {
-    Log* log = LogAt(i);
-    // This thread's own log too: while a wake closes the logs, or a fold runs, the owner may
-    // not enter it (TryCancelAnywhere fails) and must still find its allocation there.
-    if (log->state.load(std::memory_order_acquire) == kFree) continue;
+  bool taken = false;
+  // Every log in use, this thread's own too: while a wake closes the logs, or a fold runs, the
+  // owner may not enter it (TryCancelAnywhere fails) and must still find its allocation there.
+  AnyLogInUse([&](Log* log) {
     // Read without holding the owner off: the window may be stale (its slots then hold other
     // addresses, or entries a fold took), but the entry of a live allocation stays in its slot,
     // unchanged, until it is cancelled or taken, and this thread only acts on a slot holding
@@ -173,12 +161,13 @@ bool AllocationLogs::TryCancelElsewhere(uint64_t address, LoggedAllocation* out)
       const LoggedAllocation copy = LoggedAllocation::LoadFrom(e, address);
       // Lost to a fold (or to a second release of the same address): the caller waits for the
       // fold and finds it in the table.
-      if (!e.CancelIf(address)) return false;
-      *out = copy;
-      return true;
+      taken = e.CancelIf(address);
+      if (taken) *out = copy;
+      return true;  // found: no other log holds it
     }
-  }
-  return false;
+    return false;
+  });
+  return taken;
 }
 
 void AllocationLogs::WaitForFolds() {
@@ -195,7 +184,7 @@ void AllocationLogs::WaitForFolds() {
 }
 
 void AllocationLogs::LockFolds() {
-  for (int attempt = 0; !TryLockFolds(); ++attempt) Backoff(attempt);
+  for (int attempt = 0; !TryLockFolds(); ++attempt) LiveTable::Backoff(attempt);
 }
 
 bool AllocationLogs::TryLockFolds() {
@@ -206,21 +195,19 @@ bool AllocationLogs::TryLockFolds() {
 
 void AllocationLogs::UnlockFolds() { fold_lock_.store(0, std::memory_order_release); }
 
-void AllocationLogs::FoldLocked(LiveTable& table, size_t* folded_count) {
-  const int used = logs_used_hw_.load(std::memory_order_acquire);
+size_t AllocationLogs::FoldLocked(LiveTable& table) {
+  size_t folded = 0;
   gate_.fetch_or(kGateFolding, std::memory_order_seq_cst);
   // Every owner's in_op store and entries are visible from here, and every operation that
   // starts from here sees the gate (the header). Its failure cannot happen once registered.
   if (membarrier_) Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
   Log* const own = t_log;
-  for (int i = 0; i < used; ++i) {
-    Log* log = LogAt(i);
-    if (log->state.load(std::memory_order_acquire) == kFree) continue;
+  AnyLogInUse([&](Log* log) {
     // This thread's own log while a signal handler runs over its operation: that operation
     // cannot finish before we return. Its entries wait for the next fold.
-    if (log == own && log->in_op.load(std::memory_order_relaxed) != 0) continue;
+    if (log == own && log->in_op.load(std::memory_order_relaxed) != 0) return false;
     for (int attempt = 0; log->in_op.load(std::memory_order_seq_cst) != 0; ++attempt) {
-      Backoff(attempt);
+      LiveTable::Backoff(attempt);
     }
     const uint64_t head = log->head.load(std::memory_order_relaxed);
     const uint64_t from = log->folded.load(std::memory_order_relaxed);
@@ -233,7 +220,7 @@ void AllocationLogs::FoldLocked(LiveTable& table, size_t* folded_count) {
       // (TryCancelElsewhere); whichever comes first has it.
       if (!e.CancelIf(address)) continue;
       table.Insert(entry);  // a full table counts an overflow, as a direct insert does
-      ++*folded_count;
+      ++folded;
     }
     log->folded.store(head, std::memory_order_relaxed);
     // An exited thread's log, now empty, goes back for another thread to take.
@@ -242,16 +229,17 @@ void AllocationLogs::FoldLocked(LiveTable& table, size_t* folded_count) {
       log->folded.store(0, std::memory_order_relaxed);
       log->state.store(kFree, std::memory_order_release);
     }
-  }
+    return false;
+  });
   gate_.fetch_and(~uint32_t{kGateFolding}, std::memory_order_seq_cst);
+  return folded;
 }
 
 size_t AllocationLogs::FoldAll(LiveTable& table) {
   if (logs_ == nullptr || t_folding) return 0;
-  size_t folded = 0;
   LockFolds();
   t_folding = true;
-  FoldLocked(table, &folded);
+  const size_t folded = FoldLocked(table);
   t_folding = false;
   UnlockFolds();
   return folded;
@@ -266,17 +254,6 @@ void AllocationLogs::Close(LiveTable& table) {
 void AllocationLogs::Open() {
   if (logs_ == nullptr) return;
   gate_.fetch_and(~uint32_t{kGateClosed}, std::memory_order_seq_cst);
-}
-
-template <typename Fn>
-bool AllocationLogs::AnyLogInUse(Fn&& fn) const {
-  if (logs_ == nullptr) return false;
-  const int used = logs_used_hw_.load(std::memory_order_acquire);
-  for (int i = 0; i < used; ++i) {
-    Log* log = LogAt(i);
-    if (log->state.load(std::memory_order_acquire) != kFree && fn(log)) return true;
-  }
-  return false;
 }
 
 bool AllocationLogs::HasUnfolded() const {

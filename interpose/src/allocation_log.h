@@ -129,7 +129,6 @@ class AllocationLogs {
   // Maps the logs. `open`: appends are accepted from now (a dormant agent); else Open() first.
   // `allow_membarrier` false forces the locked-exchange protocol (tests of both).
   bool Init(bool open, bool allow_membarrier = true);
-  bool initialized() const { return logs_ != nullptr; }
   // Whether any thread ever took a log (never, in an agent that was never dormant).
   bool ever_used() const { return logs_used_hw_.load(std::memory_order_acquire) > 0; }
   bool uses_membarrier() const { return membarrier_; }
@@ -182,9 +181,6 @@ class AllocationLogs {
   // `open` says.
   void ResetAfterFork(bool open);
 
-  // Gives the calling thread's log back once it is folded (thread exit; also tests).
-  void ReleaseThisThread();
-
  private:
   enum : uint32_t { kGateFolding = 1, kGateClosed = 2 };
   allocation_log_internal::Log* ClaimLog();
@@ -195,7 +191,7 @@ class AllocationLogs {
   // TryCancel past the newest entry, up to `window` entries back; leaves the operation.
   bool CancelOlder(allocation_log_internal::Log* log, uint64_t address, LoggedAllocation* out,
                    uint64_t window);
-  void FoldLocked(LiveTable& table, size_t* folded);
+  size_t FoldLocked(LiveTable& table);  // returns how many entries went into `table`
   void LockFolds();
   bool TryLockFolds();
   void UnlockFolds();

@@ -176,6 +176,11 @@ class LiveTable {
   size_t slots() const { return slots_; }
   uint64_t overflows() const { return overflows_.load(std::memory_order_relaxed); }
 
+  // Waits a little before attempt `attempt` at a slot another thread is changing: spins, then
+  // yields, then sleeps (that thread may have been preempted). Also the allocation logs' wait
+  // for an owner or a fold (allocation_log.h).
+  static void Backoff(int attempt);
+
  private:
   // state word: low 2 bits kind, the rest a generation bumped on every transition.
   enum : uint64_t { kEmpty = 0, kBusy = 1, kLive = 2, kTombstone = 3 };
@@ -265,9 +270,6 @@ class LiveTable {
   static void StoreWord(uint64_t& word, uint64_t value) {
     __atomic_store_n(&word, value, __ATOMIC_RELAXED);
   }
-  // Waits a little before attempt `attempt` at a slot another thread is changing: spins, then
-  // yields, then sleeps (that thread may have been preempted).
-  static void Backoff(int attempt);
   // Attempts (Backoff's) a waiter that itself holds a slot makes before passing a busy slot
   // over: past the spinning and yielding, about 2 ms of sleeps.
   static constexpr int kNestedWaitAttempts = 1024 + 40;
