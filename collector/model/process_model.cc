@@ -129,13 +129,24 @@ class ProcessModel::Impl {
   void Touch(DeviceState* d) {
     if (d->touched) return;
     d->touched = true;
-    touched_.push_back(d);
+    // Inline: every event touches a device (a vector's push_back was a call per event).
+    if (touched_count_ < kTouchedInline) [[likely]] {
+      touched_[touched_count_++] = d;
+    } else {
+      touched_more_.push_back(d);
+    }
+  }
+  // f(DeviceState*) for the devices the event touched, in the order first touched.
+  template <typename F>
+  void ForEachTouched(F&& f) {
+    for (std::size_t i = 0; i < touched_count_; ++i) f(touched_[i]);
+    for (DeviceState* d : touched_more_) f(d);
   }
   void FinishEvent(uint64_t seq, uint64_t time_ns);
   // The event being applied changed no allocation: a peak just set stays open to the block it
   // was for (DeviceState::KeepPeakOpen).
   void KeepPeaksOpen() {
-    for (DeviceState* d : touched_) d->KeepPeakOpen();
+    ForEachTouched([](DeviceState* d) { d->KeepPeakOpen(); });
   }
   // The event's RecentEvent, on `device`.
   template <typename Event>
@@ -247,7 +258,12 @@ class ProcessModel::Impl {
 
   std::map<int, DeviceState> devices_;
   DeviceState* last_device_ = nullptr;  // the one Device() returned last
-  std::vector<DeviceState*> touched_;   // by this event, in the order first touched
+  // The devices this event touched, in the order first touched: the first kTouchedInline in
+  // touched_, the rest (a reclassification can touch every device) in touched_more_.
+  static constexpr std::size_t kTouchedInline = 4;
+  DeviceState* touched_[kTouchedInline] = {};
+  std::size_t touched_count_ = 0;
+  std::vector<DeviceState*> touched_more_;
   // UVA: one address space for every device, so segments are indexed by address alone. A
   // B-tree of pointers: a lookup touches a few small contiguous nodes (std::map: one node per
   // level), and the segments themselves stay put while others come and go.
@@ -751,11 +767,12 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
 void ProcessModel::Impl::FinishEvent(uint64_t seq, uint64_t time_ns) {
   if (seq != 0) SeenSeq(seq);
   last_time_ns_ = std::max(last_time_ns_, time_ns);
-  for (DeviceState* d : touched_) {
+  ForEachTouched([&](DeviceState* d) {
     d->AfterEvent(seq, time_ns);
     d->touched = false;
-  }
-  touched_.clear();
+  });
+  touched_count_ = 0;
+  touched_more_.clear();
 }
 
 void ProcessModel::Impl::OnHello(const v1::Hello& hello) {
@@ -1093,7 +1110,7 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
   EventKind kind = EventKind::kBlockAlloc;
   switch (e.op()) {
     case v1::BlockEvent::OP_ALLOC: {
-      SubBlock b{e.size(), e.stack_id(), e.stream(), e.pool(), e.allocator(), false, e.seq()};
+      SubBlock b{e.size(), e.stack_id(), e.seq(), e.stream(), e.pool(), e.allocator(), false};
       if (!died_blocks_.empty()) [[unlikely]] {
         died_blocks_.erase(e.address());  // a free there is this block's from now on
       }
@@ -1433,8 +1450,8 @@ bool ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
     if (placed && carved(a.sub_allocated(), a.stack_id())) MarkSubAllocated(a.address());
   }
   for (const v1::LiveBlock& b : snap.blocks()) {
-    SubBlock block{b.size(),      b.stack_id(),     b.stream(), b.pool(),
-                   b.allocator(), b.pending_free(), snap.seq()};
+    SubBlock block{b.size(), b.stack_id(),  snap.seq(),      b.stream(),
+                   b.pool(), b.allocator(), b.pending_free()};
     PlaceBlock(b.address(), block, b.device(), snap.seq());
   }
   return true;

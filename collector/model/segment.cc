@@ -74,7 +74,6 @@ void Segment::PlaceInGap(uint64_t address, const Extent& e, ExtentMap::iterator 
   Extent& placed = extents_.emplace_hint(next, address, Extent{})->second;
   placed.size = e.size;
   placed.free_after = free_after;
-  placed.stack_id = e.stack_id;
   placed.block = e.block;
   placed.pending_free = e.pending_free;
 }
@@ -319,7 +318,8 @@ bool Segment::FreeBlock(uint64_t address, BlockSite* freed) {
     zero_blocks_.erase(zero);
     return true;  // no bytes: the free runs stay as they are
   }
-  *freed = BlockSite{it->second.size, it->second.stack_id, block_data_[it->second.block].seq};
+  const SubBlock& data = block_data_[it->second.block];
+  *freed = BlockSite{it->second.size, data.stack_id, data.seq};
   AccountRemoved(it->second.size, it->second.pending_free);
   ReleaseBlockData(it->second.block);  // keeps iterators: only block_data_ changes
   const uint64_t size = it->second.size;
@@ -352,7 +352,6 @@ bool Segment::SetBlockSite(uint64_t address, uint64_t stack_id, BlockSite* befor
   Extent* extent = nullptr;
   SubBlock* b = BlockAt(address, &extent);
   if (b == nullptr) return false;
-  if (extent != nullptr) extent->stack_id = stack_id;
   *before = BlockSite{b->size, b->stack_id, b->seq};
   b->stack_id = stack_id;
   return true;

@@ -102,15 +102,17 @@ bool StackIndex::IsCachingAllocatorModule(const std::string& path) const {
 
 std::optional<bool> StackIndex::PassesThroughCachingAllocator(uint64_t id) {
   if (id == 0) return false;
-  const StackInfo* stack = Find(id);
-  if (stack == nullptr) return std::nullopt;
   // Answers depend on the module list; drop them all when modules were added since.
   if (classified_modules_ != modules_.size()) {
     through_caching_allocator_.clear();
     classified_modules_ = modules_.size();
   }
+  // An answer is only kept for a stack that arrived, and stacks are never forgotten: one
+  // lookup for every segment after the first of its site (each cudaMalloc asks).
   auto cached = through_caching_allocator_.find(id);
   if (cached != through_caching_allocator_.end()) return cached->second;
+  const StackInfo* stack = Find(id);
+  if (stack == nullptr) return std::nullopt;
   bool result = false;
   for (uint64_t pc : stack->pcs) {
     const ModuleInfo* m = ModuleOf(pc);
