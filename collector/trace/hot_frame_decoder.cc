@@ -3,6 +3,7 @@
 #include <google/protobuf/message.h>
 #include <google/protobuf/unknown_field_set.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -93,6 +94,16 @@ inline const unsigned char* ReadVarint(const unsigned char* p, const unsigned ch
   }
   return ReadVarintWord(p, end, value);
 }
+
+// For each one-byte tag: 1 << its field number when it is a varint tag (wire type 0, no
+// continuation bit) of a field below 16, else 0.
+constexpr auto kTagBit = [] {
+  std::array<uint16_t, 256> bits{};
+  for (uint32_t tag = 0; tag < 256; ++tag) {
+    if ((tag & 0x87) == 0) bits[tag] = static_cast<uint16_t>(1u << (tag >> 3));
+  }
+  return bits;
+}();
 
 // libprotobuf's conversions from the varint read (generated _InternalParse): 32-bit fields keep
 // the low 32 bits (ReadVarint32), enums the low 32 bits of the 64 read, bools "not zero".
@@ -234,11 +245,10 @@ bool ParseHotEvent(const unsigned char* data, std::size_t size, HotEvent* event)
 #pragma GCC unroll 16
   for (int i = 0; i <= HotEvent::kMaxField; ++i) f[i] = 0;
   // One-byte tags of varint fields only (every field of these messages is a varint below 16);
-  // field 0, other wire types and unknown numbers go to libprotobuf.
-  auto tag_ok = [max_field](uint32_t tag) {
-    const uint32_t number = tag >> 3;
-    return (tag & 0x87) == 0 && number != 0 && number <= max_field;
-  };
+  // field 0, other wire types and unknown numbers go to libprotobuf. One table load and one
+  // branch per field (kTagBit), where three tests took two more instructions of every field.
+  const uint32_t allowed = (2u << max_field) - 2;  // field numbers 1..max_field
+  auto tag_ok = [allowed](uint32_t tag) { return (kTagBit[tag] & allowed) != 0; };
   // A tag and the longest varint after it (11 bytes) fit before the end: no end checks.
   while (end - p >= 11) {
     const uint32_t tag = *p++;
