@@ -167,6 +167,11 @@ class ProcessModel::Impl {
   // is taken out of its device, the change applied, and the new one put in.
   template <typename F>
   void Change(Segment& segment, F&& mutate);
+  // The same for a change of blocks only (placed, freed, marked pending), which leaves the
+  // segment's device, kind and site alone: the general way for a segment that may change
+  // coverage or stop counting, a shorter one for the rest (Segment::StaysAnnotatedAndCounted).
+  template <typename F>
+  void ChangeBlocks(Segment& segment, F&& mutate);
   // A segment in the index, with its size beside its start: lookups and overlap checks read
   // both in the index node without touching the segment (a cache miss each, in a long trace).
   struct IndexedSegment {
@@ -426,6 +431,19 @@ void ProcessModel::Impl::Change(Segment& segment, F&& mutate) {
       segment.stack_id() != 0) {
     carved_sites_.insert(segment.stack_id());
   }
+}
+
+template <typename F>
+void ProcessModel::Impl::ChangeBlocks(Segment& segment, F&& mutate) {
+  if (!segment.StaysAnnotatedAndCounted()) [[unlikely]] {
+    Change(segment, std::forward<F>(mutate));
+    return;
+  }
+  // Counted before and after: its device exists (or is made, as Change's SegmentDevice would);
+  // an annotated segment is no site of its own, and blocks move no segment between devices.
+  const SegmentContribution before = segment.AnnotatedContribution();
+  mutate(segment);
+  Device(segment.device()).Replace(before, segment.AnnotatedContribution());
 }
 
 void ProcessModel::Impl::EraseSegment(SegmentIndex::iterator it) {
@@ -1088,7 +1106,7 @@ Segment* ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block,
   BlockSite replaced;
   Segment::Placement placement = Segment::Placement::kRejected;
   // A rejected block changes nothing, so the contribution put back is the one taken out.
-  Change(*s, [&](Segment& seg) { placement = seg.AllocBlock(address, block, &replaced); });
+  ChangeBlocks(*s, [&](Segment& seg) { placement = seg.AllocBlock(address, block, &replaced); });
   if (placement == Segment::Placement::kRejected) {
     // Past its segment's end or over another block: placing it would count bytes twice.
     ++unmatched_;
@@ -1144,7 +1162,7 @@ void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
       device = s->device();
       bool found = false;
       BlockSite freed;
-      Change(*s, [&](Segment& seg) {
+      ChangeBlocks(*s, [&](Segment& seg) {
         found = pending ? seg.MarkPendingFree(e.address()) : seg.FreeBlock(e.address(), &freed);
       });
       if (!found) {

@@ -189,6 +189,28 @@ class Segment {
   // is a lower bound).
   uint64_t LargestFreeIfPendingCompleted() const;
 
+  // Whether Contribution() stays annotated and counted whatever blocks are placed or freed:
+  // annotated for good, and counted without blocks (a driver allocation, or a reservation with
+  // memory mapped). Block events on such a segment only move the annotated figures
+  // (AnnotatedContribution), which is most events of a sub-allocator's stream.
+  bool StaysAnnotatedAndCounted() const {
+    return annotated_ && (kind_ == SegmentKind::kDriverAllocation || mapped_bytes_ > 0);
+  }
+  // Contribution() of a segment for which StaysAnnotatedAndCounted(), without the tests.
+  [[gnu::always_inline]] SegmentContribution AnnotatedContribution() const {
+    SegmentContribution c;
+    c.coverage = Coverage::kAnnotated;
+    c.counted = true;
+    c.backing = backing_bytes();
+    c.allocated = live_block_bytes_;
+    c.pending = pending_block_bytes_;
+    c.cached = free_total_;
+    c.largest_free = free_sizes_.Max();
+    c.blocks = block_count_;
+    c.free_ranges = free_count_;
+    return c;
+  }
+
   // Inline: every event that changes a segment takes it twice (before and after).
   [[gnu::always_inline]] SegmentContribution Contribution() const {
     SegmentContribution c;
