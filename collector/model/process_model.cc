@@ -126,7 +126,7 @@ class ProcessModel::Impl {
     if (ordinal < 0 && !c.counted && !devices_.contains(ordinal)) return nullptr;
     return &Device(ordinal);
   }
-  void Touch(DeviceState* d) {
+  [[gnu::always_inline]] void Touch(DeviceState* d) {
     if (d->touched) return;
     d->touched = true;
     // Inline: every event touches a device (a vector's push_back was a call per event).
