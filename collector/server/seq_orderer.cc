@@ -56,11 +56,6 @@ bool SeqOrderer::Fits(const v1::Frame& f) const {
   return next == live_.begin() || std::prev(next)->first + std::prev(next)->second <= begin;
 }
 
-void SeqOrderer::Advance(uint64_t seq) {
-  if (seq > next_) missing_.emplace(next_, seq - 1);
-  next_ = std::max(next_, seq);
-}
-
 void SeqOrderer::Arrived(uint64_t seq) {
   auto it = missing_.upper_bound(seq);
   if (it == missing_.begin()) return;

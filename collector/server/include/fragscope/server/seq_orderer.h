@@ -93,8 +93,14 @@ class SeqOrderer {
   // Whether an alloc/free fits the live allocations released so far (others always do).
   bool Fits(const v1::Frame& frame) const;
   void OnSnapshot(const v1::Frame& frame, const Sink& sink);
-  // Moves the expected seq to `seq`, remembering the seqs skipped.
-  void Advance(uint64_t seq);
+  // Moves the expected seq to `seq`, remembering the seqs skipped. Inline: every released
+  // event calls it, and in a stream in order it does nothing.
+  void Advance(uint64_t seq) {
+    if (seq > next_) [[unlikely]] {
+      missing_.emplace(next_, seq - 1);
+      next_ = seq;
+    }
+  }
   void Arrived(uint64_t seq);         // a skipped seq came after all
   void NotMissingUpTo(uint64_t seq);  // a snapshot holds everything up to it
 
@@ -108,7 +114,9 @@ class SeqOrderer {
   uint64_t late_ = 0;
   std::map<std::pair<uint64_t, uint64_t>, Held> parked_;  // by (seq, arrival)
   // Allocation address -> size, as released. A B-tree: it changes at every alloc and free, and
-  // a std::map node per allocation was a malloc and a free per event.
+  // a std::map node per allocation was a malloc and a free per event. (absl's own nodes: 1 KiB
+  // nodes searched linearly, as the model's, took 2.5 % more instructions of a report and no
+  // less time.)
   absl::btree_map<uint64_t, uint64_t> live_;
   std::map<uint64_t, uint64_t> missing_;  // seqs skipped and not come: first -> last
   // Fed what is released, like the model behind it, so both take a snapshot alike.
