@@ -202,12 +202,7 @@ class Segment {
     c.coverage = Coverage::kAnnotated;
     c.counted = true;
     c.backing = backing_bytes();
-    c.allocated = live_block_bytes_;
-    c.pending = pending_block_bytes_;
-    c.cached = free_total_;
-    c.largest_free = free_sizes_.Max();
-    c.blocks = block_count_;
-    c.free_ranges = free_count_;
+    SetAnnotatedFigures(c);
     return c;
   }
 
@@ -227,12 +222,7 @@ class Segment {
         c.opaque = c.backing;
         break;
       case Coverage::kAnnotated:
-        c.allocated = live_block_bytes_;
-        c.pending = pending_block_bytes_;
-        c.cached = free_total_;
-        c.largest_free = free_sizes_.Max();
-        c.blocks = block_count_;
-        c.free_ranges = free_count_;
+        SetAnnotatedFigures(c);
         break;
     }
     return c;
@@ -252,6 +242,16 @@ class Segment {
   std::optional<bool> via_caching_allocator_;
   bool annotated_ = false;
   bool inferred_ = false;
+
+  // The figures of an annotated segment's contribution (Contribution, AnnotatedContribution).
+  [[gnu::always_inline]] void SetAnnotatedFigures(SegmentContribution& c) const {
+    c.allocated = live_block_bytes_;
+    c.pending = pending_block_bytes_;
+    c.cached = free_total_;
+    c.largest_free = free_sizes_.Max();
+    c.blocks = block_count_;
+    c.free_ranges = free_count_;
+  }
 
   void AddMappingPiece(uint64_t address, const Mapping& m);
   void RemoveMappingPiece(absl::btree_map<uint64_t, Mapping>::iterator it);
