@@ -47,6 +47,9 @@ namespace fragscope::agent {
 // each take an entry with a compare-and-swap on its address (CancelIf). On x86 and arm64 these
 // are plain loads and stores.
 struct LoggedAllocation {
+  // The address of an entry a release cancelled or a fold took.
+  static constexpr uint64_t kCancelledAddress = ~uint64_t{0};
+
   uint64_t address;  // kCancelledAddress once cancelled by a release or taken by a fold
   uint64_t size;     // bytes
   uint64_t stream;
@@ -84,8 +87,8 @@ struct LoggedAllocation {
   void StoreAddress(uint64_t a) { __atomic_store_n(&address, a, __ATOMIC_RELAXED); }
   // Takes the entry if it still holds `expected` (it becomes kCancelledAddress).
   bool CancelIf(uint64_t expected) {
-    return __atomic_compare_exchange_n(&address, &expected, ~uint64_t{0}, false, __ATOMIC_ACQ_REL,
-                                       __ATOMIC_ACQUIRE);
+    return __atomic_compare_exchange_n(&address, &expected, kCancelledAddress, false,
+                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   }
 };
 
@@ -118,7 +121,7 @@ class AllocationLogs {
   static constexpr int kMaxLogs = 256;  // threads with a log at once; others use the table
   // A release looks back this far in its own log before it goes to the table.
   static constexpr int kCancelWindow = 16;
-  static constexpr uint64_t kCancelledAddress = ~uint64_t{0};
+  static constexpr uint64_t kCancelledAddress = LoggedAllocation::kCancelledAddress;
 
   AllocationLogs() = default;
   // Only when no thread uses the logs any more (tests; the agent's is never destroyed).

@@ -360,9 +360,9 @@ void PendingRelease::Begin(const Api* free_api, uint64_t stream) {
   LiveTable& live = a.live;
   size_t index = 0;
   known_ = live.Erase(cls_, key_, &entry_, &index);
-  if (!known_ && free_api != nullptr) {
-    // Still in this thread's log, further back than TryCancel looks (released first in, first
-    // out), or in another thread's: cancelled there.
+  if (!known_ && cls_ == LiveClass::kAllocation) {
+    // Logs hold allocations only. Still in this thread's log, further back than TryCancel looks
+    // (released first in, first out), or in another thread's: cancelled there.
     if (a.logs.TryCancelAnywhere(key_, &logged_) || a.logs.TryCancelElsewhere(key_, &logged_)) {
       TookFromLog();
       return;
