@@ -1,7 +1,7 @@
 // Frame dispatch of the collector model: turns each event into changes of segments, handles,
 // pools and blocks, and keeps the per-device aggregates (DeviceState) in step with them.
 #include "fragscope/model/process_model.h"
-#include "fragscope/model/wide_btree_map.h"
+#include "fragscope/model/address_btree.h"
 
 #include <algorithm>
 #include <map>
@@ -86,6 +86,9 @@ class ProcessModel::Impl {
       : options_(std::move(options)),
         stacks_(options_.caching_allocator_modules),
         analyzer_(options_) {}
+  ~Impl() { DeleteSegments(); }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
 
   const ModelOptions& options() const { return options_; }
   void Apply(const v1::Frame& frame);
@@ -174,18 +177,24 @@ class ProcessModel::Impl {
   void ChangeBlocks(Segment& segment, F&& mutate);
   // A segment in the index, with its size beside its start: lookups and overlap checks read
   // both in the index node without touching the segment (a cache miss each, in a long trace).
+  // The index owns `segment`: whatever takes an entry out deletes it or takes it over
+  // (EraseSegment, InferReservation, DeleteSegments). A plain pointer rather than a
+  // unique_ptr keeps the entry trivially copyable, so the index shifts its nodes with memmove
+  // (moving unique_ptrs one by one took a third of a cudaMalloc's index insert).
   struct IndexedSegment {
     uint64_t size = 0;
-    std::unique_ptr<Segment> segment;
-    Segment* operator->() const { return segment.get(); }
+    Segment* segment = nullptr;
+    Segment* operator->() const { return segment; }
     Segment& operator*() const { return *segment; }
   };
-  // Wide nodes searched linearly, as the segments' extents (wide_btree_map.h): bisecting
-  // 256-byte nodes took fewer instructions but mispredicted a branch at every other step of
-  // every cudaFree's lookup (perf: the search's branch and the child loads held most of
-  // OnFree's samples); replay +4 % (tests/bench/RESULTS.md).
-  using SegmentIndex = WideBtreeMap<uint64_t, IndexedSegment, std::less<uint64_t>, 1024>;
+  static_assert(std::is_trivially_copyable_v<IndexedSegment>);
+  // Keys apart from values, searched by bisection without branches (address_btree.h): absl's
+  // B-tree, bisected, mispredicted a branch at every other step of every cudaFree's lookup, and
+  // scanned linearly in 1 KiB nodes it moved entries one by one on every insert and erase.
+  using SegmentIndex = AddressBtree<IndexedSegment>;
   void EraseSegment(SegmentIndex::iterator it);
+  // Deletes every segment and empties the index.
+  void DeleteSegments();
   void ClassifyPendingSegments();
 
   void DepositHandle(const PhysicalHandle& h, int sign);
@@ -376,7 +385,7 @@ Segment* ProcessModel::Impl::SegmentContaining(uint64_t address) {
   if (it == segments_.begin()) return nullptr;
   --it;
   if (address - it->first >= it->second.size) return nullptr;
-  last_segment_ = it->second.segment.get();
+  last_segment_ = it->second.segment;
   if (segment_cache_ == nullptr) segment_cache_ = std::make_unique<CachedSegment[]>(kCacheSlots);
   segment_cache_[CacheSlot(address)] = {it->first, it->first + it->second.size, last_segment_};
   return last_segment_;
@@ -468,6 +477,12 @@ void ProcessModel::Impl::EraseSegment(SegmentIndex::iterator it) {
   for (const auto& [address, mapping] : s.mappings()) SetHandleMappings(mapping.handle, -1);
   ForgetCached(s);
   segments_.erase(it);
+  delete &s;
+}
+
+void ProcessModel::Impl::DeleteSegments() {
+  for (const auto& [begin, indexed] : segments_) delete indexed.segment;
+  segments_.clear();
 }
 
 void ProcessModel::Impl::ClassifyPendingSegments() {
@@ -525,10 +540,9 @@ Segment* ProcessModel::Impl::Reserve(uint64_t address, uint64_t size, int device
     ++unmatched_;  // its free was lost
     EraseSegment(old);
   }
-  auto [it, inserted] = segments_.try_emplace(
-      address, IndexedSegment{size, std::make_unique<Segment>(SegmentKind::kVmmReservation, address,
-                                                              size, device, stack_id)});
-  Segment& s = *it->second;
+  // No segment starts at `address` now: the entry goes in.
+  Segment& s = *new Segment(SegmentKind::kVmmReservation, address, size, device, stack_id);
+  segments_.try_emplace(address, IndexedSegment{size, &s});
   s.set_via_caching_allocator(stacks_.PassesThroughCachingAllocator(stack_id));
   if (!s.via_caching_allocator()) unclassified_segments_.push_back(address);
   const SegmentContribution c = s.Contribution();
@@ -571,7 +585,7 @@ Segment* ProcessModel::Impl::InferReservation(uint64_t address, uint64_t size, i
     const SegmentContribution c = s.Contribution();
     if (DeviceState* d = SegmentDevice(s.device(), c)) d->Retract(c);
     ForgetCached(s);
-    taken.push_back(std::move(it->second.segment));
+    taken.emplace_back(it->second.segment);
     segments_.erase(it);
   }
   const uint64_t begin = std::min(address, taken.front()->begin());
@@ -596,7 +610,7 @@ Segment* ProcessModel::Impl::InferReservation(uint64_t address, uint64_t size, i
     });
   }
   Segment* s = merged.get();
-  segments_.try_emplace(begin, IndexedSegment{end - begin, std::move(merged)});
+  segments_.try_emplace(begin, IndexedSegment{end - begin, merged.release()});
   const SegmentContribution c = s->Contribution();
   if (DeviceState* d = SegmentDevice(device, c)) d->Deposit(c);
   return s;
@@ -900,7 +914,7 @@ bool ProcessModel::Impl::PlaceAllocation(uint64_t address, uint64_t size, int de
   // 16 bytes at once from its two 8-byte stores, which the CPU cannot forward (a stall that
   // held half of this function's perf samples).
   it->second.size = size;
-  it->second.segment = std::move(segment);
+  it->second.segment = segment.release();
   Segment& s = *it->second;
   s.set_via_caching_allocator(stacks_.PassesThroughCachingAllocator(stack_id));
   if (!s.via_caching_allocator()) unclassified_segments_.push_back(address);
@@ -1415,7 +1429,7 @@ bool ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
     blocks_fresh_ = blocks_fresh_ && snap.seq() <= last_block_sync_seq_;
   }
   // Replace the stream's live state with the snapshot's.
-  segments_.clear();
+  DeleteSegments();
   last_segment_ = nullptr;
   if (segment_cache_ != nullptr) std::fill_n(segment_cache_.get(), kCacheSlots, CachedSegment{});
   unclassified_segments_.clear();
@@ -1556,7 +1570,7 @@ std::vector<SegmentLayout> ProcessModel::Impl::SegmentLayouts(int device, std::s
                                                               std::size_t* held_count) const {
   std::vector<const Segment*> held;
   for (const auto& [begin, s] : segments_) {
-    if (s->device() == device && s->Contribution().counted) held.push_back(s.segment.get());
+    if (s->device() == device && s->Contribution().counted) held.push_back(s.segment);
   }
   if (held_count != nullptr) *held_count = held.size();
   if (held.size() > max_segments) {

@@ -208,7 +208,7 @@ uint32_t Segment::NewBlockData(const SubBlock& block) {
 void Segment::CompactBlockData() {
   std::vector<SubBlock> live;
   live.reserve(block_count_);
-  for (auto& [address, extent] : extents_) {
+  for (auto&& [address, extent] : extents_) {
     if (extent.is_hole()) continue;
     live.push_back(block_data_[extent.block]);
     extent.block = static_cast<uint32_t>(live.size() - 1);

@@ -14,8 +14,8 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
+#include "fragscope/model/address_btree.h"
 #include "fragscope/model/validated_max_heap.h"
-#include "fragscope/model/wide_btree_map.h"
 
 namespace fragscope {
 
@@ -271,9 +271,12 @@ class Segment {
   // blocks own no bytes and may lie inside a free run, so they live apart in zero_blocks_
   // (rare). A block's size and pending state sit in its map entry (what the searches and the
   // figures read); the rest of it in block_data_ (its site and seq read by a free, the stream
-  // and pool by layouts). Entries of 24 bytes, 32 with the key, two to a cache line: with the
-  // site in the entry too (40 bytes) a search scanned a fifth more lines; 3 M-event replay,
-  // 10 alternating rounds, median x1.02 (tests/bench/RESULTS.md).
+  // and pool by layouts): values of 24 bytes, which an insert or erase shifts with memmove
+  // (with the site in the entry too a search in absl's B-tree, keys and values side by side,
+  // scanned a fifth more lines: 3 M-event replay, 10 alternating rounds, x1.02;
+  // tests/bench/RESULTS.md). The map keeps its keys apart (address_btree.h), so a search reads
+  // keys only; leaves of 16 took fewer instructions than 32 or 64 (callgrind, 300 k-event
+  // replay: 505.6, 510.0 and 517.4 M).
   // Not annotated: no extents, head_free_ 0.
   static constexpr uint32_t kHole = std::numeric_limits<uint32_t>::max();
   struct Extent {
@@ -283,13 +286,11 @@ class Segment {
     bool pending_free = false;
     bool is_hole() const { return block == kHole; }
   };
-  static constexpr int kExtentNodeBytes = 1024;
   static Extent HoleExtent(uint64_t size) { return Extent{size, 0, kHole, false}; }
   static Extent BlockExtent(const SubBlock& b, uint32_t data) {
     return Extent{b.size, 0, data, b.pending_free};
   }
-  // Wide nodes, searched linearly (std::less): see wide_btree_map.h.
-  using ExtentMap = WideBtreeMap<uint64_t, Extent, std::less<uint64_t>, kExtentNodeBytes>;
+  using ExtentMap = AddressBtree<Extent, 16, 32>;
 
   // The free run that ends at `next` (an extent, or end()): where it starts, and its size, held
   // by the extent before `next` or by head_free_.
