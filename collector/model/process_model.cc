@@ -188,9 +188,9 @@ class ProcessModel::Impl {
     Segment& operator*() const { return *segment; }
   };
   static_assert(std::is_trivially_copyable_v<IndexedSegment>);
-  // Keys apart from values, searched by bisection without branches (address_btree.h): absl's
-  // B-tree, bisected, mispredicted a branch at every other step of every cudaFree's lookup, and
-  // scanned linearly in 1 KiB nodes it moved entries one by one on every insert and erase.
+  // Keys apart from values, scanned linearly (address_btree.h): a bisection mispredicted a
+  // branch at every other step of every cudaFree's lookup (absl's B-tree, 256-byte nodes), or,
+  // without branches, made each step wait for the load before it (RESULTS.md).
   using SegmentIndex = AddressBtree<IndexedSegment>;
   void EraseSegment(SegmentIndex::iterator it);
   // Deletes every segment and empties the index.

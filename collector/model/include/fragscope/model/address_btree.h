@@ -12,6 +12,14 @@
 #include <type_traits>
 #include <utility>
 
+// GCC turns a copy loop into a call to memmove (-ftree-loop-distribute-patterns); for the few
+// entries a node shifts, the call costs more than the loop.
+#if defined(__GNUC__) && !defined(__clang__)
+#define FRAGSCOPE_NO_LOOP_TO_MEMMOVE __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define FRAGSCOPE_NO_LOOP_TO_MEMMOVE
+#endif
+
 namespace fragscope {
 
 // Unique uint64_t keys in ascending order, each with a V. The interface is the subset of
@@ -21,8 +29,11 @@ namespace fragscope {
 //
 // Why not absl::btree_map: it stores key and value side by side and moves entries one at a
 // time through their constructors. Here a node's keys are one array (a search scans eight to a
-// cache line and never loads a value) and an insert or erase shifts the arrays with memmove
-// (for trivially copyable V). Leaves are linked, so stepping an iterator never climbs the tree.
+// cache line and never loads a value) and an insert or erase shifts a trivially copyable V in
+// a plain inline loop. Leaves are linked, so stepping an iterator never climbs the tree.
+// Measured in the model's replay (tests/bench/RESULTS.md): a branch-free bisection of the keys
+// and memmove shifts took fewer instructions than this but more time (each bisection step
+// waits for the load before it; a memmove call per shift costs more than the few entries).
 //
 // V must be default-constructible and movable (move-only is fine). Dereferencing an iterator
 // gives a proxy with `first` (the key) and `second` (a reference to the value), so loops bind
@@ -59,21 +70,43 @@ class AddressBtree {
     Node* children[kInnerSlots + 1] = {};
   };
 
-  // Keys of a node of kSlots slots that are < x. The unused slots' kNoKey sort last, so the
-  // whole array is sorted and a bisection over all of it needs no count: log2(kSlots) + 1
-  // steps whose comparisons become conditional moves, where a scan averaged kSlots / 2
-  // compare-and-branch steps and mispredicted its exit.
+  // Keys of a node of kSlots slots that are < x: a scan, stopped by the first key >= x (the
+  // unused slots' kNoKey stops it at the latest).
   template <int kSlots>
   static int CountLess(const uint64_t* keys, uint64_t x) {
-    static_assert((kSlots & (kSlots - 1)) == 0, "bisection of a power of two");
-    int pos = 0;
-    for (int step = kSlots / 2; step >= 1; step /= 2) pos += keys[pos + step - 1] < x ? step : 0;
-    return pos + (keys[pos] < x ? 1 : 0);
+    int i = 0;
+    while (keys[i] < x) ++i;
+    return i;
   }
   // Keys in keys[0, n) that are <= x.
   template <int kSlots>
   static int CountLessEq(const uint64_t* keys, int n, uint64_t x) {
     return x == kNoKey ? n : CountLess<kSlots>(keys, x + 1);
+  }
+
+  // The entries [from, n) of a leaf one slot down (erase) or up (insert), in a loop the compiler
+  // keeps inline.
+  FRAGSCOPE_NO_LOOP_TO_MEMMOVE static void ShiftDown(Leaf* leaf, int from, int n) {
+    if constexpr (std::is_trivially_copyable_v<V>) {
+      for (int j = from; j < n; ++j) {
+        leaf->keys[j - 1] = leaf->keys[j];
+        leaf->values[j - 1] = leaf->values[j];
+      }
+    } else {
+      std::move(leaf->keys + from, leaf->keys + n, leaf->keys + from - 1);
+      std::move(leaf->values + from, leaf->values + n, leaf->values + from - 1);
+    }
+  }
+  FRAGSCOPE_NO_LOOP_TO_MEMMOVE static void ShiftUp(Leaf* leaf, int from, int n) {
+    if constexpr (std::is_trivially_copyable_v<V>) {
+      for (int j = n; j > from; --j) {
+        leaf->keys[j] = leaf->keys[j - 1];
+        leaf->values[j] = leaf->values[j - 1];
+      }
+    } else {
+      std::move_backward(leaf->keys + from, leaf->keys + n, leaf->keys + n + 1);
+      std::move_backward(leaf->values + from, leaf->values + n, leaf->values + n + 1);
+    }
   }
 
  public:
@@ -227,8 +260,7 @@ class AddressBtree {
     Leaf* leaf = const_cast<Leaf*>(it.leaf_);
     const int pos = it.pos_;
     const int n = leaf->count;
-    std::move(leaf->keys + pos + 1, leaf->keys + n, leaf->keys + pos);
-    std::move(leaf->values + pos + 1, leaf->values + n, leaf->values + pos);
+    ShiftDown(leaf, pos + 1, n);
     leaf->keys[n - 1] = kNoKey;
     leaf->values[n - 1] = V();  // the moved-from (or erased) value's resources go now
     leaf->count = n - 1;
@@ -294,8 +326,7 @@ class AddressBtree {
       }
     }
     const int n = leaf->count;
-    std::move_backward(leaf->keys + i, leaf->keys + n, leaf->keys + n + 1);
-    std::move_backward(leaf->values + i, leaf->values + n, leaf->values + n + 1);
+    ShiftUp(leaf, i, n);
     leaf->keys[i] = key;
     leaf->values[i] = V(std::forward<Args>(args)...);
     leaf->count = n + 1;

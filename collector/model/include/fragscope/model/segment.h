@@ -275,8 +275,7 @@ class Segment {
   // (with the site in the entry too a search in absl's B-tree, keys and values side by side,
   // scanned a fifth more lines: 3 M-event replay, 10 alternating rounds, x1.02;
   // tests/bench/RESULTS.md). The map keeps its keys apart (address_btree.h), so a search reads
-  // keys only; leaves of 16 took fewer instructions than 32 or 64 (callgrind, 300 k-event
-  // replay: 505.6, 510.0 and 517.4 M).
+  // keys only.
   // Not annotated: no extents, head_free_ 0.
   static constexpr uint32_t kHole = std::numeric_limits<uint32_t>::max();
   struct Extent {
@@ -290,7 +289,7 @@ class Segment {
   static Extent BlockExtent(const SubBlock& b, uint32_t data) {
     return Extent{b.size, 0, data, b.pending_free};
   }
-  using ExtentMap = AddressBtree<Extent, 16, 32>;
+  using ExtentMap = AddressBtree<Extent>;
 
   // The free run that ends at `next` (an extent, or end()): where it starts, and its size, held
   // by the extent before `next` or by head_free_.
