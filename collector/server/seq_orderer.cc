@@ -47,7 +47,7 @@ bool SeqOrderer::Ready() const {
 }
 
 bool SeqOrderer::Fits(const v1::Frame& f) const {
-  if (f.has_free()) return f.free().result() != 0 || live_.count(f.free().address()) > 0;
+  if (f.has_free()) return f.free().result() != 0 || live_.contains(f.free().address());
   if (!f.has_alloc()) return true;
   const uint64_t begin = f.alloc().address();
   const uint64_t end = begin + std::max<uint64_t>(f.alloc().size(), 1);
@@ -83,9 +83,9 @@ void SeqOrderer::Emit(uint64_t seq, bool owns_seq, const v1::Frame& frame, const
   if (owns_seq) next_ = std::max(next_, seq + 1);
   if (IsStateEvent(frame)) policy_.OnStateEvent();
   if (frame.has_alloc()) {
-    live_[frame.alloc().address()] = frame.alloc().size();
+    live_.try_emplace(frame.alloc().address()).first->second = frame.alloc().size();
   } else if (frame.has_free() && frame.free().result() == 0) {
-    live_.erase(frame.free().address());
+    if (auto it = live_.find(frame.free().address()); it != live_.end()) live_.erase(it);
   }
   sink(frame);
   if (!parked_.empty()) ReleaseParked(sink);
@@ -165,7 +165,9 @@ void SeqOrderer::OnSnapshot(const v1::Frame& frame, const Sink& sink) {
   NotMissingUpTo(s);
   sink(frame);
   live_.clear();
-  for (const v1::LiveAllocation& a : frame.snapshot().allocations()) live_[a.address()] = a.size();
+  for (const v1::LiveAllocation& a : frame.snapshot().allocations()) {
+    live_.try_emplace(a.address()).first->second = a.size();
+  }
   ReleaseParked(sink);
   while (!held_.empty() && Ready()) Release(sink);
 }

@@ -33,9 +33,9 @@
 #include <queue>
 #include <vector>
 
-#include "absl/container/btree_map.h"
 #include "absl/functional/function_ref.h"
 #include "fragscope.pb.h"
+#include "fragscope/model/address_btree.h"
 #include "fragscope/model/snapshot_policy.h"
 
 namespace fragscope {
@@ -117,7 +117,7 @@ class SeqOrderer {
   // a std::map node per allocation was a malloc and a free per event. (absl's own nodes: 1 KiB
   // nodes searched linearly, as the model's, took 2.5 % more instructions of a report and no
   // less time.)
-  absl::btree_map<uint64_t, uint64_t> live_;
+  AddressBtree<uint64_t> live_;
   std::map<uint64_t, uint64_t> missing_;  // seqs skipped and not come: first -> last
   // Fed what is released, like the model behind it, so both take a snapshot alike.
   SnapshotPolicy policy_;
