@@ -161,6 +161,36 @@ TEST(AddressBtreeTest, AscendingAndDescendingInsertsFromHints) {
   for (uint64_t k = 0; k < 3100; ++k) ExpectSameLookups(tree, ref, k);
 }
 
+TEST(AddressBtreeTest, KeysInOrderFillTheirLeaves) {
+  // Ascending keys (appended past the last leaf) and descending ones (before the first) leave
+  // full leaves behind them, not half-full ones.
+  AddressBtree<uint64_t, 8, 8> up;
+  AddressBtree<uint64_t, 8, 8> down;
+  std::map<uint64_t, uint64_t> ref;
+  for (uint64_t k = 1; k <= 800; ++k) {
+    up.emplace_hint(up.end(), k, k);
+    down.emplace_hint(down.begin(), 801 - k, 801 - k);
+    ref.emplace(k, k);
+  }
+  EXPECT_EQ(up.leaf_count(), 100u);
+  EXPECT_EQ(down.leaf_count(), 100u);
+  ExpectSame(up, ref);
+  ExpectSame(down, ref);
+  for (uint64_t k = 0; k < 810; ++k) {
+    ExpectSameLookups(up, ref, k);
+    ExpectSameLookups(down, ref, k);
+  }
+  // Random keys keep every leaf but the first and last at least a quarter full.
+  AddressBtree<uint64_t, 8, 8> random;
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 5000; ++i) random.try_emplace(rng() % 100000, 0);
+  for (int i = 0; i < 4000; ++i) {
+    auto it = random.lower_bound(rng() % 100000);
+    if (it != random.end()) random.erase(it);
+  }
+  EXPECT_LE(random.leaf_count(), random.size() / 2 + 2);
+}
+
 TEST(AddressBtreeTest, HoldsMoveOnlyValuesAndReleasesThem) {
   auto counter = std::make_shared<int>(0);
   struct Counted {

@@ -25,7 +25,7 @@ namespace fragscope {
 // Unique uint64_t keys in ascending order, each with a V. The interface is the subset of
 // absl::btree_map's that the model uses, with the same guarantees: lookups O(log n); any insert
 // or erase invalidates every iterator but the one it returns; memory O(size()) (a node other
-// than the root is at least a quarter full).
+// than the root and the first and last leaves is at least a quarter full).
 //
 // Why not absl::btree_map: it stores key and value side by side and moves entries one at a
 // time through their constructors. Here a node's keys are one array (a search scans eight to a
@@ -202,6 +202,12 @@ class AddressBtree {
   }
 
   size_type size() const { return size_; }
+  // Leaves in use (tests, and memory figures: each holds kLeafSlots entries' room).
+  size_type leaf_count() const {
+    size_type n = 0;
+    for (const Leaf* leaf = first_; leaf != nullptr; leaf = leaf->next) ++n;
+    return n;
+  }
   bool empty() const { return size_ == 0; }
   void clear() {
     Destroy(root_);
@@ -319,9 +325,15 @@ class AddressBtree {
       root_ = first_ = last_ = leaf;
     }
     if (leaf->count == kLeafSlots) {
-      Leaf* right = SplitLeaf(leaf);
-      if (i > leaf->count) {
-        i -= leaf->count;
+      // Keys that arrive in order (a sub-allocator carving a segment from one end) go past
+      // the last leaf or before the first: that full leaf stays full and the new key starts a
+      // leaf of its own, where halves would leave every leaf half empty for good.
+      int keep = kLeafSlots / 2;
+      if (i == kLeafSlots && leaf == last_) keep = kLeafSlots;
+      if (i == 0 && leaf == first_) keep = 0;
+      Leaf* right = SplitLeaf(leaf, keep, key);
+      if (i > keep || (i == keep && keep == kLeafSlots)) {
+        i -= keep;
         leaf = right;
       }
     }
@@ -348,10 +360,10 @@ class AddressBtree {
     }
   }
 
-  // Moves the upper half of a full leaf into a new leaf after it; returns the new leaf.
-  Leaf* SplitLeaf(Leaf* leaf) {
+  // Moves the entries from `keep` on of a full leaf into a new leaf after it (none when keep is
+  // the whole leaf: then `key`, about to go there, is its first); returns the new leaf.
+  Leaf* SplitLeaf(Leaf* leaf, int keep, uint64_t key) {
     Leaf* right = new Leaf;
-    const int keep = kLeafSlots / 2;
     const int moved = leaf->count - keep;
     std::move(leaf->keys + keep, leaf->keys + leaf->count, right->keys);
     std::move(leaf->values + keep, leaf->values + leaf->count, right->values);
@@ -364,7 +376,7 @@ class AddressBtree {
     if (leaf->next != nullptr) leaf->next->prev = right;
     leaf->next = right;
     if (last_ == leaf) last_ = right;
-    InsertChild(leaf, right->keys[0], right);
+    InsertChild(leaf, moved > 0 ? right->keys[0] : key, right);
     return right;
   }
   // Puts `right` (keys >= separator) into the tree right after `left`.
