@@ -30,7 +30,7 @@ namespace fragscope {
 // Why not absl::btree_map: it stores key and value side by side and moves entries one at a
 // time through their constructors. Here a node's keys are one array (a search scans eight to a
 // cache line and never loads a value) and an insert or erase shifts a trivially copyable V in
-// a plain inline loop. Leaves are linked, so stepping an iterator never climbs the tree.
+// a plain loop. Leaves are linked, so stepping an iterator never climbs the tree.
 // Measured in the model's replay (tests/bench/RESULTS.md): a branch-free bisection of the keys
 // and memmove shifts took fewer instructions than this but more time (each bisection step
 // waits for the load before it; a memmove call per shift costs more than the few entries).
@@ -84,8 +84,9 @@ class AddressBtree {
     return x == kNoKey ? n : CountLess<kSlots>(keys, x + 1);
   }
 
-  // The entries [from, n) of a leaf one slot down (erase) or up (insert), in a loop the compiler
-  // keeps inline.
+  // The entries [from, n) of a leaf one slot down (erase) or up (insert), in a plain loop, not a
+  // memmove call (GCC makes such functions out of line: they differ in optimization options).
+  // An empty asm in the loop keeps it inline instead, and measured no faster.
   FRAGSCOPE_NO_LOOP_TO_MEMMOVE static void ShiftDown(Leaf* leaf, int from, int n) {
     if constexpr (std::is_trivially_copyable_v<V>) {
       for (int j = from; j < n; ++j) {
