@@ -179,7 +179,7 @@ class ProcessModel::Impl {
   // both in the index node without touching the segment (a cache miss each, in a long trace).
   // The index owns `segment`: whatever takes an entry out deletes it or takes it over
   // (EraseSegment, InferReservation, DeleteSegments). A plain pointer rather than a
-  // unique_ptr keeps the entry trivially copyable, so the index shifts its nodes with memmove
+  // unique_ptr keeps the entry trivially copyable, so the index shifts entries as plain copies
   // (moving unique_ptrs one by one took a third of a cudaMalloc's index insert).
   struct IndexedSegment {
     uint64_t size = 0;

@@ -114,9 +114,8 @@ class SeqOrderer {
   uint64_t late_ = 0;
   std::map<std::pair<uint64_t, uint64_t>, Held> parked_;  // by (seq, arrival)
   // Allocation address -> size, as released. A B-tree: it changes at every alloc and free, and
-  // a std::map node per allocation was a malloc and a free per event. (absl's own nodes: 1 KiB
-  // nodes searched linearly, as the model's, took 2.5 % more instructions of a report and no
-  // less time.)
+  // a std::map node per allocation was a malloc and a free per event. The model's B+tree
+  // (keys apart from values): 1.7 % fewer instructions of a report than absl's B-tree.
   AddressBtree<uint64_t> live_;
   std::map<uint64_t, uint64_t> missing_;  // seqs skipped and not come: first -> last
   // Fed what is released, like the model behind it, so both take a snapshot alike.
