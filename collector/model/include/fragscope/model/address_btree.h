@@ -70,18 +70,16 @@ class AddressBtree {
     Node* children[kInnerSlots + 1] = {};
   };
 
-  // Keys of a node of kSlots slots that are < x: a scan, stopped by the first key >= x (the
-  // unused slots' kNoKey stops it at the latest).
-  template <int kSlots>
+  // Keys of a node that are < x: a scan, stopped by the first key >= x (the unused slots'
+  // kNoKey stops it at the latest).
   static int CountLess(const uint64_t* keys, uint64_t x) {
     int i = 0;
     while (keys[i] < x) ++i;
     return i;
   }
   // Keys in keys[0, n) that are <= x.
-  template <int kSlots>
   static int CountLessEq(const uint64_t* keys, int n, uint64_t x) {
-    return x == kNoKey ? n : CountLess<kSlots>(keys, x + 1);
+    return x == kNoKey ? n : CountLess(keys, x + 1);
   }
 
   // The entries [from, n) of a leaf one slot down (erase) or up (insert), in a plain loop, not a
@@ -223,21 +221,21 @@ class AddressBtree {
   // The first entry with key >= x / > x / == x (end() when none).
   iterator lower_bound(uint64_t x) {
     Leaf* leaf = LeafFor(x);
-    return iterator(leaf, CountLess<kLeafSlots>(leaf->keys, x));
+    return iterator(leaf, CountLess(leaf->keys, x));
   }
   const_iterator lower_bound(uint64_t x) const {
     return const_cast<AddressBtree*>(this)->lower_bound(x);
   }
   iterator upper_bound(uint64_t x) {
     Leaf* leaf = LeafFor(x);
-    return iterator(leaf, CountLessEq<kLeafSlots>(leaf->keys, leaf->count, x));
+    return iterator(leaf, CountLessEq(leaf->keys, leaf->count, x));
   }
   const_iterator upper_bound(uint64_t x) const {
     return const_cast<AddressBtree*>(this)->upper_bound(x);
   }
   iterator find(uint64_t x) {
     Leaf* leaf = LeafFor(x);
-    const int i = CountLess<kLeafSlots>(leaf->keys, x);
+    const int i = CountLess(leaf->keys, x);
     return i < leaf->count && leaf->keys[i] == x ? iterator(leaf, i) : end();
   }
   const_iterator find(uint64_t x) const { return const_cast<AddressBtree*>(this)->find(x); }
@@ -248,7 +246,7 @@ class AddressBtree {
   template <typename... Args>
   std::pair<iterator, bool> try_emplace(uint64_t key, Args&&... args) {
     Leaf* leaf = LeafFor(key);
-    const int i = CountLess<kLeafSlots>(leaf->keys, key);
+    const int i = CountLess(leaf->keys, key);
     if (i < leaf->count && leaf->keys[i] == key) return {iterator(leaf, i), false};
     return {InsertAt(leaf, i, key, std::forward<Args>(args)...), true};
   }
@@ -307,7 +305,7 @@ class AddressBtree {
     Node* node = root_;
     while (!node->leaf) {
       const Inner* inner = static_cast<const Inner*>(node);
-      node = inner->children[CountLessEq<kInnerSlots>(inner->keys, inner->count, x)];
+      node = inner->children[CountLessEq(inner->keys, inner->count, x)];
     }
     return static_cast<Leaf*>(node);
   }
