@@ -83,7 +83,7 @@ void SeqOrderer::Emit(uint64_t seq, bool owns_seq, const v1::Frame& frame, const
   if (owns_seq) next_ = std::max(next_, seq + 1);
   if (IsStateEvent(frame)) policy_.OnStateEvent();
   if (frame.has_alloc()) {
-    live_.try_emplace(frame.alloc().address()).first->second = frame.alloc().size();
+    live_.insert_or_assign(frame.alloc().address(), frame.alloc().size());
   } else if (frame.has_free() && frame.free().result() == 0) {
     if (auto it = live_.find(frame.free().address()); it != live_.end()) live_.erase(it);
   }
@@ -166,7 +166,7 @@ void SeqOrderer::OnSnapshot(const v1::Frame& frame, const Sink& sink) {
   sink(frame);
   live_.clear();
   for (const v1::LiveAllocation& a : frame.snapshot().allocations()) {
-    live_.try_emplace(a.address()).first->second = a.size();
+    live_.insert_or_assign(a.address(), a.size());
   }
   ReleaseParked(sink);
   while (!held_.empty() && Ready()) Release(sink);

@@ -96,6 +96,8 @@ void RunRandom(uint32_t seed, uint64_t key_space, int steps) {
       }
     } else {
       ExpectSameLookups(tree, ref, key);
+      tree.insert_or_assign(key + 1, key);
+      ref.insert_or_assign(key + 1, key);
       // Values change in place through an iterator.
       if (auto it = tree.find(key); it != tree.end()) {
         it->second += 7;

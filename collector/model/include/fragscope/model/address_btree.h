@@ -250,7 +250,13 @@ class AddressBtree {
     if (i < leaf->count && leaf->keys[i] == key) return {iterator(leaf, i), false};
     return {InsertAt(leaf, i, key, std::forward<Args>(args)...), true};
   }
-  // The same, starting from `hint` when the key belongs right before it (O(1) search then).
+  // Sets the value of `key`, inserting it when absent.
+  iterator insert_or_assign(uint64_t key, const V& value) {
+    auto [it, inserted] = try_emplace(key, value);
+    if (!inserted) it->second = value;
+    return it;
+  }
+  // try_emplace, starting from `hint` when the key belongs right before it (no search then).
   template <typename... Args>
   iterator emplace_hint(const_iterator hint, uint64_t key, Args&&... args) {
     const bool after_prev = hint == begin() || std::prev(hint)->first < key;
