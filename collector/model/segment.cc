@@ -58,34 +58,36 @@ void Segment::ForEachUnbacked(uint64_t begin, uint64_t end, F&& f) const {
 }
 
 void Segment::PlaceInGap(uint64_t address, const Extent& e, ExtentMap::iterator next) {
-  uint64_t gap_begin = 0;
-  uint64_t& gap = GapBefore(next, &gap_begin);
-  const uint64_t gap_end = gap_begin + gap;
-  CountFreeRemoved(gap_begin, gap);
-  gap = address - gap_begin;  // before the insert, which moves entries
-  CountFreeAdded(gap_begin, gap);
+  const Gap gap = GapBefore(next);
+  const uint64_t gap_end = gap.begin + gap.size;
+  CountFreeRemoved(gap.size);
+  const uint64_t before = address - gap.begin;
+  SetGapSize(gap, before);  // before the insert, which moves entries
+  CountFreeAdded(before);
   const uint64_t end = address + e.size;
   const uint64_t free_after = gap_end - end;
-  CountFreeAdded(end, free_after);
+  CountFreeAdded(free_after);
   // Field by field into the new slot, not a copy of `e`: the caller has just written `e` field
   // by field, and a copy reads it back 16 bytes at a time, which the CPU cannot forward from
   // the narrower stores still in flight (a stall of a dozen cycles; in perf, half of
   // AllocBlock's samples sat on that load).
-  Extent& placed = extents_.emplace_hint(next, address, Extent{})->second;
+  const auto it = extents_.emplace_hint(next, address, Extent{});
+  Extent& placed = it->second;
   placed.size = e.size;
-  placed.free_after = free_after;
   placed.block = e.block;
   placed.pending_free = e.pending_free;
+  extents_.set_weight(it, free_after);
 }
 
 Segment::ExtentMap::iterator Segment::RemoveExtent(ExtentMap::iterator it) {
-  uint64_t gap_begin = 0;
-  uint64_t& gap = GapBefore(it, &gap_begin);
+  const Gap gap = GapBefore(it);
   const uint64_t end = it->first + it->second.size;
-  CountFreeRemoved(gap_begin, gap);
-  CountFreeRemoved(end, it->second.free_after);
-  gap = end + it->second.free_after - gap_begin;  // before the erase, which moves entries
-  CountFreeAdded(gap_begin, gap);
+  const uint64_t after = it.weight();
+  CountFreeRemoved(gap.size);
+  CountFreeRemoved(after);
+  const uint64_t merged = end + after - gap.begin;
+  SetGapSize(gap, merged);  // before the erase, which moves entries
+  CountFreeAdded(merged);
   return extents_.erase(it);
 }
 
@@ -120,24 +122,15 @@ void Segment::HoleOverFree(uint64_t begin, uint64_t end) {
   for (const auto& [b, e] : runs) PlaceInGap(b, HoleExtent(e - b), extents_.upper_bound(b));
 }
 
-bool Segment::GapIsLive(uint64_t begin, uint64_t size) const {
-  if (begin == begin_) return head_free_ == size;
-  auto it = extents_.lower_bound(begin);
-  if (it == extents_.begin()) return false;
-  --it;
-  return it->first + it->second.size == begin && it->second.free_after == size;
-}
-
 void Segment::BecomeAnnotated() {
   if (annotated_) return;
   annotated_ = true;
   // Every byte is free but the unbacked VA of a reservation (no extents yet: blocks come after).
-  CountFreeAdded(begin_, size_);
+  CountFreeAdded(size_);
   head_free_ = size_;
   ForEachUnbacked(begin_, end(), [this](uint64_t b, uint64_t e) {
     PlaceInGap(b, HoleExtent(e - b), extents_.upper_bound(b));
   });
-  SettleFreeSizes();
 }
 
 void Segment::Map(uint64_t address, const Mapping& mapping) {
@@ -148,7 +141,6 @@ void Segment::Map(uint64_t address, const Mapping& mapping) {
   if (!annotated_ || mapping.imported) return;
   // New memory is free except where blocks already lie (a block annotated before its map).
   ClearHoles(std::max(address, begin_), std::min(address + mapping.size, end()));
-  SettleFreeSizes();
 }
 
 std::vector<std::pair<uint64_t, int>> Segment::Unmap(uint64_t begin, uint64_t end) {
@@ -182,16 +174,8 @@ std::vector<std::pair<uint64_t, int>> Segment::Unmap(uint64_t begin, uint64_t en
     }
     changes.emplace_back(mapping.handle, delta);
   }
-  if (annotated_) {
-    HoleOverFree(begin, end);
-    SettleFreeSizes();
-  }
+  if (annotated_) HoleOverFree(begin, end);
   return changes;
-}
-
-void Segment::RebuildFreeSizes() {
-  free_sizes_.Rebuild(
-      [this](auto push) { ForEachFreeRange([&](uint64_t b, uint64_t e) { push(e - b, b); }); });
 }
 
 uint32_t Segment::NewBlockData(const SubBlock& block) {
@@ -270,13 +254,11 @@ Segment::Placement Segment::AllocBlock(uint64_t address, const SubBlock& block,
     return AllocBlockSlow(address, block, replaced);
   }
   auto next = extents_.upper_bound(address);
-  uint64_t gap_begin = 0;
-  const uint64_t gap = GapBefore(next, &gap_begin);
-  if (address < gap_begin || address - gap_begin + block.size > gap) {
+  const Gap gap = GapBefore(next);
+  if (address < gap.begin || address - gap.begin + block.size > gap.size) {
     return AllocBlockSlow(address, block, replaced);
   }
   PlaceInGap(address, BlockExtent(block, NewBlockData(block)), next);
-  SettleFreeSizes();
   AccountPlaced(block);
   return Placement::kPlaced;
 }
@@ -302,7 +284,6 @@ Segment::Placement Segment::AllocBlockSlow(uint64_t address, const SubBlock& blo
     // before its map) holds those bytes; they do not become free when it is freed.
     ClearHoles(address, address + block.size);
     PlaceInGap(address, BlockExtent(block, NewBlockData(block)), extents_.upper_bound(address));
-    SettleFreeSizes();
   }
   AccountPlaced(block);
   return placement;
@@ -334,7 +315,6 @@ bool Segment::FreeBlock(uint64_t address, BlockSite* freed) {
       first = false;
     });
   }
-  SettleFreeSizes();
   return true;
 }
 
@@ -381,11 +361,12 @@ uint64_t Segment::LargestFreeIfPendingCompleted() const {
   // A pending block's bytes merged with the free runs right before and after it (adjacent
   // pending blocks are not merged with each other). Zero-size blocks free nothing.
   uint64_t run_before = head_free_;
-  for (const auto& [address, extent] : extents_) {
+  for (auto it = extents_.begin(); it != extents_.end(); ++it) {
+    const Extent& extent = it->second;
     if (!extent.is_hole() && extent.pending_free) {
-      largest = std::max(largest, run_before + extent.size + extent.free_after);
+      largest = std::max(largest, run_before + extent.size + it.weight());
     }
-    run_before = extent.free_after;
+    run_before = it.weight();
   }
   return largest;
 }

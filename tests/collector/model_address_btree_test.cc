@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <iterator>
 #include <map>
@@ -217,6 +218,99 @@ TEST(AddressBtreeTest, HoldsMoveOnlyValuesAndReleasesThem) {
     }
   }
   EXPECT_EQ(counter.use_count(), 1);  // the destructor released the rest
+}
+
+// Weighted trees: after every insert, erase and weight change, max_weight() is the largest
+// weight of a reference map and every node's stored largest agrees with what is below it.
+template <int kLeaf, int kInner>
+void RunWeighted(uint32_t seed, uint64_t key_space, int steps) {
+  AddressBtree<uint64_t, kLeaf, kInner, /*kWeighted=*/true> tree;
+  std::map<uint64_t, uint64_t> weight;  // key -> weight
+  std::mt19937_64 rng(seed);
+  auto largest = [&] {
+    uint64_t m = 0;
+    for (const auto& [k, w] : weight) m = std::max(m, w);
+    return m;
+  };
+  for (int step = 0; step < steps; ++step) {
+    const bool growing = (step / 2000) % 2 == 0;
+    const uint64_t key = rng() % key_space;
+    // Weights from a small range often tie with the largest; from a wide one rarely.
+    const uint64_t w = rng() % 3 == 0 ? rng() % 4 : rng() % 1000000;
+    const int op = static_cast<int>(rng() % 10);
+    if (op < (growing ? 4 : 2)) {
+      auto hint = tree.upper_bound(key);
+      if (!weight.contains(key)) {
+        auto it = tree.emplace_hint(hint, key, key);
+        ASSERT_EQ(it.weight(), 0u);  // new entries weigh nothing
+        weight[key] = 0;
+        tree.set_weight(it, w);
+        weight[key] = w;
+      }
+    } else if (op < 6) {
+      auto it = tree.lower_bound(key);
+      if (it == tree.end()) continue;
+      ASSERT_EQ(it.weight(), weight.at(it->first));
+      weight.erase(it->first);
+      auto next = tree.erase(it);
+      if (next != tree.end()) {
+        ASSERT_EQ(next.weight(), weight.at(next->first));
+      }
+    } else {
+      auto it = tree.lower_bound(key);
+      if (it == tree.end()) continue;
+      // Sometimes lower the largest, the change that makes a node rescan.
+      const uint64_t to = rng() % 2 == 0 && weight.at(it->first) == largest() ? w / 2 : w;
+      tree.set_weight(it, to);
+      weight[it->first] = to;
+    }
+    ASSERT_EQ(tree.max_weight(), largest()) << "step " << step;
+    if (step % 101 == 0) {
+      ASSERT_TRUE(tree.WeightsConsistent()) << "step " << step;
+    }
+  }
+  ASSERT_TRUE(tree.WeightsConsistent());
+  // Entries keep their weights through every split, merge and borrow.
+  ASSERT_EQ(tree.size(), weight.size());
+  auto it = tree.begin();
+  for (const auto& [k, w] : weight) {
+    ASSERT_EQ(it->first, k);
+    ASSERT_EQ(it.weight(), w);
+    ++it;
+  }
+  while (!weight.empty()) {
+    tree.erase(tree.begin());
+    weight.erase(weight.begin());
+    ASSERT_EQ(tree.max_weight(), largest());
+    if (weight.size() % 53 == 0) {
+      ASSERT_TRUE(tree.WeightsConsistent());
+    }
+  }
+  EXPECT_EQ(tree.max_weight(), 0u);
+}
+
+TEST(AddressBtreeTest, WeightedKeepsTheLargestWeightWithSmallNodes) {
+  for (uint32_t seed = 1; seed <= 3; ++seed) RunWeighted<8, 8>(seed, 3000, 40000);
+}
+
+TEST(AddressBtreeTest, WeightedKeepsTheLargestWeightWithDefaultNodes) {
+  RunWeighted<32, 32>(5, 20000, 40000);
+}
+
+TEST(AddressBtreeTest, WeightedKeysInOrder) {
+  // Ascending and descending inserts (uneven splits at the ends) and a clear.
+  AddressBtree<int, 8, 8, true> tree;
+  for (uint64_t k = 1; k <= 500; ++k) tree.set_weight(tree.emplace_hint(tree.end(), k, 0), k);
+  EXPECT_EQ(tree.max_weight(), 500u);
+  for (uint64_t k = 1000; k > 500; --k) {
+    tree.set_weight(tree.emplace_hint(tree.lower_bound(k), k, 0), 2000 - k);
+  }
+  EXPECT_EQ(tree.max_weight(), 1499u);  // key 501's
+  EXPECT_TRUE(tree.WeightsConsistent());
+  tree.set_weight(tree.find(501), 0);
+  EXPECT_EQ(tree.max_weight(), 1498u);
+  tree.clear();
+  EXPECT_EQ(tree.max_weight(), 0u);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// Segment's largest free range (a heap that keeps stale ranges until they surface, see
-// validated_max_heap.h) against a brute-force reference over segments large enough that the
-// heap is rebuilt many times: allocation that always splits the largest range (a bump
+// Segment's largest free range (the largest weight of its extent map, address_btree.h) against a
+// brute-force reference over segments large enough that the map has inner nodes whose stored
+// largest every change must keep: allocation that always splits the largest range (a bump
 // allocator, a snapshot replayed in address order), ranges all of one size (every change can hit
 // the top), frees that merge with the largest range, and random churn over driver allocations
 // and reservations.
@@ -166,8 +166,8 @@ TEST(SegmentLargestFreeTest, RangesAllOfOneSize) {
   }
 }
 
-// Random churn of a few hundred blocks (many rebuilds of the heap), with frees that merge with
-// the largest range, over a driver allocation and over a reservation mapped in pieces.
+// Random churn of a few hundred blocks (extent leaves under inner nodes), with frees that merge
+// with the largest range, over a driver allocation and over a reservation mapped in pieces.
 void RandomChurn(SegmentKind kind, uint32_t seed) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   constexpr uint64_t kBegin = 0x10000;

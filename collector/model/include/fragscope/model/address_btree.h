@@ -5,6 +5,7 @@
 #define FRAGSCOPE_MODEL_ADDRESS_BTREE_H_
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -39,8 +40,14 @@ namespace fragscope {
 // gives a proxy with `first` (the key) and `second` (a reference to the value), so loops bind
 // `const auto& [key, value]` or `auto&& [key, value]`, not `auto& [...]`.
 //
+// Weighted (kWeighted): every entry also carries a uint64 weight, and max_weight() is the largest
+// weight of all entries, O(1): each node keeps the largest weight below it (an inner node one per
+// child too, so a change rescans one node's array, not its children). A segment's free run after
+// each extent is its weight, so the largest free run needs no heap of its own. set_weight is
+// O(1) unless the node's largest changes, then O(log n); inserts and erases stay O(log n).
+//
 // Not thread-safe: one writer, or readers only.
-template <typename V, int kLeafSlots = 32, int kInnerSlots = 32>
+template <typename V, int kLeafSlots = 32, int kInnerSlots = 32, bool kWeighted = false>
 class AddressBtree {
   static_assert(kLeafSlots >= 8 && kInnerSlots >= 8, "nodes too small to rebalance");
   static constexpr uint64_t kNoKey = std::numeric_limits<uint64_t>::max();
@@ -49,10 +56,15 @@ class AddressBtree {
   static constexpr int kMinInner = kInnerSlots / 4;
 
   struct Inner;
+  struct NoWeight {};
+  using Weight = std::conditional_t<kWeighted, uint64_t, NoWeight>;
+  template <int kSlots>
+  using Weights = std::conditional_t<kWeighted, std::array<uint64_t, kSlots>, NoWeight>;
   struct Node {
     bool leaf;
     int count = 0;  // keys held
     Inner* parent = nullptr;
+    [[no_unique_address]] Weight max{};  // weighted: the largest weight below (0 when empty)
   };
   // Unused key slots hold kNoKey, and one more slot past the end does too, so a scan for the
   // first key >= x needs no bound check (kNoKey is never < x). A real key may be kNoKey as well.
@@ -60,6 +72,7 @@ class AddressBtree {
     constexpr Leaf() : Node{true} { std::fill(std::begin(keys), std::end(keys), kNoKey); }
     uint64_t keys[kLeafSlots + 1];
     V values[kLeafSlots]{};
+    [[no_unique_address]] Weights<kLeafSlots> weights{};  // of values[i]
     Leaf* prev = nullptr;
     Leaf* next = nullptr;
   };
@@ -68,6 +81,7 @@ class AddressBtree {
     Inner() : Node{false} { std::fill(std::begin(keys), std::end(keys), kNoKey); }
     uint64_t keys[kInnerSlots + 1];
     Node* children[kInnerSlots + 1] = {};
+    [[no_unique_address]] Weights<kInnerSlots + 1> child_max{};  // children[i]->max
   };
 
   // Keys of a node that are < x: a scan, stopped by the first key >= x (the unused slots'
@@ -90,10 +104,15 @@ class AddressBtree {
       for (int j = from; j < n; ++j) {
         leaf->keys[j - 1] = leaf->keys[j];
         leaf->values[j - 1] = leaf->values[j];
+        if constexpr (kWeighted) leaf->weights[j - 1] = leaf->weights[j];
       }
     } else {
       std::move(leaf->keys + from, leaf->keys + n, leaf->keys + from - 1);
       std::move(leaf->values + from, leaf->values + n, leaf->values + from - 1);
+      if constexpr (kWeighted) {
+        std::copy(leaf->weights.data() + from, leaf->weights.data() + n,
+                  leaf->weights.data() + from - 1);
+      }
     }
   }
   FRAGSCOPE_NO_LOOP_TO_MEMMOVE static void ShiftUp(Leaf* leaf, int from, int n) {
@@ -101,10 +120,15 @@ class AddressBtree {
       for (int j = n; j > from; --j) {
         leaf->keys[j] = leaf->keys[j - 1];
         leaf->values[j] = leaf->values[j - 1];
+        if constexpr (kWeighted) leaf->weights[j] = leaf->weights[j - 1];
       }
     } else {
       std::move_backward(leaf->keys + from, leaf->keys + n, leaf->keys + n + 1);
       std::move_backward(leaf->values + from, leaf->values + n, leaf->values + n + 1);
+      if constexpr (kWeighted) {
+        std::copy_backward(leaf->weights.data() + from, leaf->weights.data() + n,
+                           leaf->weights.data() + n + 1);
+      }
     }
   }
 
@@ -139,6 +163,8 @@ class AddressBtree {
     Iterator(const Iterator<kOther>& other) : leaf_(other.leaf_), pos_(other.pos_) {}
 
     Ref operator*() const { return Ref{leaf_->keys[pos_], leaf_->values[pos_]}; }
+    // Weighted trees: the entry's weight.
+    uint64_t weight() const requires kWeighted { return leaf_->weights[pos_]; }
     Arrow operator->() const { return Arrow{**this}; }
     Iterator& operator++() {
       if (++pos_ == leaf_->count && leaf_->next != nullptr) {
@@ -271,14 +297,47 @@ class AddressBtree {
     Leaf* leaf = const_cast<Leaf*>(it.leaf_);
     const int pos = it.pos_;
     const int n = leaf->count;
+    Weight gone{};
+    if constexpr (kWeighted) gone = leaf->weights[pos];
     ShiftDown(leaf, pos + 1, n);
     leaf->keys[n - 1] = kNoKey;
     leaf->values[n - 1] = V();  // the moved-from (or erased) value's resources go now
     leaf->count = n - 1;
     --size_;
-    if (leaf->count >= kMinLeaf || leaf == root_) return iterator(leaf, pos);
+    const bool rebalance = leaf->count < kMinLeaf && leaf != root_;
+    if constexpr (kWeighted) {
+      // The leaf's largest may have gone with the entry. A rebalance settles the weights itself.
+      if (gone != 0 && gone == leaf->max) {
+        leaf->max = LeafMax(leaf);
+        if (leaf->max != gone && !rebalance) PropagateUp(leaf);
+      }
+    }
+    if (!rebalance) return iterator(leaf, pos);
     return RebalanceLeaf(leaf, pos);
   }
+
+  // Weighted trees. The largest weight of all entries (0 when empty). O(1).
+  uint64_t max_weight() const requires kWeighted { return root_->max; }
+  // Sets the weight of the entry at `it` (not end()). Iterators stay valid.
+  void set_weight(const_iterator it, uint64_t w) requires kWeighted {
+    Leaf* leaf = const_cast<Leaf*>(it.leaf_);
+    uint64_t& slot = leaf->weights[it.pos_];
+    const uint64_t old = slot;
+    slot = w;
+    const uint64_t m = leaf->max;
+    if (w > m) {
+      leaf->max = w;
+    } else if (old == m && w < m) {
+      const uint64_t now = LeafMax(leaf);
+      if (now == m) return;
+      leaf->max = now;
+    } else {
+      return;
+    }
+    PropagateUp(leaf);
+  }
+  // Checks every node's largest weight and its parent's copy of it (tests). O(n).
+  bool WeightsConsistent() const requires kWeighted { return Consistent(root_); }
 
  private:
   // An empty tree allocates nothing (most segments never hold an extent): its root is the
@@ -329,7 +388,9 @@ class AddressBtree {
       leaf = new Leaf;
       root_ = first_ = last_ = leaf;
     }
+    bool split = false;
     if (leaf->count == kLeafSlots) {
+      split = true;
       // Keys that arrive in order (a sub-allocator carving a segment from one end) go past
       // the last leaf or before the first: that full leaf stays full and the new key starts a
       // leaf of its own, where halves would leave every leaf half empty for good.
@@ -346,8 +407,12 @@ class AddressBtree {
     ShiftUp(leaf, i, n);
     leaf->keys[i] = key;
     leaf->values[i] = V(std::forward<Args>(args)...);
+    if constexpr (kWeighted) leaf->weights[i] = 0;  // changes no largest weight
     leaf->count = n + 1;
     ++size_;
+    if constexpr (kWeighted) {
+      if (split) FixUpFull(leaf);  // the split's nodes on this leaf's path
+    }
     // A new first key of a leaf may lie below the separator that routes to it (an insert at
     // position 0 from a hint): lower that separator to it.
     if (i == 0 && leaf != first_) LowerSeparator(leaf, key);
@@ -372,10 +437,18 @@ class AddressBtree {
     const int moved = leaf->count - keep;
     std::move(leaf->keys + keep, leaf->keys + leaf->count, right->keys);
     std::move(leaf->values + keep, leaf->values + leaf->count, right->values);
+    if constexpr (kWeighted) {
+      std::copy(leaf->weights.data() + keep, leaf->weights.data() + leaf->count,
+                right->weights.data());
+    }
     std::fill(leaf->keys + keep, leaf->keys + leaf->count, kNoKey);
     for (int j = keep; j < leaf->count; ++j) leaf->values[j] = V();
     leaf->count = keep;
     right->count = moved;
+    if constexpr (kWeighted) {
+      leaf->max = LeafMax(leaf);
+      right->max = LeafMax(right);
+    }
     right->prev = leaf;
     right->next = leaf->next;
     if (leaf->next != nullptr) leaf->next->prev = right;
@@ -393,11 +466,19 @@ class AddressBtree {
       root->children[0] = left;
       root->children[1] = right;
       root->count = 1;
+      if constexpr (kWeighted) {
+        root->child_max[0] = left->max;
+        root->child_max[1] = right->max;
+        root->max = std::max(left->max, right->max);
+      }
       left->parent = right->parent = root;
       root_ = root;
       return;
     }
     int c = ChildIndex(parent, left);
+    // `left` may have changed: its entry first, so that a split below sees it. The node that
+    // takes `right` is on the path of both, which the caller fixes up after.
+    if constexpr (kWeighted) parent->child_max[c] = left->max;
     if (parent->count == kInnerSlots) {
       Inner* sibling = SplitInner(parent);
       if (c > parent->count) {
@@ -409,6 +490,11 @@ class AddressBtree {
     std::move_backward(parent->keys + c, parent->keys + n, parent->keys + n + 1);
     std::move_backward(parent->children + c + 1, parent->children + n + 1,
                        parent->children + n + 2);
+    if constexpr (kWeighted) {
+      std::copy_backward(parent->child_max.data() + c + 1, parent->child_max.data() + n + 1,
+                         parent->child_max.data() + n + 2);
+      parent->child_max[c + 1] = right->max;
+    }
     parent->keys[c] = separator;
     parent->children[c + 1] = right;
     parent->count = n + 1;
@@ -423,11 +509,19 @@ class AddressBtree {
     const int moved = node->count - keep - 1;
     std::copy(node->keys + keep + 1, node->keys + node->count, right->keys);
     std::copy(node->children + keep + 1, node->children + node->count + 1, right->children);
+    if constexpr (kWeighted) {
+      std::copy(node->child_max.data() + keep + 1, node->child_max.data() + node->count + 1,
+                right->child_max.data());
+    }
     for (int j = 0; j <= moved; ++j) right->children[j]->parent = right;
     std::fill(node->keys + keep, node->keys + node->count, kNoKey);
     std::fill(node->children + keep + 1, node->children + node->count + 1, nullptr);
     node->count = keep;
     right->count = moved;
+    if constexpr (kWeighted) {
+      node->max = InnerMax(node);
+      right->max = InnerMax(right);
+    }
     InsertChild(node, up, right);
     return right;
   }
@@ -443,6 +537,7 @@ class AddressBtree {
         const int offset = left->count;
         MoveEntries(leaf, 0, leaf->count, left, offset);
         RemoveLeaf(leaf, parent, c);
+        if constexpr (kWeighted) FixUpFull(left);
         return iterator(left, offset + pos);
       }
       // Borrow: the last k of the left sibling go to the front of this leaf.
@@ -450,12 +545,18 @@ class AddressBtree {
       ShiftRight(leaf, k);
       MoveEntries(left, left->count - k, k, leaf, 0);
       parent->keys[c - 1] = leaf->keys[0];
+      if constexpr (kWeighted) {
+        left->max = LeafMax(left);
+        parent->child_max[c - 1] = left->max;
+        FixUpFull(leaf);
+      }
       return iterator(leaf, pos + k);
     }
     Leaf* right = static_cast<Leaf*>(parent->children[1]);
     if (leaf->count + right->count <= kLeafSlots) {
       MoveEntries(right, 0, right->count, leaf, leaf->count);
       RemoveLeaf(right, parent, 1);
+      if constexpr (kWeighted) FixUpFull(leaf);
       return iterator(leaf, pos);
     }
     // Borrow: the first k of the right sibling go to the end of this leaf.
@@ -463,6 +564,11 @@ class AddressBtree {
     MoveEntries(right, 0, k, leaf, leaf->count);
     ShiftLeft(right, k);
     parent->keys[0] = right->keys[0];
+    if constexpr (kWeighted) {
+      right->max = LeafMax(right);
+      parent->child_max[1] = right->max;
+      FixUpFull(leaf);
+    }
     return iterator(leaf, pos);
   }
   // Moves entries [from, from + k) of `src` to `dst` at `at` (dst has room; for a move that
@@ -471,6 +577,10 @@ class AddressBtree {
   static void MoveEntries(Leaf* src, int from, int k, Leaf* dst, int at) {
     std::move(src->keys + from, src->keys + from + k, dst->keys + at);
     std::move(src->values + from, src->values + from + k, dst->values + at);
+    if constexpr (kWeighted) {
+      std::copy(src->weights.data() + from, src->weights.data() + from + k,
+                dst->weights.data() + at);
+    }
     dst->count += k;
     if (from + k == src->count) {
       std::fill(src->keys + from, src->keys + from + k, kNoKey);
@@ -483,12 +593,19 @@ class AddressBtree {
     const int n = leaf->count;
     std::move_backward(leaf->keys, leaf->keys + n, leaf->keys + n + k);
     std::move_backward(leaf->values, leaf->values + n, leaf->values + n + k);
+    if constexpr (kWeighted) {
+      std::copy_backward(leaf->weights.data(), leaf->weights.data() + n,
+                         leaf->weights.data() + n + k);
+    }
   }
   // Drops the first k entries of `leaf` (already moved out).
   static void ShiftLeft(Leaf* leaf, int k) {
     const int n = leaf->count;
     std::move(leaf->keys + k, leaf->keys + n, leaf->keys);
     std::move(leaf->values + k, leaf->values + n, leaf->values);
+    if constexpr (kWeighted) {
+      std::copy(leaf->weights.data() + k, leaf->weights.data() + n, leaf->weights.data());
+    }
     std::fill(leaf->keys + n - k, leaf->keys + n, kNoKey);
     for (int j = n - k; j < n; ++j) leaf->values[j] = V();
     leaf->count = n - k;
@@ -507,9 +624,15 @@ class AddressBtree {
     const int n = node->count;
     std::move(node->keys + c, node->keys + n, node->keys + c - 1);
     std::move(node->children + c + 1, node->children + n + 1, node->children + c);
+    if constexpr (kWeighted) {
+      std::copy(node->child_max.data() + c + 1, node->child_max.data() + n + 1,
+                node->child_max.data() + c);
+    }
     node->keys[n - 1] = kNoKey;
     node->children[n] = nullptr;
     node->count = n - 1;
+    // The caller fixes up the path that goes through `node` (merges and rotations below keep
+    // it through the node that survives); nodes off that path are settled here.
     if (node == root_) {
       if (node->count == 0) {
         root_ = node->children[0];
@@ -524,7 +647,7 @@ class AddressBtree {
     if (p > 0) {
       Inner* left = static_cast<Inner*>(parent->children[p - 1]);
       if (left->count + 1 + node->count <= kInnerSlots) {
-        MergeInner(left, parent->keys[p - 1], node);
+        MergeInner(left, parent->keys[p - 1], node);  // the path now goes through `left`
         RemoveChild(parent, p);
         return;
       }
@@ -532,6 +655,11 @@ class AddressBtree {
       const int m = node->count;
       std::move_backward(node->keys, node->keys + m, node->keys + m + 1);
       std::move_backward(node->children, node->children + m + 1, node->children + m + 2);
+      if constexpr (kWeighted) {
+        std::copy_backward(node->child_max.data(), node->child_max.data() + m + 1,
+                           node->child_max.data() + m + 2);
+        node->child_max[0] = left->child_max[left->count];
+      }
       node->keys[0] = parent->keys[p - 1];
       node->children[0] = left->children[left->count];
       node->children[0]->parent = node;
@@ -540,6 +668,10 @@ class AddressBtree {
       left->keys[left->count - 1] = kNoKey;
       left->children[left->count] = nullptr;
       --left->count;
+      if constexpr (kWeighted) {
+        left->max = InnerMax(left);
+        parent->child_max[p - 1] = left->max;
+      }
       return;
     }
     Inner* right = static_cast<Inner*>(parent->children[1]);
@@ -552,15 +684,24 @@ class AddressBtree {
     const int m = node->count;
     node->keys[m] = parent->keys[0];
     node->children[m + 1] = right->children[0];
+    if constexpr (kWeighted) node->child_max[m + 1] = right->child_max[0];
     node->children[m + 1]->parent = node;
     node->count = m + 1;
     parent->keys[0] = right->keys[0];
     const int r = right->count;
     std::move(right->keys + 1, right->keys + r, right->keys);
     std::move(right->children + 1, right->children + r + 1, right->children);
+    if constexpr (kWeighted) {
+      std::copy(right->child_max.data() + 1, right->child_max.data() + r + 1,
+                right->child_max.data());
+    }
     right->keys[r - 1] = kNoKey;
     right->children[r] = nullptr;
     right->count = r - 1;
+    if constexpr (kWeighted) {
+      right->max = InnerMax(right);
+      parent->child_max[1] = right->max;
+    }
   }
   // Appends `separator` and all of `right` to `left`, then deletes `right`.
   static void MergeInner(Inner* left, uint64_t separator, Inner* right) {
@@ -568,9 +709,66 @@ class AddressBtree {
     left->keys[n] = separator;
     std::copy(right->keys, right->keys + right->count, left->keys + n + 1);
     std::copy(right->children, right->children + right->count + 1, left->children + n + 1);
+    if constexpr (kWeighted) {
+      std::copy(right->child_max.data(), right->child_max.data() + right->count + 1,
+                left->child_max.data() + n + 1);
+    }
     for (int j = 0; j <= right->count; ++j) right->children[j]->parent = left;
     left->count = n + 1 + right->count;
     delete right;
+  }
+
+  // Weighted trees: the largest weight of a leaf's entries / of an inner node's children.
+  static uint64_t LeafMax(const Leaf* leaf) {
+    uint64_t m = 0;
+    for (int i = 0; i < leaf->count; ++i) m = std::max(m, leaf->weights[i]);
+    return m;
+  }
+  static uint64_t InnerMax(const Inner* inner) {
+    uint64_t m = 0;
+    for (int i = 0; i <= inner->count; ++i) m = std::max(m, inner->child_max[i]);
+    return m;
+  }
+  // `node`'s largest changed (every node is right but its ancestors): carries it up as far as
+  // it changes an ancestor's largest.
+  static void PropagateUp(Node* node) {
+    for (Inner* p = node->parent; p != nullptr; node = p, p = p->parent) {
+      uint64_t& entry = p->child_max[ChildIndex(p, node)];
+      const uint64_t old = entry;
+      const uint64_t now = node->max;
+      entry = now;
+      const uint64_t m = p->max;
+      if (now > m) {
+        p->max = now;
+      } else if (old == m && now < m) {
+        const uint64_t again = InnerMax(p);
+        if (again == m) return;
+        p->max = again;
+      } else {
+        return;
+      }
+    }
+  }
+  // After a split, merge or borrow: recomputes `leaf` and every node above it (the nodes off
+  // that path that the change touched are already right).
+  static void FixUpFull(Leaf* leaf) {
+    leaf->max = LeafMax(leaf);
+    Node* node = leaf;
+    for (Inner* p = node->parent; p != nullptr; node = p, p = p->parent) {
+      p->child_max[ChildIndex(p, node)] = node->max;
+      p->max = InnerMax(p);
+    }
+  }
+  static bool Consistent(const Node* node) {
+    if (node->leaf) return node->max == LeafMax(static_cast<const Leaf*>(node));
+    const Inner* inner = static_cast<const Inner*>(node);
+    for (int i = 0; i <= inner->count; ++i) {
+      const Node* child = inner->children[i];
+      if (child->parent != inner || inner->child_max[i] != child->max || !Consistent(child)) {
+        return false;
+      }
+    }
+    return node->max == InnerMax(inner);
   }
 
   Node* root_;

@@ -3,6 +3,7 @@
 #ifndef FRAGSCOPE_MODEL_SEGMENT_H_
 #define FRAGSCOPE_MODEL_SEGMENT_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <iterator>
@@ -15,7 +16,6 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "fragscope/model/address_btree.h"
-#include "fragscope/model/validated_max_heap.h"
 
 namespace fragscope {
 
@@ -182,7 +182,9 @@ class Segment {
   template <typename F>
   void ForEachFreeRange(F&& f) const;
   uint64_t free_bytes() const { return free_total_; }
-  uint64_t largest_free_bytes() const { return free_sizes_.Max(); }  // O(1)
+  uint64_t largest_free_bytes() const {  // O(1)
+    return std::max(head_free_, extents_.max_weight());
+  }
   std::size_t free_range_count() const { return free_count_; }
   // Largest free run if every pending free inside completed (pending blocks merged with the
   // free ranges touching them; adjacent pending blocks are not merged with each other, so this
@@ -248,7 +250,7 @@ class Segment {
     c.allocated = live_block_bytes_;
     c.pending = pending_block_bytes_;
     c.cached = free_total_;
-    c.largest_free = free_sizes_.Max();
+    c.largest_free = largest_free_bytes();
     c.blocks = block_count_;
     c.free_ranges = free_count_;
   }
@@ -262,45 +264,57 @@ class Segment {
   uint64_t handle_bytes_ = 0;  // distinct non-imported handles mapped here
 
   // The inside of an annotated segment: one ordered map of what is not free, blocks and holes
-  // (VA of a reservation that no non-imported mapping backs), each extent carrying the size of
-  // the free run after it, up to the next extent or the segment's end; head_free_ is the run
-  // before the first. Free runs are the gaps between neighbours, so touching free bytes are
-  // always one run, and a block event inserts or erases one entry (a map of blocks and free
-  // ranges as entries of their own took two inserts per allocation and two erases per free:
-  // with the node moves, 40 % of a block event's instructions). Extents never overlap. Zero-size
-  // blocks own no bytes and may lie inside a free run, so they live apart in zero_blocks_
-  // (rare). A block's size and pending state sit in its map entry (what the searches and the
-  // figures read); the rest of it in block_data_ (its site and seq read by a free, the stream
-  // and pool by layouts): values of 24 bytes, which an insert or erase shifts in place
-  // (with the site in the entry too a search in absl's B-tree, keys and values side by side,
-  // scanned a fifth more lines: 3 M-event replay, 10 alternating rounds, x1.02;
+  // (VA of a reservation that no non-imported mapping backs), each extent weighted with the
+  // size of the free run after it, up to the next extent or the segment's end; head_free_ is
+  // the run before the first. The map keeps the largest weight (address_btree.h), so the
+  // largest free run is max(head_free_, that), with no structure of its own (a heap of the
+  // runs, stale entries left in until they reached the top, took a sixth of the replay's
+  // mispredicted branches and a tenth of its cache misses; tests/bench/RESULTS.md). Free runs are
+  // the gaps between neighbours, so touching free bytes are always one run, and a block event
+  // inserts or erases one entry (a map of blocks and free ranges as entries of their own took two
+  // inserts per allocation and two erases per free: with the node moves, 40 % of a block event's
+  // instructions). Extents never overlap. Zero-size blocks own no bytes and may lie inside a free
+  // run, so they live apart in zero_blocks_ (rare). A block's size and pending state sit in its map
+  // entry (what the searches and the figures read); the rest of it in block_data_ (its site and seq
+  // read by a free, the stream and pool by layouts): values of 24 bytes, which an insert or erase
+  // shifts in place (with the site in the entry too a search in absl's B-tree, keys and values side
+  // by side, scanned a fifth more lines: 3 M-event replay, 10 alternating rounds, x1.02;
   // tests/bench/RESULTS.md). The map keeps its keys apart (address_btree.h), so a search reads
   // keys only.
   // Not annotated: no extents, head_free_ 0.
   static constexpr uint32_t kHole = std::numeric_limits<uint32_t>::max();
   struct Extent {
     uint64_t size = 0;
-    uint64_t free_after = 0;  // bytes of the free run that starts at this extent's end
-    uint32_t block = kHole;   // index into block_data_, or kHole
+    uint32_t block = kHole;  // index into block_data_, or kHole
     bool pending_free = false;
     bool is_hole() const { return block == kHole; }
   };
-  static Extent HoleExtent(uint64_t size) { return Extent{size, 0, kHole, false}; }
+  static Extent HoleExtent(uint64_t size) { return Extent{size, kHole, false}; }
   static Extent BlockExtent(const SubBlock& b, uint32_t data) {
-    return Extent{b.size, 0, data, b.pending_free};
+    return Extent{b.size, data, b.pending_free};
   }
-  using ExtentMap = AddressBtree<Extent>;
+  // Weight: the free run after the extent (bytes).
+  using ExtentMap = AddressBtree<Extent, 32, 32, /*kWeighted=*/true>;
 
-  // The free run that ends at `next` (an extent, or end()): where it starts, and its size, held
-  // by the extent before `next` or by head_free_.
-  uint64_t& GapBefore(ExtentMap::iterator next, uint64_t* gap_begin) {
-    if (next == extents_.begin()) {
-      *gap_begin = begin_;
-      return head_free_;
-    }
+  // The free run that ends at `next` (an extent, or end()): where it starts, its size, and who
+  // holds that size (the extent before `next`, as its weight, or head_free_).
+  struct Gap {
+    uint64_t begin = 0;
+    uint64_t size = 0;
+    ExtentMap::iterator holder;  // extents_.end() for head_free_
+  };
+  Gap GapBefore(ExtentMap::iterator next) {
+    if (next == extents_.begin()) return Gap{begin_, head_free_, extents_.end()};
     auto prev = std::prev(next);
-    *gap_begin = prev->first + prev->second.size;
-    return prev->second.free_after;
+    return Gap{prev->first + prev->second.size, prev.weight(), prev};
+  }
+  // Resizes that run (before any insert or erase, which moves entries).
+  void SetGapSize(const Gap& gap, uint64_t size) {
+    if (gap.holder == extents_.end()) {
+      head_free_ = size;
+    } else {
+      extents_.set_weight(gap.holder, size);
+    }
   }
   // Puts `e` at [address, address + e.size) inside the free run that ends at `next` (the
   // caller knows the range lies in it: `next` is extents_.upper_bound(address) and no extent
@@ -319,8 +333,6 @@ class Segment {
   // The block that starts at `address` (its data) and, for one with bytes, its extent
   // (*extent = nullptr for a zero-size block); nullptr when no block starts there.
   SubBlock* BlockAt(uint64_t address, Extent** extent);
-  // Whether the free run [begin, begin + size) exists now (validates free_sizes_ entries).
-  bool GapIsLive(uint64_t begin, uint64_t size) const;
 
   // The general (slower) paths: the first block, a replaced block, zero-size blocks, blocks
   // over holes or over more than one free run.
@@ -337,50 +349,17 @@ class Segment {
   void AccountPlaced(const SubBlock& block);
   void AccountRemoved(uint64_t size, bool pending_free);
   // Free-run bookkeeping of one run appearing or going (a run whose size changes goes and
-  // appears again). Every public change ends with SettleFreeSizes before a figure is read.
-  void CountFreeAdded(uint64_t begin, uint64_t size) {
+  // appears again).
+  void CountFreeAdded(uint64_t size) {
     if (size == 0) return;
     free_total_ += size;
     ++free_count_;
-    free_sizes_.Push(size, begin);
-    if (fresh_count_ < kFresh) fresh_[fresh_count_++] = {size, begin};
   }
-  void CountFreeRemoved(uint64_t begin, uint64_t size) {
+  void CountFreeRemoved(uint64_t size) {
     if (size == 0) return;
     free_total_ -= size;
     --free_count_;
-    // A run added earlier in this change and gone again is no longer live.
-    for (std::size_t i = 0; i < fresh_count_; ++i) {
-      if (fresh_[i].first == size && fresh_[i].second == begin) {
-        fresh_[i] = fresh_[--fresh_count_];
-        break;
-      }
-    }
-    // Its entry stays in free_sizes_, stale, unless it is the top: then it is dropped at once,
-    // without a lookup, and the item now on top, not checked since it was pushed, is
-    // SettleFreeSizes' to check. A smaller run cannot be the top's, so the top stays live; one
-    // as large (a tie) asks for the check too, which then finds the top live.
-    if (free_sizes_.PopIfTop(size, begin) || size >= free_sizes_.Max()) {
-      free_top_may_be_stale_ = true;
-    }
   }
-  // Restores "the top of free_sizes_ is a live free run" after a change, and rebuilds
-  // free_sizes_ once its stale entries outnumber the live ones.
-  void SettleFreeSizes() {
-    if (free_sizes_.Wasteful(free_count_)) {
-      RebuildFreeSizes();
-    } else if (free_top_may_be_stale_) {
-      free_sizes_.Settle([this](uint64_t size, uint64_t begin) {
-        for (std::size_t i = 0; i < fresh_count_; ++i) {
-          if (fresh_[i].first == size && fresh_[i].second == begin) return true;
-        }
-        return GapIsLive(begin, size);
-      });
-    }
-    free_top_may_be_stale_ = false;
-    fresh_count_ = 0;
-  }
-  void RebuildFreeSizes();
 
   ExtentMap extents_;
   uint64_t head_free_ = 0;
@@ -395,14 +374,6 @@ class Segment {
   bool mixed_streams_ = false;
   uint64_t free_total_ = 0;
   std::size_t free_count_ = 0;
-  // (size, begin) of the free runs, for largest_free_bytes(); stale entries included.
-  ValidatedMaxHeap free_sizes_;
-  bool free_top_may_be_stale_ = false;
-  // (size, begin) of the free runs the change under way added and still holds (at most kFresh
-  // remembered).
-  static constexpr std::size_t kFresh = 4;
-  std::pair<uint64_t, uint64_t> fresh_[kFresh];
-  std::size_t fresh_count_ = 0;
 };
 
 template <typename F>
@@ -421,9 +392,9 @@ void Segment::ForEachBlock(F&& f) const {
 template <typename F>
 void Segment::ForEachFreeRange(F&& f) const {
   if (head_free_ > 0) f(begin_, begin_ + head_free_);
-  for (const auto& [address, extent] : extents_) {
-    const uint64_t end = address + extent.size;
-    if (extent.free_after > 0) f(end, end + extent.free_after);
+  for (auto it = extents_.begin(); it != extents_.end(); ++it) {
+    const uint64_t end = it->first + it->second.size;
+    if (it.weight() > 0) f(end, end + it.weight());
   }
 }
 
