@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
+#include <vector>
 
 namespace fragscope {
 
@@ -46,14 +48,27 @@ bool SeqOrderer::Ready() const {
   return top.seq < next_ || (top.seq == next_ && top.owns_seq);
 }
 
-bool SeqOrderer::Fits(const v1::Frame& f) const {
+const AddressBtree<uint64_t>& SeqOrderer::LiveOrdered() {
+  if (!ordered_) {
+    std::vector<std::pair<uint64_t, uint64_t>> sorted(live_.begin(), live_.end());
+    std::sort(sorted.begin(), sorted.end());
+    for (const auto& [address, size] : sorted) {
+      live_ordered_.emplace_hint(live_ordered_.end(), address, size);
+    }
+    ordered_ = true;
+  }
+  return live_ordered_;
+}
+
+bool SeqOrderer::Fits(const v1::Frame& f) {
   if (f.has_free()) return f.free().result() != 0 || live_.contains(f.free().address());
   if (!f.has_alloc()) return true;
   const uint64_t begin = f.alloc().address();
   const uint64_t end = begin + std::max<uint64_t>(f.alloc().size(), 1);
-  auto next = live_.lower_bound(begin);
-  if (next != live_.end() && next->first < end) return false;
-  return next == live_.begin() || std::prev(next)->first + std::prev(next)->second <= begin;
+  const AddressBtree<uint64_t>& live = LiveOrdered();
+  auto next = live.lower_bound(begin);
+  if (next != live.end() && next->first < end) return false;
+  return next == live.begin() || std::prev(next)->first + std::prev(next)->second <= begin;
 }
 
 void SeqOrderer::Arrived(uint64_t seq) {
@@ -84,8 +99,12 @@ void SeqOrderer::Emit(uint64_t seq, bool owns_seq, const v1::Frame& frame, const
   if (IsStateEvent(frame)) policy_.OnStateEvent();
   if (frame.has_alloc()) {
     live_.insert_or_assign(frame.alloc().address(), frame.alloc().size());
+    if (ordered_) live_ordered_.insert_or_assign(frame.alloc().address(), frame.alloc().size());
   } else if (frame.has_free() && frame.free().result() == 0) {
-    if (auto it = live_.find(frame.free().address()); it != live_.end()) live_.erase(it);
+    if (auto it = live_.find(frame.free().address()); it != live_.end()) {
+      live_.erase(it);
+      if (ordered_) live_ordered_.erase(live_ordered_.find(frame.free().address()));
+    }
   }
   sink(frame);
   if (!parked_.empty()) ReleaseParked(sink);
@@ -165,6 +184,7 @@ void SeqOrderer::OnSnapshot(const v1::Frame& frame, const Sink& sink) {
   NotMissingUpTo(s);
   sink(frame);
   live_.clear();
+  DropLiveOrdered();
   for (const v1::LiveAllocation& a : frame.snapshot().allocations()) {
     live_.insert_or_assign(a.address(), a.size());
   }
@@ -202,6 +222,9 @@ void SeqOrderer::Push(const v1::Frame& frame, const Sink& sink) {
   // and it is ready; nothing missing, so it fits), without copying the frame into it.
   if (held_.empty() && parked_.empty() && missing_.empty() && (owns ? seq == next_ : seq < next_)) {
     ++arrivals_;
+    if (ordered_) [[unlikely]] {
+      DropLiveOrdered();  // in order again: Fits has nothing to judge
+    }
     Emit(seq, owns, frame, sink);
     return;
   }

@@ -179,6 +179,58 @@ TEST(SeqOrderer, AFullWindowParksWhatDependsOnTheMissingSeq) {
   EXPECT_LT(free_at, realloc_at);
 }
 
+// Past a gap, whether an alloc fits is judged against the allocations released so far in
+// address order, a view built when the first gap needs it (from the allocations released while
+// the stream was in order), kept through the allocs and frees released during the gap, and
+// dropped once the stream is in order again, so that the next gap builds it anew.
+TEST(SeqOrderer, AllocsPastAGapAreJudgedByEveryAllocationReleasedSoFar) {
+  SeqOrderer o(/*window=*/2);
+  Recorder r;
+  constexpr uint64_t kA = 0x10000, kB = 0x20000, kC = 0x30000, kD = 0x40000;
+  auto position = [&](uint64_t seq) {
+    for (size_t i = 0; i < r.seen.size(); ++i) {
+      if (r.seen[i].second == seq) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  // In order: A and B allocated, A freed.
+  o.Push(Alloc(1, kA, 0x1000), r.sink());
+  o.Push(Alloc(2, kB, 0x1000), r.sink());
+  o.Push(Free(3, kA), r.sink());
+  // Seq 4 in flight. 5 overlaps B (live): it waits. 6 reuses A (freed in order): it fits.
+  o.Push(Alloc(5, kB + 0x800, 0x100), r.sink());
+  o.Push(Alloc(6, kA, 0x1000), r.sink());
+  o.Push(Alloc(7, kC, 0x1000), r.sink());
+  o.Push(Alloc(8, kD, 0x1000), r.sink());
+  o.Push(Free(9, kC), r.sink());
+  // Released during the gap: C allocated and freed (10 fits), D allocated (11 waits).
+  o.Push(Alloc(10, kC + 0x10, 0x10), r.sink());
+  o.Push(Alloc(11, kD + 0x10, 0x10), r.sink());
+  o.Push(Alloc(12, 0x50000, 0x10), r.sink());
+  o.Push(Alloc(13, 0x60000, 0x10), r.sink());
+  EXPECT_EQ(position(4), -1);
+  EXPECT_EQ(position(5), -1) << "overlaps B, released in order";
+  EXPECT_EQ(position(11), -1) << "overlaps D, released during the gap";
+  EXPECT_GE(position(6), 0) << "A was freed in order";
+  EXPECT_GE(position(10), 0) << "C was freed during the gap";
+  o.Push(Free(4, kB), r.sink());  // the straggler: everything waiting goes after it
+  ASSERT_EQ(r.seen.size(), 13u);
+  EXPECT_LT(position(4), position(5));
+  EXPECT_LT(position(4), position(11));
+  // In order again; then both allocations in D are freed and another gap opens (16 in flight).
+  o.Push(Free(14, kD), r.sink());
+  o.Push(Free(15, kD + 0x10), r.sink());
+  o.Push(Alloc(17, kD, 0x1000), r.sink());       // fits: D freed after the first gap
+  o.Push(Alloc(18, kA + 0x10, 0x10), r.sink());  // waits: A allocated again at 6
+  o.Push(Alloc(19, 0x70000, 0x10), r.sink());
+  o.Push(Alloc(20, 0x80000, 0x10), r.sink());
+  o.Push(Alloc(21, 0x90000, 0x10), r.sink());
+  EXPECT_GE(position(17), 0);
+  EXPECT_EQ(position(18), -1);
+  o.Flush(r.sink());
+  EXPECT_EQ(r.seen.size(), 20u);  // all but the seq that never came
+}
+
 // A frame released at a Snapshot past a gap that does not fit (here: the alloc of an address
 // whose free is still in flight) is dropped: the snapshot holds its effect.
 TEST(SeqOrderer, ASnapshotDropsWhatCannotBeAppliedPastAGap) {

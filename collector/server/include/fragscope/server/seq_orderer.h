@@ -33,6 +33,7 @@
 #include <queue>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "fragscope.pb.h"
 #include "fragscope/model/address_btree.h"
@@ -91,7 +92,7 @@ class SeqOrderer {
   void Park(Held h);
   void ReleaseParked(const Sink& sink);
   // Whether an alloc/free fits the live allocations released so far (others always do).
-  bool Fits(const v1::Frame& frame) const;
+  bool Fits(const v1::Frame& frame);
   void OnSnapshot(const v1::Frame& frame, const Sink& sink);
   // Moves the expected seq to `seq`, remembering the seqs skipped. Inline: every released
   // event calls it, and in a stream in order it does nothing.
@@ -113,10 +114,20 @@ class SeqOrderer {
   uint64_t covered_ = 0;
   uint64_t late_ = 0;
   std::map<std::pair<uint64_t, uint64_t>, Held> parked_;  // by (seq, arrival)
-  // Allocation address -> size, as released. A B-tree: it changes at every alloc and free, and
-  // a std::map node per allocation was a malloc and a free per event. The model's B+tree
-  // (keys apart from values): 1.7 % fewer instructions of a report than absl's B-tree.
-  AddressBtree<uint64_t> live_;
+  // Allocation address -> size, as released: it changes at every alloc and free. A hash map,
+  // because only an alloc past a gap (Fits) needs them in address order, and that is rare:
+  // kept in an ordered map as well, every alloc and free of a stream in order paid for a tree
+  // insert or erase (a sixth of a report's time: tests/bench/RESULTS.md).
+  absl::flat_hash_map<uint64_t, uint64_t> live_;
+  // live_ in address order, built when a Fits needs it and kept while seqs are missing; dropped
+  // once the stream is in order again.
+  AddressBtree<uint64_t> live_ordered_;
+  bool ordered_ = false;
+  const AddressBtree<uint64_t>& LiveOrdered();
+  void DropLiveOrdered() {
+    live_ordered_.clear();
+    ordered_ = false;
+  }
   std::map<uint64_t, uint64_t> missing_;  // seqs skipped and not come: first -> last
   // Fed what is released, like the model behind it, so both take a snapshot alike.
   SnapshotPolicy policy_;
