@@ -97,15 +97,7 @@ void SeqOrderer::Emit(uint64_t seq, bool owns_seq, const v1::Frame& frame, const
   Advance(seq);
   if (owns_seq) next_ = std::max(next_, seq + 1);
   if (IsStateEvent(frame)) policy_.OnStateEvent();
-  if (frame.has_alloc()) {
-    live_.insert_or_assign(frame.alloc().address(), frame.alloc().size());
-    if (ordered_) live_ordered_.insert_or_assign(frame.alloc().address(), frame.alloc().size());
-  } else if (frame.has_free() && frame.free().result() == 0) {
-    if (auto it = live_.find(frame.free().address()); it != live_.end()) {
-      live_.erase(it);
-      if (ordered_) live_ordered_.erase(live_ordered_.find(frame.free().address()));
-    }
-  }
+  UpdateLive(frame);
   sink(frame);
   if (!parked_.empty()) ReleaseParked(sink);
 }
@@ -192,7 +184,7 @@ void SeqOrderer::OnSnapshot(const v1::Frame& frame, const Sink& sink) {
   while (!held_.empty() && Ready()) Release(sink);
 }
 
-void SeqOrderer::Push(const v1::Frame& frame, const Sink& sink) {
+void SeqOrderer::PushGeneral(const v1::Frame& frame, const Sink& sink) {
   const uint64_t seq = EventSeq(frame);
   if (seq == 0) {
     switch (frame.body_case()) {

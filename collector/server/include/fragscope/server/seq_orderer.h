@@ -27,6 +27,7 @@
 #ifndef FRAGSCOPE_SERVER_SEQ_ORDERER_H_
 #define FRAGSCOPE_SERVER_SEQ_ORDERER_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -52,11 +53,50 @@ class SeqOrderer {
 
   explicit SeqOrderer(std::size_t window = 65536) : window_(window) {}
 
-  // Takes the next frame in arrival order; hands every frame that is ready to `sink`, in order.
-  // `frame` need only live for the call: an event that is next in sequence with nothing held
-  // (nearly every event of a trace) goes to the sink as it is, and only an event that must wait
-  // is copied.
-  void Push(const v1::Frame& frame, const Sink& sink);
+  // Takes the next frame in arrival order; hands every frame that is ready to `sink` (any
+  // callable taking a const v1::Frame&), in order. `frame` need only live for the call: an event
+  // that is next in sequence with nothing held (nearly every event of a trace) goes to the sink
+  // as it is, and only an event that must wait is copied.
+  //
+  // Inline, for that common case with a state event: the sink called directly (a lambda inlines)
+  // and no calls through the general path, which is PushGeneral's.
+  template <typename F>
+  void Push(const v1::Frame& frame, F&& sink) {
+    if (held_.empty() && parked_.empty() && missing_.empty() && !ordered_) {
+      uint64_t seq = 0;
+      switch (frame.body_case()) {
+        case v1::Frame::kAlloc:
+          seq = frame.alloc().seq();
+          break;
+        case v1::Frame::kFree:
+          seq = frame.free().seq();
+          break;
+        case v1::Frame::kMap:
+          seq = frame.map().seq();
+          break;
+        case v1::Frame::kHandle:
+          seq = frame.handle().seq();
+          break;
+        case v1::Frame::kBlock:
+          seq = frame.block().seq();
+          break;
+        default:
+          break;
+      }
+      // PushGeneral's in-order case for a state event above the last Snapshot's seq, and Emit
+      // of an event that owns its seq, with nothing parked.
+      if (seq != 0 && seq == next_ && seq > floor_) {
+        ++arrivals_;
+        released_ = std::max(released_, seq);
+        next_ = seq + 1;
+        policy_.OnStateEvent();
+        UpdateLive(frame);
+        sink(frame);
+        return;
+      }
+    }
+    PushGeneral(frame, Sink(sink));
+  }
   // Releases everything held (end of stream).
   void Flush(const Sink& sink);
 
@@ -82,6 +122,19 @@ class SeqOrderer {
       return a.arrival > b.arrival;
     }
   };
+  void PushGeneral(const v1::Frame& frame, const Sink& sink);
+  // The live allocations after `frame` is released.
+  void UpdateLive(const v1::Frame& frame) {
+    if (frame.has_alloc()) {
+      live_.insert_or_assign(frame.alloc().address(), frame.alloc().size());
+      if (ordered_) live_ordered_.insert_or_assign(frame.alloc().address(), frame.alloc().size());
+    } else if (frame.has_free() && frame.free().result() == 0) {
+      if (auto it = live_.find(frame.free().address()); it != live_.end()) {
+        live_.erase(it);
+        if (ordered_) live_ordered_.erase(live_ordered_.find(frame.free().address()));
+      }
+    }
+  }
   // Whether the top of the heap can go now: everything before it has been released.
   bool Ready() const;
   // The top of the heap goes: to the sink, or parked if it does not fit while seqs are missing.
