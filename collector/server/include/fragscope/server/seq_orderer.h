@@ -168,9 +168,9 @@ class SeqOrderer {
   uint64_t late_ = 0;
   std::map<std::pair<uint64_t, uint64_t>, Held> parked_;  // by (seq, arrival)
   // Allocation address -> size, as released: it changes at every alloc and free. A hash map,
-  // because only an alloc past a gap (Fits) needs them in address order, and that is rare:
-  // kept in an ordered map as well, every alloc and free of a stream in order paid for a tree
-  // insert or erase (a sixth of a report's time: tests/bench/RESULTS.md).
+  // because only an alloc past a gap (Fits) needs them in address order, and that is rare: in
+  // an ordered map, every alloc and free of a stream in order paid a tree insert or erase (the
+  // hash map made a report x1.09 faster; tests/bench/RESULTS.md).
   absl::flat_hash_map<uint64_t, uint64_t> live_;
   // live_ in address order, built when a Fits needs it and kept while seqs are missing; dropped
   // once the stream is in order again.
