@@ -324,17 +324,7 @@ class AddressBtree {
     uint64_t& slot = leaf->weights[it.pos_];
     const uint64_t old = slot;
     slot = w;
-    const uint64_t m = leaf->max;
-    if (w > m) {
-      leaf->max = w;
-    } else if (old == m && w < m) {
-      const uint64_t now = LeafMax(leaf);
-      if (now == m) return;
-      leaf->max = now;
-    } else {
-      return;
-    }
-    PropagateUp(leaf);
+    if (ReplaceInMax(&leaf->max, old, w, [leaf] { return LeafMax(leaf); })) PropagateUp(leaf);
   }
   // Checks every node's largest weight and its parent's copy of it (tests). O(n).
   bool WeightsConsistent() const requires kWeighted { return Consistent(root_); }
@@ -729,24 +719,28 @@ class AddressBtree {
     for (int i = 0; i <= inner->count; ++i) m = std::max(m, inner->child_max[i]);
     return m;
   }
+  // One of a node's items went from `old` to `now`: updates *max, the node's largest, rescanning
+  // the node (rescan()) only when its largest item shrank. Returns whether *max changed.
+  template <typename Rescan>
+  static bool ReplaceInMax(uint64_t* max, uint64_t old, uint64_t now, Rescan rescan) {
+    if (now > *max) {
+      *max = now;
+      return true;
+    }
+    if (old != *max || now == old) return false;
+    const uint64_t again = rescan();
+    if (again == *max) return false;
+    *max = again;
+    return true;
+  }
   // `node`'s largest changed (every node is right but its ancestors): carries it up as far as
   // it changes an ancestor's largest.
   static void PropagateUp(Node* node) {
     for (Inner* p = node->parent; p != nullptr; node = p, p = p->parent) {
       uint64_t& entry = p->child_max[ChildIndex(p, node)];
       const uint64_t old = entry;
-      const uint64_t now = node->max;
-      entry = now;
-      const uint64_t m = p->max;
-      if (now > m) {
-        p->max = now;
-      } else if (old == m && now < m) {
-        const uint64_t again = InnerMax(p);
-        if (again == m) return;
-        p->max = again;
-      } else {
-        return;
-      }
+      entry = node->max;
+      if (!ReplaceInMax(&p->max, old, entry, [p] { return InnerMax(p); })) return;
     }
   }
   // After a split, merge or borrow: recomputes `leaf` and every node above it (the nodes off
