@@ -131,7 +131,7 @@ class SeqOrderer {
     } else if (frame.has_free() && frame.free().result() == 0) {
       if (auto it = live_.find(frame.free().address()); it != live_.end()) {
         live_.erase(it);
-        if (ordered_) live_ordered_.erase(live_ordered_.find(frame.free().address()));
+        if (ordered_) EraseOrdered(frame.free().address());
       }
     }
   }
@@ -177,6 +177,11 @@ class SeqOrderer {
   AddressBtree<uint64_t> live_ordered_;
   bool ordered_ = false;
   const AddressBtree<uint64_t>& LiveOrdered();
+  // The view mirrors live_, so the address is there; checked anyway, since erasing end() would
+  // be undefined behaviour, and the view only exists past a gap, where the check costs nothing.
+  void EraseOrdered(uint64_t address) {
+    if (auto it = live_ordered_.find(address); it != live_ordered_.end()) live_ordered_.erase(it);
+  }
   void DropLiveOrdered() {
     live_ordered_.clear();
     ordered_ = false;
