@@ -9,24 +9,14 @@ namespace fragscope {
 
 uint64_t EventSeq(const v1::Frame& f) {
   switch (f.body_case()) {
-    case v1::Frame::kAlloc:
-      return f.alloc().seq();
-    case v1::Frame::kFree:
-      return f.free().seq();
-    case v1::Frame::kMap:
-      return f.map().seq();
-    case v1::Frame::kHandle:
-      return f.handle().seq();
     case v1::Frame::kFailed:
       return f.failed().seq();
-    case v1::Frame::kBlock:
-      return f.block().seq();
     case v1::Frame::kMark:
       return f.mark().seq();
     case v1::Frame::kMemInfo:
       return f.mem_info().seq();
     default:
-      return 0;
+      return StateEventSeq(f);
   }
 }
 

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -276,7 +275,7 @@ class Segment {
   // instructions). Extents never overlap. Zero-size blocks own no bytes and may lie inside a free
   // run, so they live apart in zero_blocks_ (rare). A block's size and pending state sit in its map
   // entry (what the searches and the figures read); the rest of it in block_data_ (its site and seq
-  // read by a free, the stream and pool by layouts): values of 24 bytes, which an insert or erase
+  // read by a free, the stream and pool by layouts): values of 16 bytes, which an insert or erase
   // shifts in place (with the site in the entry too a search in absl's B-tree, keys and values side
   // by side, scanned a fifth more lines: 3 M-event replay, 10 alternating rounds, x1.02;
   // tests/bench/RESULTS.md). The map keeps its keys apart (address_btree.h), so a search reads

@@ -42,6 +42,25 @@
 
 namespace fragscope {
 
+// The seq of a state event frame (alloc, free, map, handle, block; see IsStateEvent), 0 for any
+// other frame. Inline: SeqOrderer::Push reads it for every frame; EventSeq covers the rest.
+inline uint64_t StateEventSeq(const v1::Frame& frame) {
+  switch (frame.body_case()) {
+    case v1::Frame::kAlloc:
+      return frame.alloc().seq();
+    case v1::Frame::kFree:
+      return frame.free().seq();
+    case v1::Frame::kMap:
+      return frame.map().seq();
+    case v1::Frame::kHandle:
+      return frame.handle().seq();
+    case v1::Frame::kBlock:
+      return frame.block().seq();
+    default:
+      return 0;
+  }
+}
+
 // Not thread-safe; one per stream. Memory: at most `window` frames held plus at most
 // `window` / 16 + 64 parked, and the live allocations (address, size) as released.
 class SeqOrderer {
@@ -63,26 +82,7 @@ class SeqOrderer {
   template <typename F>
   void Push(const v1::Frame& frame, F&& sink) {
     if (held_.empty() && parked_.empty() && missing_.empty() && !ordered_) {
-      uint64_t seq = 0;
-      switch (frame.body_case()) {
-        case v1::Frame::kAlloc:
-          seq = frame.alloc().seq();
-          break;
-        case v1::Frame::kFree:
-          seq = frame.free().seq();
-          break;
-        case v1::Frame::kMap:
-          seq = frame.map().seq();
-          break;
-        case v1::Frame::kHandle:
-          seq = frame.handle().seq();
-          break;
-        case v1::Frame::kBlock:
-          seq = frame.block().seq();
-          break;
-        default:
-          break;
-      }
+      const uint64_t seq = StateEventSeq(frame);
       // PushGeneral's in-order case for a state event above the last Snapshot's seq, and Emit
       // of an event that owns its seq, with nothing parked.
       if (seq != 0 && seq == next_ && seq > floor_) {
