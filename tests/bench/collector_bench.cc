@@ -19,8 +19,9 @@
 // events_per_cpu_s (process CPU time: the figure "on one core" on a shared machine) and
 // peak_rss_mb (getrusage, the process's peak; run each benchmark in its own process so the
 // figure is the replay's). BM_ReadOnly reads without applying, to separate decoding from model;
-// both read through ArenaFrameReader. BM_ReadHeapFrames reads into a heap Frame instead (what
-// StreamSession still does), to show what the arena saves.
+// both read through ArenaFrameReader, as StreamSession does. BM_ReadHeapFrames reads into a heap
+// Frame instead (FrameReader::Next(Frame*), as fragscope-dump and the tests read), to show what the
+// arena saves.
 //
 // On a loaded machine even CPU time moves by 10 % between runs; for before/after comparisons of
 // the model, count instructions instead, which do not depend on load (RESULTS.md):
