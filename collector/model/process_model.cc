@@ -19,6 +19,7 @@
 #include "fragscope/model/segment.h"
 #include "fragscope/model/snapshot_policy.h"
 #include "fragscope/model/stack_index.h"
+#include "fragscope/trace/hot_event_view.h"
 
 namespace fragscope {
 namespace {
@@ -92,6 +93,7 @@ class ProcessModel::Impl {
 
   const ModelOptions& options() const { return options_; }
   void Apply(const v1::Frame& frame);
+  void Apply(const HotEvent& event);
   ModelSummary Summarize() const;
   // `held` (optional): how many segments the device holds, max_segments or not.
   std::vector<SegmentLayout> SegmentLayouts(int device, std::size_t max_segments,
@@ -204,13 +206,38 @@ class ProcessModel::Impl {
 
   void OnHello(const v1::Hello& hello);
   void OnDevice(const v1::DeviceInfo& info);
-  void OnAlloc(const v1::AllocEvent& e, bool from_snapshot);
+  // The three common events (all but block sites), as Apply takes them from a frame or a
+  // decoded event (hot_event_view.h): the same accessors, the same results. Each counts the
+  // event, applies it and finishes it.
+  template <typename AllocEventT>
+  void ApplyAlloc(const AllocEventT& e) {
+    ApplyStateEvent(e, [this](const AllocEventT& a) { OnAlloc(a, /*from_snapshot=*/false); });
+  }
+  template <typename FreeEventT>
+  void ApplyFree(const FreeEventT& e) {
+    ApplyStateEvent(e, [this](const FreeEventT& f) { OnFree(f); });
+  }
+  template <typename BlockEventT>
+  void ApplyBlock(const BlockEventT& e) {
+    ApplyStateEvent(e, [this](const BlockEventT& b) { OnBlock(b); });
+  }
+  template <typename Event, typename Handler>
+  void ApplyStateEvent(const Event& e, Handler&& handle) {
+    ++events_;
+    snapshot_policy_.OnStateEvent();
+    handle(e);
+    FinishEvent(e.seq(), e.time_ns());
+    blocks_fresh_ = false;
+  }
+  template <typename AllocEventT>
+  void OnAlloc(const AllocEventT& e, bool from_snapshot);
   // Snapshot segments a sub-allocator declared it carves: annotated even without blocks.
   void MarkSubAllocated(uint64_t segment_base);
   // Returns whether the allocation was placed (false: counted as unmatched, state unchanged).
   bool PlaceAllocation(uint64_t address, uint64_t size, int device, uint64_t stack_id,
                        uint64_t pool, MemoryKind kind);
-  void OnFree(const v1::FreeEvent& e);
+  template <typename FreeEventT>
+  void OnFree(const FreeEventT& e);
   void OnMap(const v1::MapEvent& e);
   // Whether a segment [address, address + size) fits the address space and overlaps no segment
   // but the one at `address` (which it would replace).
@@ -229,7 +256,8 @@ class ProcessModel::Impl {
   void MapInto(uint64_t address, uint64_t size, uint64_t offset, uint64_t handle, int device,
                uint64_t stack_id);
   void OnHandle(const v1::HandleEvent& e);
-  void OnBlock(const v1::BlockEvent& e);
+  template <typename BlockEventT>
+  void OnBlock(const BlockEventT& e);
   // BlockEvent.OP_SITE and OP_SITE_FREED, and ops newer than this reader (Apply dispatches
   // them).
   void OnBlockSite(const v1::BlockEvent& e);
@@ -323,6 +351,8 @@ class ProcessModel::Impl {
   // detach syncs of an injected attach) frees them later: no mismatch. Emptied when it reaches
   // kMaxDiedBlocks (late frees then count as unmatched); a new block at the address leaves it.
   absl::flat_hash_set<uint64_t> died_blocks_;
+  // Frames for the decoded events Apply(HotEvent) passes on as messages (map, handle, sites).
+  HotFrameSet hot_frames_;
   static constexpr std::size_t kMaxDiedBlocks = 1 << 20;
   uint64_t orphans_total_ = 0;
 
@@ -716,18 +746,10 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
     // Every event but a sample or a mark means time passed in the program, in which blocks
     // known only at syncs may have changed unseen (blocks_fresh_).
     case v1::Frame::kAlloc:
-      ++events_;
-      snapshot_policy_.OnStateEvent();
-      OnAlloc(frame.alloc(), /*from_snapshot=*/false);
-      FinishEvent(frame.alloc().seq(), frame.alloc().time_ns());
-      blocks_fresh_ = false;
+      ApplyAlloc(frame.alloc());
       return;
     case v1::Frame::kFree:
-      ++events_;
-      snapshot_policy_.OnStateEvent();
-      OnFree(frame.free());
-      FinishEvent(frame.free().seq(), frame.free().time_ns());
-      blocks_fresh_ = false;
+      ApplyFree(frame.free());
       return;
     case v1::Frame::kMap:
       ++events_;
@@ -746,18 +768,18 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
       blocks_fresh_ = false;
       return;
     case v1::Frame::kBlock:
-      ++events_;
-      snapshot_policy_.OnStateEvent();
       // A site update is dispatched here, not in OnBlock's switch: one more case there cost
       // OnBlock the inlining of its recent-event slot (+1 % of a replay's instructions).
       if (frame.block().op() >= v1::BlockEvent::OP_SITE) [[unlikely]] {
+        ++events_;
+        snapshot_policy_.OnStateEvent();
         OnBlockSite(frame.block());
         KeepPeaksOpen();
+        FinishEvent(frame.block().seq(), frame.block().time_ns());
+        blocks_fresh_ = false;
       } else {
-        OnBlock(frame.block());
+        ApplyBlock(frame.block());
       }
-      FinishEvent(frame.block().seq(), frame.block().time_ns());
-      blocks_fresh_ = false;
       return;
     case v1::Frame::kFailed:
       ++events_;
@@ -796,6 +818,31 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
   FinishEvent(last_seq_, last_time_ns_);
 }
 
+// Apply(frame)'s cases of the three common events, reading the decoded fields through views
+// (no message built); the rest (map, handle, block sites: rare) through a frame as before.
+void ProcessModel::Impl::Apply(const HotEvent& event) {
+  switch (event.body) {
+    case v1::Frame::kAlloc:
+      ++frames_;
+      ApplyAlloc(HotAllocView(event));
+      return;
+    case v1::Frame::kFree:
+      ++frames_;
+      ApplyFree(HotFreeView(event));
+      return;
+    case v1::Frame::kBlock:
+      if (HotBlockView(event).op() < v1::BlockEvent::OP_SITE) [[likely]] {
+        ++frames_;
+        ApplyBlock(HotBlockView(event));
+        return;
+      }
+      break;
+    default:
+      break;
+  }
+  Apply(*hot_frames_.Store(event));
+}
+
 void ProcessModel::Impl::FinishEvent(uint64_t seq, uint64_t time_ns) {
   if (seq != 0) SeenSeq(seq);
   last_time_ns_ = std::max(last_time_ns_, time_ns);
@@ -831,7 +878,8 @@ void ProcessModel::Impl::OnDevice(const v1::DeviceInfo& info) {
   if (info.total_bytes() > 0) d.info_total = info.total_bytes();
 }
 
-void ProcessModel::Impl::OnAlloc(const v1::AllocEvent& e, bool from_snapshot) {
+template <typename AllocEventT>
+void ProcessModel::Impl::OnAlloc(const AllocEventT& e, bool from_snapshot) {
   if (e.result() != 0) return;  // nothing changed; failures come as FailedAlloc
   const MemoryKind kind = ResolveKind(e.kind(), e.api(), e.in_capture());
   PlaceAllocation(e.address(), e.size(), e.device(), e.stack_id(), e.pool(), kind);
@@ -943,7 +991,8 @@ void ProcessModel::Impl::CompletePoolFree(uint64_t address) {
   d.RemoveSite(a.stack_id, a.size);
 }
 
-void ProcessModel::Impl::OnFree(const v1::FreeEvent& e) {
+template <typename FreeEventT>
+void ProcessModel::Impl::OnFree(const FreeEventT& e) {
   if (e.result() != 0) return;
   const bool async = IsAsyncFree(e.api());
   int device = e.device();
@@ -1136,7 +1185,8 @@ Segment* ProcessModel::Impl::PlaceBlock(uint64_t address, const SubBlock& block,
   return s;
 }
 
-void ProcessModel::Impl::OnBlock(const v1::BlockEvent& e) {
+template <typename BlockEventT>
+void ProcessModel::Impl::OnBlock(const BlockEventT& e) {
   if (e.result() != 0) return;
   int device = e.device();
   EventKind kind = EventKind::kBlockAlloc;
@@ -1627,6 +1677,7 @@ ProcessModel::ProcessModel(ProcessModel&&) noexcept = default;
 ProcessModel& ProcessModel::operator=(ProcessModel&&) noexcept = default;
 
 void ProcessModel::Apply(const v1::Frame& frame) { impl_->Apply(frame); }
+void ProcessModel::Apply(const HotEvent& event) { impl_->Apply(event); }
 ModelSummary ProcessModel::Summarize() const { return impl_->Summarize(); }
 const ModelOptions& ProcessModel::options() const { return impl_->options(); }
 std::vector<SegmentLayout> ProcessModel::SegmentLayouts(int device,

@@ -204,6 +204,21 @@ FrameReader::Result FrameReader::Next(v1::Frame* other, HotFrameSet* hot, const 
   return Result::kFrame;
 }
 
+FrameReader::Result FrameReader::Next(v1::Frame* other, HotEvent* event, const v1::Frame** frame) {
+  const unsigned char* body = nullptr;
+  uint64_t length = 0;
+  std::size_t frame_bytes = 0;
+  if (Result r = NextBody(&body, &length, &frame_bytes); r != Result::kFrame) return r;
+  if (ParseHotEvent(body, length, event)) {
+    *frame = nullptr;
+  } else {
+    if (!ParseChecked(body, length, other)) return Result::kError;
+    *frame = other;
+  }
+  Consume(frame_bytes);
+  return Result::kFrame;
+}
+
 bool FrameReader::ParseChecked(const unsigned char* body, uint64_t length, v1::Frame* out) {
   // Before parsing: libprotobuf would make an object per repeated entry (frame_limits.h).
   if (std::string over = FrameLimitViolation(body, length); !over.empty()) {

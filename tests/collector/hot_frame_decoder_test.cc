@@ -21,6 +21,7 @@
 #include "fragscope.pb.h"
 #include "fragscope/trace/arena_frame_reader.h"
 #include "fragscope/trace/frame_reader.h"
+#include "fragscope/trace/hot_event_view.h"
 #include "fragscope/trace/trace_format.h"
 #include "gtest/gtest.h"
 
@@ -356,6 +357,82 @@ TEST(HotFrameDecoder, HotFrameSetFramesEqualFreshParses) {
   }
 }
 
+// Every accessor of a view returns what the message built from the same event returns (the
+// model reads events through either).
+TEST(HotFrameDecoder, ViewsReadWhatTheBuiltMessageHolds) {
+  std::mt19937_64 rng(8);
+  int views = 0;
+  for (int i = 0; i < 20000; ++i) {
+    v1::Frame f = RandomHotFrame(rng);
+    if (i % 3 == 0 && f.has_alloc()) f.mutable_alloc()->Clear();  // every field absent
+    const std::string bytes = f.SerializeAsString();
+    HotEvent event;
+    ASSERT_TRUE(
+        ParseHotEvent(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), &event));
+    v1::Frame built;
+    StoreHotEvent(event, &built);
+    ASSERT_EQ(static_cast<int>(built.body_case()), static_cast<int>(event.body));
+    auto expect_common = [&](const auto& view, const auto& message) {
+      EXPECT_EQ(view.seq(), message.seq());
+      EXPECT_EQ(view.time_ns(), message.time_ns());
+      EXPECT_EQ(view.tid(), message.tid());
+      EXPECT_EQ(view.api(), message.api());
+      EXPECT_EQ(view.result(), message.result());
+      EXPECT_EQ(view.stack_id(), message.stack_id());
+      const HotCommonView common(event);
+      EXPECT_EQ(common.seq(), message.seq());
+    };
+    switch (built.body_case()) {
+      case v1::Frame::kAlloc: {
+        const HotAllocView v(event);
+        const v1::AllocEvent& m = built.alloc();
+        expect_common(v, m);
+        EXPECT_EQ(v.address(), m.address());
+        EXPECT_EQ(v.size(), m.size());
+        EXPECT_EQ(v.device(), m.device());
+        EXPECT_EQ(v.stream(), m.stream());
+        EXPECT_EQ(v.pool(), m.pool());
+        EXPECT_EQ(v.kind(), m.kind());
+        EXPECT_EQ(v.pitch(), m.pitch());
+        EXPECT_EQ(v.in_capture(), m.in_capture());
+        EXPECT_EQ(v.failed_release_result(), m.failed_release_result());
+        ++views;
+        break;
+      }
+      case v1::Frame::kFree: {
+        const HotFreeView v(event);
+        const v1::FreeEvent& m = built.free();
+        expect_common(v, m);
+        EXPECT_EQ(v.address(), m.address());
+        EXPECT_EQ(v.size(), m.size());
+        EXPECT_EQ(v.device(), m.device());
+        EXPECT_EQ(v.stream(), m.stream());
+        EXPECT_EQ(v.pool(), m.pool());
+        ++views;
+        break;
+      }
+      case v1::Frame::kBlock: {
+        const HotBlockView v(event);
+        const v1::BlockEvent& m = built.block();
+        expect_common(v, m);
+        EXPECT_EQ(v.op(), m.op());
+        EXPECT_EQ(v.address(), m.address());
+        EXPECT_EQ(v.size(), m.size());
+        EXPECT_EQ(v.device(), m.device());
+        EXPECT_EQ(v.stream(), m.stream());
+        EXPECT_EQ(v.pool(), m.pool());
+        EXPECT_EQ(v.allocator(), m.allocator());
+        ++views;
+        break;
+      }
+      default:
+        break;  // map and handle events have no view: the model builds their frames
+    }
+    if (HasFailure()) break;
+  }
+  EXPECT_GT(views, 10000);
+}
+
 std::string Varint(uint64_t v) {
   std::string out;
   while (v >= 0x80) {
@@ -396,8 +473,10 @@ void ExpectSameThroughEveryReader(const std::string& path, const std::vector<std
   absl::StatusOr<FrameReader> heap_reader = FrameReader::OpenFile(path);
   absl::StatusOr<FrameReader> hot_reader = FrameReader::OpenFile(path);
   absl::StatusOr<FrameReader> arena_reader = FrameReader::OpenFile(path);
-  ASSERT_TRUE(heap_reader.ok() && hot_reader.ok() && arena_reader.ok());
+  absl::StatusOr<FrameReader> decoded_reader = FrameReader::OpenFile(path);
+  ASSERT_TRUE(heap_reader.ok() && hot_reader.ok() && arena_reader.ok() && decoded_reader.ok());
   ArenaFrameReader arena(*arena_reader);
+  ArenaFrameReader decoded(*decoded_reader);  // events left decoded
   HotFrameSet hot;
   v1::Frame heap_frame;
   v1::Frame other;
@@ -407,19 +486,39 @@ void ExpectSameThroughEveryReader(const std::string& path, const std::vector<std
     const FrameReader::Result r2 = hot_reader->Next(&other, &hot, &hot_frame);
     const v1::Frame* arena_frame = nullptr;
     const FrameReader::Result r3 = arena.Next(&arena_frame);
+    const v1::Frame* decoded_frame = nullptr;
+    const HotEvent* decoded_event = nullptr;
+    const FrameReader::Result r4 = decoded.Next(&decoded_frame, &decoded_event);
     ASSERT_EQ(r1, r2);
     ASSERT_EQ(r1, r3);
+    ASSERT_EQ(r1, r4);
     EXPECT_EQ(heap_reader->error(), hot_reader->error());
     EXPECT_EQ(heap_reader->error(), arena_reader->error());
+    EXPECT_EQ(heap_reader->error(), decoded_reader->error());
     EXPECT_EQ(heap_reader->good_offset(), hot_reader->good_offset());
     EXPECT_EQ(heap_reader->good_offset(), arena_reader->good_offset());
-    if (r1 != FrameReader::Result::kFrame) break;
+    EXPECT_EQ(heap_reader->good_offset(), decoded_reader->good_offset());
+    if (r1 != FrameReader::Result::kFrame) {
+      EXPECT_EQ(decoded_event, nullptr);
+      break;
+    }
+    // Exactly one of the two, and an event exactly when the hand decoder takes the frame.
+    ASSERT_NE(decoded_frame == nullptr, decoded_event == nullptr) << i;
+    v1::Frame from_event;
+    if (decoded_event != nullptr) StoreHotEvent(*decoded_event, &from_event);
+    const v1::Frame& decoded_as_frame = decoded_event != nullptr ? from_event : *decoded_frame;
     ASSERT_LT(i, frames.size());
     v1::Frame reference;
     ASSERT_TRUE(reference.ParseFromString(frames[i]));
     ASSERT_TRUE(MessageDifferencer::Equals(heap_frame, reference)) << i;
     ASSERT_TRUE(MessageDifferencer::Equals(*hot_frame, reference)) << i;
     ASSERT_TRUE(MessageDifferencer::Equals(*arena_frame, reference)) << i;
+    ASSERT_TRUE(MessageDifferencer::Equals(decoded_as_frame, reference)) << i;
+    v1::Frame probe;
+    EXPECT_EQ(decoded_event != nullptr,
+              DecodeHotFrame(reinterpret_cast<const unsigned char*>(frames[i].data()),
+                             frames[i].size(), &probe))
+        << i;
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "fragscope.pb.h"
 #include "fragscope/model/process_model.h"
+#include "fragscope/trace/hot_frame_decoder.h"
 
 namespace fragscope::testing {
 
@@ -31,7 +32,7 @@ class FrameFeed {
     f.mutable_device()->set_total_bytes(total);
     f.mutable_device()->set_uuid(uuid);
     f.mutable_device()->set_name("Test GPU");
-    model_->Apply(f);
+    Apply(f);
   }
 
   void Hello(bool attached) {
@@ -40,7 +41,7 @@ class FrameFeed {
     f.mutable_hello()->set_exe("/usr/bin/python3");
     f.mutable_hello()->set_host("node1");
     f.mutable_hello()->set_attached(attached);
-    model_->Apply(f);
+    Apply(f);
   }
 
   void Module(const std::string& path, uint64_t load, uint64_t size) {
@@ -49,7 +50,7 @@ class FrameFeed {
     m->set_path(path);
     m->set_load_address(load);
     m->set_size(size);
-    model_->Apply(f);
+    Apply(f);
   }
 
   void Stack(uint64_t id, std::initializer_list<uint64_t> pcs) {
@@ -57,7 +58,7 @@ class FrameFeed {
     v1::Stack* s = f.mutable_stacks()->add_stacks();
     s->set_id(id);
     for (uint64_t pc : pcs) s->add_pcs(pc);
-    model_->Apply(f);
+    Apply(f);
   }
 
   // cudaMalloc-style driver allocation (a segment of its own). `failed_release_result` not 0:
@@ -74,7 +75,7 @@ class FrameFeed {
     e->set_kind(v1::MEMORY_KIND_DEVICE);
     e->set_stack_id(stack);
     e->set_failed_release_result(failed_release_result);
-    model_->Apply(f);
+    Apply(f);
   }
 
   void AllocKind(uint64_t address, uint64_t size, v1::MemoryKind kind, v1::Api api, int device = 0,
@@ -89,7 +90,7 @@ class FrameFeed {
     e->set_kind(kind);
     e->set_pool(pool);
     e->set_stack_id(stack);
-    model_->Apply(f);
+    Apply(f);
   }
 
   void Free(uint64_t address, v1::Api api = v1::API_cudaFree, int device = 0) {
@@ -99,7 +100,7 @@ class FrameFeed {
     e->set_api(api);
     e->set_address(address);
     e->set_device(device);
-    model_->Apply(f);
+    Apply(f);
   }
 
   void Block(v1::BlockEvent::Op op, uint64_t address, uint64_t size, int device = 0,
@@ -116,7 +117,7 @@ class FrameFeed {
     e->set_stack_id(stack);
     e->set_stream(stream);
     e->set_pool(pool);
-    model_->Apply(f);
+    Apply(f);
   }
   void BlockAlloc(uint64_t address, uint64_t size, uint64_t stack = 0, uint64_t stream = 0) {
     Block(v1::BlockEvent::OP_ALLOC, address, size, 0, stack, stream);
@@ -134,7 +135,7 @@ class FrameFeed {
     e->set_handle(handle);
     e->set_offset(offset);
     e->set_device(device);
-    model_->Apply(f);
+    Apply(f);
   }
 
   void Handle(v1::HandleEvent::Op op, uint64_t handle, uint64_t size = 0, int device = 0) {
@@ -145,7 +146,7 @@ class FrameFeed {
     e->set_handle(handle);
     e->set_size(size);
     e->set_device(device);
-    model_->Apply(f);
+    Apply(f);
   }
 
   void MemInfo(int device, uint64_t free, uint64_t total, uint64_t pool = 0,
@@ -160,7 +161,7 @@ class FrameFeed {
     e->set_pool(pool);
     e->set_pool_reserved_bytes(pool_reserved);
     e->set_pool_used_bytes(pool_used);
-    model_->Apply(f);
+    Apply(f);
   }
 
   // A failed allocation. `free`/`total` = 0 means "no mem info with the failure".
@@ -182,7 +183,7 @@ class FrameFeed {
       e->set_device_free_bytes(free);
       e->set_device_total_bytes(total);
     }
-    model_->Apply(f);
+    Apply(f);
   }
 
   // A mark; `blocks_synced`: the sub-allocator's blocks were just read from its own state.
@@ -193,7 +194,7 @@ class FrameFeed {
     m->set_time_ns(seq_ * 1000);
     m->set_label(label);
     m->set_blocks_synced(blocks_synced);
-    model_->Apply(f);
+    Apply(f);
   }
 
   // A mark that says which rank the process is (Mark.rank; world_size < 0: not given).
@@ -205,7 +206,7 @@ class FrameFeed {
     m->set_label("rank " + std::to_string(rank));
     m->set_rank(rank);
     if (world_size >= 0) m->set_world_size(static_cast<uint32_t>(world_size));
-    model_->Apply(f);
+    Apply(f);
   }
 
   void Drops(uint64_t dropped) {
@@ -214,7 +215,7 @@ class FrameFeed {
     f.mutable_drops()->set_dropped_events(dropped);
     f.mutable_drops()->set_reason(v1::Drops::REASON_RING_FULL);
     seq_ += dropped;  // the lost events used these numbers
-    model_->Apply(f);
+    Apply(f);
   }
 
   // Applies `snapshot` at the next seq.
@@ -223,7 +224,7 @@ class FrameFeed {
     snapshot.set_seq(++seq_);
     snapshot.set_time_ns(seq_ * 1000);
     *f.mutable_snapshot() = std::move(snapshot);
-    model_->Apply(f);
+    Apply(f);
   }
 
   // Applies `snapshot` exact at seq `seq`, without moving the feed's numbering: the agent's
@@ -233,14 +234,33 @@ class FrameFeed {
     snapshot.set_seq(seq);
     snapshot.set_time_ns(seq * 1000);
     *f.mutable_snapshot() = std::move(snapshot);
-    model_->Apply(f);
+    Apply(f);
   }
 
   void End() {
     v1::Frame f;
     f.mutable_end()->set_seq(++seq_);
     f.mutable_end()->set_exit_status(1);
+    Apply(f);
+  }
+
+  // Also feeds every frame to `decoded`, the way a replay does: serialized, and an event frame
+  // that the hand decoder takes applied as decoded (ProcessModel::Apply(HotEvent)).
+  void MirrorDecodedTo(ProcessModel* decoded) { decoded_ = decoded; }
+
+  // Any frame, as the builders above apply theirs.
+  void Apply(const v1::Frame& f) {
     model_->Apply(f);
+    if (decoded_ == nullptr) return;
+    const std::string bytes = f.SerializeAsString();
+    HotEvent event;
+    if (ParseHotEvent(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), &event)) {
+      decoded_->Apply(event);
+    } else {
+      v1::Frame parsed;
+      ASSERT_TRUE(parsed.ParseFromString(bytes));
+      decoded_->Apply(parsed);
+    }
   }
 
  private:
@@ -252,6 +272,7 @@ class FrameFeed {
   }
 
   ProcessModel* model_;
+  ProcessModel* decoded_ = nullptr;
   uint64_t seq_ = 0;
 };
 

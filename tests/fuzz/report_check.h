@@ -72,7 +72,8 @@ inline void CheckSummary(const ModelSummary& summary, const ModelOptions& option
 }
 
 // Summarizes `model`, renders both reports and checks that the JSON one is valid JSON.
-inline void SummarizeAndRender(const ProcessModel& model) {
+// Checks `model`'s summary and reports; returns the JSON report.
+inline std::string SummarizeAndRender(const ProcessModel& model) {
   ModelSummary summary = model.Summarize();
   CheckSummary(summary, model.options());
   std::ostringstream json;
@@ -87,6 +88,7 @@ inline void SummarizeAndRender(const ProcessModel& model) {
   }
   std::ostringstream plain;
   RenderText(summary, plain);
+  return text;
 }
 
 }  // namespace fragscope::fuzz

@@ -154,5 +154,56 @@ TEST(StreamSession, TheTraceCopyIsOnDiskWhileTheStreamIsIdle) {
   rmdir(dir_template);
 }
 
+// Event frames reach the model as decoded (ArenaFrameReader), and only the copy and the
+// orderer's held events build frames of them: a stream that starts with an event (the copy's
+// path is chosen from it), events out of order (held, then released as frames) and in order
+// (applied as decoded) must give the copy every frame, byte for byte in arrival order, and the
+// model every event.
+TEST(StreamSession, DecodedEventsAreCopiedAndAppliedLikeFrames) {
+  char dir_template[] = "/tmp/fragscope-session-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string path = std::string(dir_template) + "/copy.fst";
+  bool first_was_alloc = false;
+  StreamSession session(ModelOptions{}, [&](const v1::Frame& first) {
+    first_was_alloc = first.has_alloc() && first.alloc().seq() == 2;
+    return path;
+  });
+  PipeStream stream(&session);
+  std::vector<v1::Frame> sent;
+  for (uint64_t seq : {2, 1, 3, 5, 4, 6, 7}) {  // 2 and 5 wait for their predecessors
+    sent.push_back(Alloc(seq, 0x7f0000000000 + (seq << 24)));
+  }
+  v1::Frame free_one;
+  free_one.mutable_free()->set_seq(8);
+  free_one.mutable_free()->set_api(v1::API_cudaFree);
+  free_one.mutable_free()->set_address(0x7f0000000000 + (uint64_t{3} << 24));
+  sent.push_back(free_one);
+  std::string bytes;
+  for (const v1::Frame& f : sent) bytes += Framed(f);
+  stream.Put(bytes);
+  const StreamOutcome outcome = stream.Finish();
+  EXPECT_EQ(outcome.result, FrameReader::Result::kEnd) << outcome.error;
+  EXPECT_TRUE(outcome.trace_error.empty()) << outcome.trace_error;
+  EXPECT_TRUE(first_was_alloc);
+  EXPECT_EQ(outcome.frames, sent.size());
+  EXPECT_EQ(session.frames_applied(), sent.size());
+  const ModelSummary s = session.Summarize();
+  ASSERT_EQ(s.devices.size(), 1u);
+  EXPECT_EQ(s.devices[0].reserved_bytes, uint64_t{6} << 20);  // 7 allocations, one freed
+  EXPECT_EQ(s.unmatched_events, 0u);
+  auto reader = FrameReader::OpenFile(path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  v1::Frame f;
+  std::size_t i = 0;
+  while (reader->Next(&f) == FrameReader::Result::kFrame) {
+    ASSERT_LT(i, sent.size());
+    EXPECT_EQ(f.SerializeAsString(), sent[i].SerializeAsString()) << "frame " << i;
+    ++i;
+  }
+  EXPECT_EQ(i, sent.size());
+  std::remove(path.c_str());
+  rmdir(dir_template);
+}
+
 }  // namespace
 }  // namespace fragscope

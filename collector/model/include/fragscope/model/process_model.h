@@ -29,6 +29,7 @@
 #include "fragscope/model/model_options.h"
 #include "fragscope/model/model_summary.h"
 #include "fragscope/model/segment_layout.h"
+#include "fragscope/trace/hot_frame_decoder.h"
 
 namespace fragscope {
 
@@ -44,6 +45,9 @@ class ProcessModel {
   // Applies the next frame of the stream (frames in stream order; `seq` decides nothing here,
   // the agent already ordered them). Never fails: what cannot be placed is counted and reported.
   void Apply(const v1::Frame& frame);
+  // The same for an event frame as decoded (ArenaFrameReader::Next(frame, event)): exactly what
+  // Apply of the frame StoreHotEvent would build from it does, without building it.
+  void Apply(const HotEvent& event);
 
   // The state now. Failures still waiting for a retry are judged as if the stream ended here
   // (unrecovered), which is what a report of a cut trace wants; a later Apply may still mark

@@ -39,6 +39,8 @@
 #include "fragscope.pb.h"
 #include "fragscope/model/address_btree.h"
 #include "fragscope/model/snapshot_policy.h"
+#include "fragscope/trace/hot_event_view.h"
+#include "fragscope/trace/hot_frame_decoder.h"
 
 namespace fragscope {
 
@@ -81,21 +83,24 @@ class SeqOrderer {
   // and no calls through the general path, which is PushGeneral's.
   template <typename F>
   void Push(const v1::Frame& frame, F&& sink) {
-    if (held_.empty() && parked_.empty() && missing_.empty() && !ordered_) {
-      const uint64_t seq = StateEventSeq(frame);
-      // PushGeneral's in-order case for a state event above the last Snapshot's seq, and Emit
-      // of an event that owns its seq, with nothing parked.
-      if (seq != 0 && seq == next_ && seq > floor_) {
-        ++arrivals_;
-        released_ = std::max(released_, seq);
-        next_ = seq + 1;
-        policy_.OnStateEvent();
-        UpdateLive(frame);
-        sink(frame);
-        return;
-      }
+    if (TakeInOrder(frame)) {
+      sink(frame);
+      return;
     }
     PushGeneral(frame, Sink(sink));
+  }
+  // The same for an event frame as decoded (ArenaFrameReader::Next(frame, event)): one that is
+  // next in sequence with nothing held goes to `hot_sink` (any callable taking a const
+  // HotEvent&) as it is, with no frame built; any other is built into the frame StoreHotEvent
+  // makes and goes the general way, reaching `sink` as a frame like every frame Push takes.
+  template <typename H, typename F>
+  void Push(const HotEvent& event, H&& hot_sink, F&& sink) {
+    if (TakeInOrder(event)) {
+      hot_sink(event);
+      return;
+    }
+    StoreHotEvent(event, &built_);
+    PushGeneral(built_, Sink(sink));
   }
   // Releases everything held (end of stream).
   void Flush(const Sink& sink);
@@ -123,16 +128,48 @@ class SeqOrderer {
     }
   };
   void PushGeneral(const v1::Frame& frame, const Sink& sink);
-  // The live allocations after `frame` is released.
+  // PushGeneral's in-order case for a state event above the last Snapshot's seq, and Emit of an
+  // event that owns its seq, with nothing held or parked: when `event` (a frame or a decoded
+  // event) is that case, does their bookkeeping and returns true; the caller hands it on.
+  template <typename Event>
+  bool TakeInOrder(const Event& event) {
+    if (!held_.empty() || !parked_.empty() || !missing_.empty() || ordered_) return false;
+    const uint64_t seq = SeqOf(event);
+    if (seq == 0 || seq != next_ || seq <= floor_) return false;
+    ++arrivals_;
+    released_ = std::max(released_, seq);
+    next_ = seq + 1;
+    policy_.OnStateEvent();
+    UpdateLive(event);
+    return true;
+  }
+  static uint64_t SeqOf(const v1::Frame& frame) { return StateEventSeq(frame); }
+  static uint64_t SeqOf(const HotEvent& event) {
+    return HotCommonView(event).seq();  // every decoded event is a state event
+  }
+  // The live allocations after `frame` (or a decoded event) is released.
   void UpdateLive(const v1::Frame& frame) {
     if (frame.has_alloc()) {
-      live_.insert_or_assign(frame.alloc().address(), frame.alloc().size());
-      if (ordered_) live_ordered_.insert_or_assign(frame.alloc().address(), frame.alloc().size());
+      AddLive(frame.alloc().address(), frame.alloc().size());
     } else if (frame.has_free() && frame.free().result() == 0) {
-      if (auto it = live_.find(frame.free().address()); it != live_.end()) {
-        live_.erase(it);
-        if (ordered_) EraseOrdered(frame.free().address());
-      }
+      RemoveLive(frame.free().address());
+    }
+  }
+  void UpdateLive(const HotEvent& event) {
+    if (event.body == v1::Frame::kAlloc) {
+      AddLive(HotAllocView(event).address(), HotAllocView(event).size());
+    } else if (event.body == v1::Frame::kFree && HotFreeView(event).result() == 0) {
+      RemoveLive(HotFreeView(event).address());
+    }
+  }
+  void AddLive(uint64_t address, uint64_t size) {
+    live_.insert_or_assign(address, size);
+    if (ordered_) live_ordered_.insert_or_assign(address, size);
+  }
+  void RemoveLive(uint64_t address) {
+    if (auto it = live_.find(address); it != live_.end()) {
+      live_.erase(it);
+      if (ordered_) EraseOrdered(address);
     }
   }
   // Whether the top of the heap can go now: everything before it has been released.
@@ -190,6 +227,7 @@ class SeqOrderer {
   // Fed what is released, like the model behind it, so both take a snapshot alike.
   SnapshotPolicy policy_;
   bool emitting_parked_ = false;
+  v1::Frame built_;  // a decoded event built into a frame for the general path
 };
 
 // The seq of an event frame, or 0 for frames without one (metadata).

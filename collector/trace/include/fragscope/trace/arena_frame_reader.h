@@ -52,13 +52,7 @@ class ArenaFrameReader {
   ArenaFrameReader& operator=(const ArenaFrameReader&) = delete;
 
   FrameReader::Result Next(const v1::Frame** frame) {
-    if (frame_ == nullptr || reader_->good_offset() - reset_offset_ >= kResetBytes) {
-      // Reset keeps the initial block: a steady stream of small frames never calls malloc.
-      frame_ = nullptr;
-      arena_.Reset();
-      reset_offset_ = reader_->good_offset();
-      frame_ = google::protobuf::Arena::CreateMessage<v1::Frame>(&arena_);
-    }
+    ResetIfDue();
     // Event frames go to hot_ (decoded by hand into a frame kept per event type, no allocation
     // at all); the others are parsed into frame_, and parsing clears the previous frame first:
     // on an arena that abandons its sub-messages in the arena instead of freeing them, so the
@@ -69,9 +63,34 @@ class ArenaFrameReader {
     return r;
   }
 
+  // The same, except that an event frame (alloc, free, map, handle, block) is left as decoded
+  // in *event, read through hot_event_view.h, and no frame is built for it: on kFrame exactly
+  // one of *frame and *event is set and the other is nullptr. *event is valid until the next
+  // call.
+  FrameReader::Result Next(const v1::Frame** frame, const HotEvent** event) {
+    ResetIfDue();
+    const FrameReader::Result r = reader_->Next(frame_, &event_, frame);
+    if (r != FrameReader::Result::kFrame) {
+      *frame = frame_;
+      *event = nullptr;
+    } else {
+      *event = *frame == nullptr ? &event_ : nullptr;
+    }
+    return r;
+  }
+
   FrameReader& reader() { return *reader_; }
 
  private:
+  void ResetIfDue() {
+    if (frame_ == nullptr || reader_->good_offset() - reset_offset_ >= kResetBytes) {
+      // Reset keeps the initial block: a steady stream of small frames never calls malloc.
+      frame_ = nullptr;
+      arena_.Reset();
+      reset_offset_ = reader_->good_offset();
+      frame_ = google::protobuf::Arena::CreateMessage<v1::Frame>(&arena_);
+    }
+  }
   static google::protobuf::ArenaOptions Options(char* initial_block) {
     google::protobuf::ArenaOptions options;
     options.initial_block = initial_block;
@@ -85,6 +104,7 @@ class ArenaFrameReader {
   uint64_t reset_offset_;
   v1::Frame* frame_ = nullptr;
   HotFrameSet hot_;
+  HotEvent event_;
 };
 
 }  // namespace fragscope

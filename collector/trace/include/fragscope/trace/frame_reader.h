@@ -42,6 +42,9 @@ class FrameReader {
   // into *other; *frame points to the one that holds it. The frames, errors and offsets are
   // exactly those of Next(out).
   Result Next(v1::Frame* other, HotFrameSet* hot, const v1::Frame** frame);
+  // The same, with an event frame left as decoded in *event (read through hot_event_view.h)
+  // and *frame set to nullptr; any other frame is parsed into *other and *frame points to it.
+  Result Next(v1::Frame* other, HotEvent* event, const v1::Frame** frame);
 
   // Whether the next frame is already whole in the read buffer, so that the next Next() returns
   // it without reading (and so without waiting on a socket). False says nothing: the frame may
