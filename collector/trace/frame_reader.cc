@@ -189,19 +189,10 @@ FrameReader::Result FrameReader::Next(v1::Frame* out) {
 }
 
 FrameReader::Result FrameReader::Next(v1::Frame* other, HotFrameSet* hot, const v1::Frame** frame) {
-  const unsigned char* body = nullptr;
-  uint64_t length = 0;
-  std::size_t frame_bytes = 0;
-  if (Result r = NextBody(&body, &length, &frame_bytes); r != Result::kFrame) return r;
   HotEvent event;
-  if (ParseHotEvent(body, length, &event)) {
-    *frame = hot->Store(event);
-  } else {
-    if (!ParseChecked(body, length, other)) return Result::kError;
-    *frame = other;
-  }
-  Consume(frame_bytes);
-  return Result::kFrame;
+  const Result r = Next(other, &event, frame);
+  if (r == Result::kFrame && *frame == nullptr) *frame = hot->Store(event);
+  return r;
 }
 
 FrameReader::Result FrameReader::Next(v1::Frame* other, HotEvent* event, const v1::Frame** frame) {

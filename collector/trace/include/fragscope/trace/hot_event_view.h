@@ -43,15 +43,25 @@ class CommonView {
 // The common fields of any of the five hot events (seq, time, thread, api, result, stack).
 using HotCommonView = hot_view_internal::CommonView;
 
-// An AllocEvent (event.body == v1::Frame::kAlloc).
-class HotAllocView : public hot_view_internal::CommonView {
+namespace hot_view_internal {
+
+// The fields AllocEvent and FreeEvent share (numbers 7..11).
+class AllocOrFreeView : public CommonView {
  public:
   using CommonView::CommonView;
   uint64_t address() const { return f_[7]; }
   uint64_t size() const { return f_[8]; }
-  int32_t device() const { return hot_view_internal::I32(f_[9]); }
+  int32_t device() const { return I32(f_[9]); }
   uint64_t stream() const { return f_[10]; }
   uint64_t pool() const { return f_[11]; }
+};
+
+}  // namespace hot_view_internal
+
+// An AllocEvent (event.body == v1::Frame::kAlloc).
+class HotAllocView : public hot_view_internal::AllocOrFreeView {
+ public:
+  using AllocOrFreeView::AllocOrFreeView;
   v1::MemoryKind kind() const {
     return static_cast<v1::MemoryKind>(hot_view_internal::I32(f_[12]));
   }
@@ -62,14 +72,9 @@ class HotAllocView : public hot_view_internal::CommonView {
 };
 
 // A FreeEvent (event.body == v1::Frame::kFree).
-class HotFreeView : public hot_view_internal::CommonView {
+class HotFreeView : public hot_view_internal::AllocOrFreeView {
  public:
-  using CommonView::CommonView;
-  uint64_t address() const { return f_[7]; }
-  uint64_t size() const { return f_[8]; }
-  int32_t device() const { return hot_view_internal::I32(f_[9]); }
-  uint64_t stream() const { return f_[10]; }
-  uint64_t pool() const { return f_[11]; }
+  using AllocOrFreeView::AllocOrFreeView;
 };
 
 // A BlockEvent (event.body == v1::Frame::kBlock).
