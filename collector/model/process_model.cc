@@ -208,7 +208,7 @@ class ProcessModel::Impl {
   void OnDevice(const v1::DeviceInfo& info);
   // The three common events (all but block sites), as Apply takes them from a frame or a
   // decoded event (hot_event_view.h): the same accessors, the same results. Each counts the
-  // event, applies it and finishes it.
+  // event, applies it and finishes it (ApplyStateEvent, which every state event goes through).
   template <typename AllocEventT>
   void ApplyAlloc(const AllocEventT& e) {
     ApplyStateEvent(e, [this](const AllocEventT& a) { OnAlloc(a, /*from_snapshot=*/false); });
@@ -752,31 +752,25 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
       ApplyFree(frame.free());
       return;
     case v1::Frame::kMap:
-      ++events_;
-      snapshot_policy_.OnStateEvent();
-      OnMap(frame.map());
-      KeepPeaksOpen();
-      FinishEvent(frame.map().seq(), frame.map().time_ns());
-      blocks_fresh_ = false;
+      ApplyStateEvent(frame.map(), [this](const v1::MapEvent& e) {
+        OnMap(e);
+        KeepPeaksOpen();
+      });
       return;
     case v1::Frame::kHandle:
-      ++events_;
-      snapshot_policy_.OnStateEvent();
-      OnHandle(frame.handle());
-      KeepPeaksOpen();
-      FinishEvent(frame.handle().seq(), frame.handle().time_ns());
-      blocks_fresh_ = false;
+      ApplyStateEvent(frame.handle(), [this](const v1::HandleEvent& e) {
+        OnHandle(e);
+        KeepPeaksOpen();
+      });
       return;
     case v1::Frame::kBlock:
       // A site update is dispatched here, not in OnBlock's switch: one more case there cost
       // OnBlock the inlining of its recent-event slot (+1 % of a replay's instructions).
       if (frame.block().op() >= v1::BlockEvent::OP_SITE) [[unlikely]] {
-        ++events_;
-        snapshot_policy_.OnStateEvent();
-        OnBlockSite(frame.block());
-        KeepPeaksOpen();
-        FinishEvent(frame.block().seq(), frame.block().time_ns());
-        blocks_fresh_ = false;
+        ApplyStateEvent(frame.block(), [this](const v1::BlockEvent& e) {
+          OnBlockSite(e);
+          KeepPeaksOpen();
+        });
       } else {
         ApplyBlock(frame.block());
       }
