@@ -148,6 +148,11 @@ class AllocationLogs {
   inline bool TryAppendWith(Fill&& fill);
   // Whether this thread has yet to take a log (its first append will).
   static bool ThreadHasNoLog() { return allocation_log_internal::t_log == nullptr; }
+  // Whether this thread holds a log (it took one, and none was refused it).
+  static bool ThreadHasUsableLog() {
+    allocation_log_internal::Log* log = allocation_log_internal::t_log;
+    return log != nullptr && log != allocation_log_internal::kNoLog;
+  }
   // Owner side (hot): if `address` is among the last kCancelWindow unfolded entries of this
   // thread's log, removes it, copies it to *out and returns true.
   inline bool TryCancel(uint64_t address, LoggedAllocation* out);

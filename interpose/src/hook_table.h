@@ -111,6 +111,11 @@ inline void* RuntimeReal(RuntimeHookId id, int abi) {
   return __builtin_expect(real != nullptr, 1) ? real : RuntimeRealSlow(id, abi);
 }
 
+// The same without resolving: nullptr until the first call through RuntimeReal found it.
+inline void* RuntimeRealIfKnown(RuntimeHookId id, int abi) {
+  return g_runtime_real[static_cast<size_t>(id)][abi].load(std::memory_order_acquire);
+}
+
 // The agent's own code range (set at initialization); speeds up IsAgentWrapper.
 void SetAgentTextRange(uintptr_t begin, uintptr_t end);
 

@@ -400,11 +400,11 @@ PendingRelease::PendingRelease(LiveClass cls, uint64_t key) : cls_(cls), key_(ke
   Begin(nullptr, 0);
 }
 
-PendingRelease::PendingRelease(uint64_t key, Api api, uint64_t stream)
+PendingRelease::PendingRelease(uint64_t key, Api api, uint64_t stream, bool log_searched)
     : cls_(LiveClass::kAllocation), key_(key) {
   // Allocated on this thread since the last fold (dormant): it never reaches the table, and no
   // seq is taken (a wake folds and snapshots only after this thread left its log).
-  if (Agent().logs.TryCancel(key, &logged_)) {
+  if (!log_searched && Agent().logs.TryCancel(key, &logged_)) {
     TookFromLog();
     return;
   }
@@ -441,12 +441,13 @@ PendingRelease::Shipped PendingRelease::ShipFree(Api api, int32_t result, uint64
   return Shipped{r.device, r.time_ns};
 }
 
-void PendingRelease::ShipRestored(int32_t result) {
-  // Shipped early means the agent shipped when the seq was taken, so the constructor resolved
-  // any deferred field; a wake cannot undo that.
-  const LiveEntry& e = entry_;
+namespace {
+// An allocation whose release failed goes back with a seq of its own, shipped as an AllocEvent
+// that says so. Shipped early means the agent shipped when the seq was taken, so the release
+// resolved any deferred field; a wake cannot undo that.
+void ShipRestoredEntry(const LiveEntry& e, uint64_t address, int32_t result) {
   EventRecord r = NewRecordWithoutStack(RecordType::kAlloc, e.api);
-  FillAllocRecord(r, AllocInfo{e.api, key_, e.size, e.kind, e.device, e.stream, e.pool},
+  FillAllocRecord(r, AllocInfo{e.api, address, e.size, e.kind, e.device, e.stream, e.pool},
                   e.device == kDeviceDeferred ? -1 : e.device,
                   e.pool == kPoolDeferred ? 0 : e.pool);
   r.stack_id = e.stack_id;                 // the allocation's own site: it is the same allocation
@@ -455,20 +456,58 @@ void PendingRelease::ShipRestored(int32_t result) {
   Submit(r);
 }
 
+// A release took `logged` out of this thread's allocation log and then failed: the allocation
+// is still there. Back into the log, or, when a wake began meanwhile, into the table with a seq
+// of its own, shipped if the stream started (its snapshot did not list it).
+void RestoreLogged(const LoggedAllocation& logged, int32_t result) {
+  if (Agent().logs.TryAppend(logged)) return;
+  LiveEntry e = logged.ToLiveEntry();
+  if (HasDeferredFields(e) && Agent().shipping.load(std::memory_order_seq_cst)) {
+    ResolveDeferred(e);
+  }
+  ShipRestoredEntry(e, logged.address, result);
+}
+
+// errno across agent work on a fast-path hook's slow exit (what HookCall does for its call).
+class ErrnoKeeper {
+ public:
+  ErrnoKeeper() : saved_(errno) {}
+  ~ErrnoKeeper() { errno = saved_; }
+  ErrnoKeeper(const ErrnoKeeper&) = delete;
+  ErrnoKeeper& operator=(const ErrnoKeeper&) = delete;
+
+ private:
+  int saved_;
+};
+}  // namespace
+
+void FinishDormantAcquire(const AllocInfo& info, int32_t result) {
+  ErrnoKeeper keep_errno;
+  if (result == 0) {
+    if (info.address != 0) RecordAlloc(info);  // 0: nothing allocated (size 0)
+    return;
+  }
+  FailureInfo failure{info.api, result, info.size};
+  failure.stream = info.stream;
+  failure.pool = info.pool;
+  failure.kind = info.kind;
+  RecordFailure(failure);
+}
+
+void RestoreDormantRelease(const LoggedAllocation& logged, int32_t result) {
+  ErrnoKeeper keep_errno;
+  RestoreLogged(logged, result);
+}
+
+void PendingRelease::ShipRestored(int32_t result) { ShipRestoredEntry(entry_, key_, result); }
+
 void PendingRelease::EndFreeSlow(Api api, int32_t result, uint64_t stream) {
   if (shipped_) {  // and failed (EndFree)
     ShipRestored(result);
     return;
   }
-  if (cancelled_) {                               // and failed: the allocation is still there
-    if (Agent().logs.TryAppend(logged_)) return;  // back in the log
-    entry_ = logged_.ToLiveEntry();
-    // A wake began meanwhile: the entry goes back with a seq of its own, shipped if the stream
-    // started (its snapshot did not list it).
-    if (HasDeferredFields(entry_) && Agent().shipping.load(std::memory_order_seq_cst)) {
-      ResolveDeferred(entry_);
-    }
-    ShipRestored(result);
+  if (cancelled_) {  // and failed: the allocation is still there
+    RestoreLogged(logged_, result);
     return;
   }
   if (result != 0) Restore();

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "agent.h"
+#include "allocation_log.h"
 #include "api.h"
 #include "driver_api.h"
 #include "event_clock.h"
@@ -205,6 +206,71 @@ void OwnSignalHandlerTable();
 // `now_ns`: the event's time, if the caller has it (0: read the clock).
 void MaybeSampleMemInfo(int32_t device, uint64_t now_ns = 0);
 
+// --- The dormant fast path ---
+//
+// A dormant agent must cost next to nothing (DESIGN.md: within 2 % of no agent), and a dormant
+// hook's whole job on the usual call is one entry in this thread's allocation log (an
+// allocation) or one taken out of it (the release of one made since the last fold). The hooks of
+// the hottest runtime calls (cudaMalloc, cudaFree, cudaFreeAsync) do that inline, without a
+// HookCall: such a call runs no agent code that can touch errno, so it keeps no errno copy, and
+// it skips the record that RecordAlloc builds from AllocInfo. Anything less usual (a failure, a
+// log that refuses, a wake in between, a thread without a log yet) leaves through the noinline
+// functions below, which keep errno themselves and do what the general path does.
+
+// True for an outermost call, outside agent code, of an agent that keeps the live table and
+// ships nothing: loads only. The fast path still needs this thread's allocation log
+// (AllocationLogs::ThreadHasUsableLog); an active agent pays two loads here. `recording` is
+// stored (release) last in the agent's initialization, so its acquire here stands for
+// AgentRecording's wait on g_agent_init.
+inline bool DormantFastPathOpen() {
+  const AgentState& a = Agent();
+  if (!a.recording.load(std::memory_order_acquire)) return false;
+  if (a.shipping.load(std::memory_order_relaxed)) return false;
+  const ThreadState& t = g_thread_state;
+  return t.depth == 0 && t.guard == 0;
+}
+
+// The hook's frame for a fast-path call: the depth that makes inner driver calls pass through
+// (InnerLayer), and no inner result seen yet (HookCall does the same for an outermost call).
+class DormantCall {
+ public:
+  DormantCall() : thread_(g_thread_state) {
+    thread_.depth = 1;
+    thread_.inner_seen = false;
+  }
+  ~DormantCall() { thread_.depth = 0; }
+  DormantCall(const DormantCall&) = delete;
+  DormantCall& operator=(const DormantCall&) = delete;
+  // HookCall::Reported for this call.
+  int32_t Reported(int32_t own) const {
+    if (own != 0 && thread_.inner_seen && thread_.inner_result != 0) return thread_.inner_result;
+    return own;
+  }
+
+ private:
+  ThreadState& thread_;
+};
+
+// Logs a dormant allocation made by the calling thread (api, kind, stream and pool as
+// RecordAlloc would keep them; the device is left to the wake). False when the log refused it:
+// then FinishDormantAcquire.
+inline bool LogDormantAlloc(Api api, uint64_t address, uint64_t size, MemoryKind kind,
+                            uint64_t stream = 0, uint64_t pool = 0) {
+  return Agent().logs.TryAppendWith([=](LoggedAllocation& slot) {
+    LoggedAllocation::Make(address, size, stream, pool, api, kind, kDeviceDeferred).StoreTo(slot);
+  });
+}
+
+// The rest of a fast-path acquire that did not end in the log: `info` recorded (RecordAlloc)
+// when `result` is 0 and info.address is not, a FailedAlloc with `result` when it is not 0.
+// Keeps errno.
+[[gnu::noinline]] void FinishDormantAcquire(const AllocInfo& info, int32_t result);
+
+// A fast-path release took `logged` out of this thread's log and the real call then failed with
+// `result`: the allocation is still there, so it goes back (PendingRelease's path for the same
+// case). Keeps errno.
+[[gnu::noinline]] void RestoreDormantRelease(const LoggedAllocation& logged, int32_t result);
+
 // A release: Begin before the real call (erases the live entry, takes seq), End after it
 // (restores the entry if the call failed, pushes the event).
 class PendingRelease {
@@ -219,7 +285,9 @@ class PendingRelease {
   // fails, EndFree puts the allocation back with an AllocEvent of its own (failed_release_result).
   // An allocation the agent does not know (freed before an attach saw it, or a bad pointer)
   // ships after the call, with its result, as before.
-  PendingRelease(uint64_t key, Api api, uint64_t stream);
+  // `log_searched`: the caller already looked in this thread's allocation log (TryCancel) and
+  // missed.
+  PendingRelease(uint64_t key, Api api, uint64_t stream, bool log_searched = false);
   bool known() const { return known_; }
   uint64_t seq() const { return seq_; }
   // FreeEvent for allocations. Inline for the dormant release that succeeded, which has

@@ -44,7 +44,7 @@ uint64_t Address(const void* p) { return reinterpret_cast<uint64_t>(p); }
   }
 }
 
-cudaError_t Malloc(RuntimeHookId id, int abi, void** ptr, size_t size) {
+[[gnu::noinline]] cudaError_t MallocHook(RuntimeHookId id, int abi, void** ptr, size_t size) {
   HookCall hook;
   auto real = Real<cudaError_t (*)(void**, size_t)>(id, abi);
   if (real == nullptr) return cudaErrorSymbolNotFound;
@@ -54,6 +54,30 @@ cudaError_t Malloc(RuntimeHookId id, int abi, void** ptr, size_t size) {
     OnAcquire(hook, id, r, r == cudaSuccess && ptr ? Address(*ptr) : 0, size, MemoryKind::kDevice);
   }
   return r;
+}
+
+// The dormant fast path (recorder.h, DormantFastPathOpen). Its own function, like the general
+// hook's: the wrapper that picks one then keeps no frame and tail-calls it.
+[[gnu::noinline]] cudaError_t MallocDormant(RuntimeHookId id, int abi, void** ptr, size_t size) {
+  void* real = RuntimeRealIfKnown(id, abi);
+  // No real function yet (MallocHook resolves it) or no log yet (RecordAlloc takes one).
+  if (real == nullptr || !AllocationLogs::ThreadHasUsableLog()) {
+    return MallocHook(id, abi, ptr, size);
+  }
+  DormantCall call;
+  const cudaError_t r = reinterpret_cast<cudaError_t (*)(void**, size_t)>(real)(ptr, size);
+  const uint64_t address = r == cudaSuccess && ptr != nullptr ? Address(*ptr) : 0;
+  if (__builtin_expect(address != 0, 1) &&
+      LogDormantAlloc(ApiOf(id), address, size, MemoryKind::kDevice)) {
+    return r;
+  }
+  FinishDormantAcquire(AllocInfo{ApiOf(id), address, size, MemoryKind::kDevice}, call.Reported(r));
+  return r;
+}
+
+cudaError_t Malloc(RuntimeHookId id, int abi, void** ptr, size_t size) {
+  if (DormantFastPathOpen()) return MallocDormant(id, abi, ptr, size);
+  return MallocHook(id, abi, ptr, size);
 }
 
 cudaError_t MallocManaged(RuntimeHookId id, int abi, void** ptr, size_t size, unsigned flags) {
@@ -132,32 +156,66 @@ cudaError_t MallocFromPoolAsync(RuntimeHookId id, int abi, void** ptr, size_t si
   return r;
 }
 
+// cudaFree (kAsync false) and cudaFreeAsync (true) through the real function `real`.
+template <bool kAsync>
+cudaError_t CallRelease(void* real, void* ptr, uint64_t stream) {
+  if constexpr (kAsync) {
+    return reinterpret_cast<cudaError_t (*)(void*, cudaStream_t)>(real)(
+        ptr, reinterpret_cast<cudaStream_t>(stream));
+  } else {
+    return reinterpret_cast<cudaError_t (*)(void*)>(real)(ptr);
+  }
+}
+
 // cudaFree / cudaFreeAsync: the live entry goes (and seq is taken) before the real call.
-template <typename Call>
-cudaError_t Release(RuntimeHookId id, void* ptr, uint64_t stream, Call&& call) {
+// `log_searched`: see PendingRelease.
+template <bool kAsync>
+[[gnu::noinline]] cudaError_t ReleaseHook(RuntimeHookId id, int abi, void* ptr, uint64_t stream,
+                                          bool log_searched = false) {
+  void* real = RuntimeReal(id, abi);
+  if (real == nullptr) return cudaErrorSymbolNotFound;
   HookCall hook;
   if (!hook.record() || ptr == nullptr) {  // cudaFree(nullptr) only initializes the runtime
-    cudaError_t r = call();
+    cudaError_t r = CallRelease<kAsync>(real, ptr, stream);
     hook.Returned(r, false);
     return r;
   }
-  PendingRelease release(Address(ptr), ApiOf(id), stream);
-  cudaError_t r = call();
+  PendingRelease release(Address(ptr), ApiOf(id), stream, log_searched);
+  cudaError_t r = CallRelease<kAsync>(real, ptr, stream);
   hook.Returned(r, false);
   release.EndFree(ApiOf(id), hook.Reported(r), stream);
   return r;
 }
 
-cudaError_t Free(RuntimeHookId id, int abi, void* ptr) {
-  auto real = Real<cudaError_t (*)(void*)>(id, abi);
-  if (real == nullptr) return cudaErrorSymbolNotFound;
-  return Release(id, ptr, 0, [&] { return real(ptr); });
+// The dormant fast path (recorder.h): the release of an allocation still in this thread's
+// allocation log takes it out there, before the real call as PendingRelease does.
+template <bool kAsync>
+[[gnu::noinline]] cudaError_t ReleaseDormant(RuntimeHookId id, int abi, void* ptr,
+                                             uint64_t stream) {
+  void* real = RuntimeRealIfKnown(id, abi);
+  if (real == nullptr) return ReleaseHook<kAsync>(id, abi, ptr, stream);  // resolves it
+  LoggedAllocation logged;
+  if (!Agent().logs.TryCancel(Address(ptr), &logged)) {
+    return ReleaseHook<kAsync>(id, abi, ptr, stream, /*log_searched=*/true);
+  }
+  DormantCall dormant;
+  const cudaError_t r = CallRelease<kAsync>(real, ptr, stream);
+  if (__builtin_expect(r != cudaSuccess, 0)) RestoreDormantRelease(logged, dormant.Reported(r));
+  return r;
 }
 
+template <bool kAsync>
+cudaError_t Release(RuntimeHookId id, int abi, void* ptr, uint64_t stream) {
+  if (ptr != nullptr && DormantFastPathOpen()) {
+    return ReleaseDormant<kAsync>(id, abi, ptr, stream);
+  }
+  return ReleaseHook<kAsync>(id, abi, ptr, stream);
+}
+
+cudaError_t Free(RuntimeHookId id, int abi, void* ptr) { return Release<false>(id, abi, ptr, 0); }
+
 cudaError_t FreeAsync(RuntimeHookId id, int abi, void* ptr, cudaStream_t stream) {
-  auto real = Real<cudaError_t (*)(void*, cudaStream_t)>(id, abi);
-  if (real == nullptr) return cudaErrorSymbolNotFound;
-  return Release(id, ptr, Address(stream), [&] { return real(ptr, stream); });
+  return Release<true>(id, abi, ptr, Address(stream));
 }
 
 cudaError_t MemPoolTrimTo(RuntimeHookId id, int abi, cudaMemPool_t pool, size_t keep) {

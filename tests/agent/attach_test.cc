@@ -217,6 +217,32 @@ TEST(AttachTest, ThreadsFreeingEachOthersDormantAllocationsWakeExact) {
   }
 }
 
+// A dormant release takes its allocation out of the thread's log before the real call (as it
+// must: once freed, the address may be reused at once), so a release that then fails has to put
+// it back. Here cudaFree fails (a sticky launch error, injected) once for the log's newest entry
+// and once for an older one: the woken snapshot still holds the allocation, and the stream ends
+// where the fake device does.
+TEST(AttachTest, ADormantReleaseThatFailsKeepsItsAllocation) {
+  constexpr uint64_t kMiB = 1 << 20;
+  for (bool newest : {true, false}) {
+    SCOPED_TRACE(newest ? "the newest entry's release fails" : "an older entry's release fails");
+    TempDir dir;
+    RunOptions options = Dormant(dir);
+    options.env["FAKECUDA_FAIL_CALLS"] = "cuMemFree:1";
+    if (newest) options.env["ATTACH_APP_FAILED_FREE"] = "1";  // else a[1]'s release fails
+    Trace trace;
+    ASSERT_NO_FATAL_FAILURE(WokenAfterPhaseOne(dir, options, &trace));
+    const LiveSet truth = GroundTruth(dir.File("truth"));
+    EXPECT_EQ(Replay(trace), truth);
+    std::multiset<uint64_t> snapshot_sizes;
+    for (const auto& a : trace.Snapshots()[0]->allocations()) snapshot_sizes.insert(a.size());
+    // a[0], a[2], a[3], d1 and the allocation whose release failed.
+    const uint64_t kept = newest ? kMiB / 2 + 4096 : 2 * kMiB;
+    EXPECT_EQ(snapshot_sizes,
+              (std::multiset<uint64_t>{kMiB, 3 * kMiB, 4 * kMiB, 3 * kMiB + 512, kept}));
+  }
+}
+
 TEST(AttachTest, TheWokenSnapshotNamesTheSyncItsBlocksCameFrom) {
   TempDir dir;
   RunOptions options = Dormant(dir);

@@ -12,7 +12,9 @@
 // of N (fragscope_set_rank, as the PyTorch adapter does after init_process_group).
 // ATTACH_APP_THREADS=N runs N threads in phase 1 that allocate, free some of their own at once
 // and some of the next thread's (a dormant agent's per-thread logs: cancels, cross-thread
-// releases, logs of exited threads), and exit before the wake.
+// releases, logs of exited threads), and exit before the wake. ATTACH_APP_FAILED_FREE=1 starts
+// phase 1 with an allocation and its cudaFree (with FAKECUDA_FAIL_CALLS=cuMemFree:1, the free
+// fails and the allocation stays).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -105,6 +107,10 @@ int main() {
     fragscope_annotate_rank(r, n);
   }
   // Phase 1: before any attach.
+  if (std::getenv("ATTACH_APP_FAILED_FREE") != nullptr) {
+    void* f = Malloc(kMiB / 2 + 4096);
+    std::printf("cudaFree %p %d\n", f, static_cast<int>(cudaFree(f)));
+  }
   void* a[4];
   for (int i = 0; i < 4; ++i) a[i] = Malloc((i + 1) * kMiB);
   CUdeviceptr d1 = DriverAlloc(3 * kMiB + 512);

@@ -51,6 +51,9 @@ CUresult FreeLocked(State& s, CUdeviceptr dptr, bool* wait) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (UnsafeDuringCaptureLocked(s)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  // FAKECUDA_FAIL_CALLS=cuMemFree:N: the sticky error of an earlier launch, which cuMemFree may
+  // return (documented); the allocation stays.
+  if (CountApiCallLocked(s, "cuMemFree")) return CUDA_ERROR_LAUNCH_FAILED;
   ReleaseAllocationLocked(s, it);
   *wait = ++s.frees_done == s.config.free_wait_at;
   return CUDA_SUCCESS;
