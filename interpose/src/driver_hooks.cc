@@ -31,21 +31,12 @@ Api ApiOf(DriverHookId id) { return HookApi(id); }
 void OnAcquire(DriverHookId id, CUresult r, uint64_t address, uint64_t size, MemoryKind kind,
                uint64_t stream = 0, uint64_t pool = 0, uint64_t pitch = 0,
                bool in_capture = false) {
-  if (r == CUDA_SUCCESS) {
-    if (address == 0) return;  // nothing was allocated (e.g. size 0)
-    AllocInfo info{ApiOf(id), address, size, kind};
-    info.stream = stream;
-    info.pool = pool;
-    info.pitch = pitch;
-    info.in_capture = in_capture;
-    RecordAlloc(info);
-  } else {
-    FailureInfo info{ApiOf(id), r, size};
-    info.stream = stream;
-    info.pool = pool;
-    info.kind = kind;
-    RecordFailure(info);
-  }
+  AllocInfo info{ApiOf(id), address, size, kind};
+  info.stream = stream;
+  info.pool = pool;
+  info.pitch = pitch;
+  info.in_capture = in_capture;
+  RecordAcquire(info, r);
 }
 
 // First statement of a hot wrapper: the inner layer of a runtime call (recorder.h,

@@ -483,15 +483,7 @@ class ErrnoKeeper {
 
 void FinishDormantAcquire(const AllocInfo& info, int32_t result) {
   ErrnoKeeper keep_errno;
-  if (result == 0) {
-    if (info.address != 0) RecordAlloc(info);  // 0: nothing allocated (size 0)
-    return;
-  }
-  FailureInfo failure{info.api, result, info.size};
-  failure.stream = info.stream;
-  failure.pool = info.pool;
-  failure.kind = info.kind;
-  RecordFailure(failure);
+  RecordAcquire(info, result);
 }
 
 void RestoreDormantRelease(const LoggedAllocation& logged, int32_t result) {

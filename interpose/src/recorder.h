@@ -89,6 +89,13 @@ class AgentCodeScope {
   AgentCodeScope& operator=(const AgentCodeScope&) = delete;
 };
 
+// What an outermost call that returned `own` reports: the failing inner driver call's result
+// when it failed after one (see ThreadState::inner_result), else `own`.
+inline int32_t ReportedResult(const ThreadState& t, int32_t own) {
+  if (own != 0 && t.inner_seen && t.inner_result != 0) return t.inner_result;
+  return own;
+}
+
 // One per hook invocation, on the stack.
 //
 // errno: only a call that records saves and restores it (the agent's own work after the real
@@ -137,10 +144,7 @@ class HookCall {
 
   // The result an event reports: the failing driver call's when this (runtime) call failed
   // after one, else `own`.
-  int32_t Reported(int32_t own) const {
-    if (own != 0 && thread_.inner_seen && thread_.inner_result != 0) return thread_.inner_result;
-    return own;
-  }
+  int32_t Reported(int32_t own) const { return ReportedResult(thread_, own); }
 
  private:
   ThreadState& thread_;
@@ -197,6 +201,20 @@ struct FailureInfo {
 };
 void RecordFailure(const FailureInfo& info);
 
+// A tracked acquire's outcome: `result` 0 records `info` (nothing when info.address is 0, as
+// for size 0), any other result a FailedAlloc with it and info's size, stream, pool and kind.
+inline void RecordAcquire(const AllocInfo& info, int32_t result) {
+  if (result == 0) {
+    if (info.address != 0) RecordAlloc(info);
+    return;
+  }
+  FailureInfo failure{info.api, result, info.size};
+  failure.stream = info.stream;
+  failure.pool = info.pool;
+  failure.kind = info.kind;
+  RecordFailure(failure);
+}
+
 // Makes this process the owner of the table of program signal handlers that the interposed
 // sigaction/signal keep (fork children take it over; vfork children, which share the memory,
 // do not touch it). Called once, from the agent's constructor.
@@ -242,10 +260,7 @@ class DormantCall {
   DormantCall(const DormantCall&) = delete;
   DormantCall& operator=(const DormantCall&) = delete;
   // HookCall::Reported for this call.
-  int32_t Reported(int32_t own) const {
-    if (own != 0 && thread_.inner_seen && thread_.inner_result != 0) return thread_.inner_result;
-    return own;
-  }
+  int32_t Reported(int32_t own) const { return ReportedResult(thread_, own); }
 
  private:
   ThreadState& thread_;
@@ -261,9 +276,7 @@ inline bool LogDormantAlloc(Api api, uint64_t address, uint64_t size, MemoryKind
   });
 }
 
-// The rest of a fast-path acquire that did not end in the log: `info` recorded (RecordAlloc)
-// when `result` is 0 and info.address is not, a FailedAlloc with `result` when it is not 0.
-// Keeps errno.
+// The rest of a fast-path acquire that did not end in the log: RecordAcquire, keeping errno.
 [[gnu::noinline]] void FinishDormantAcquire(const AllocInfo& info, int32_t result);
 
 // A fast-path release took `logged` out of this thread's log and the real call then failed with

@@ -27,21 +27,12 @@ uint64_t Address(const void* p) { return reinterpret_cast<uint64_t>(p); }
                                              uint64_t address, uint64_t size, MemoryKind kind,
                                              uint64_t stream = 0, uint64_t pool = 0,
                                              uint64_t pitch = 0, bool in_capture = false) {
-  if (r == cudaSuccess) {
-    if (address == 0) return;  // size 0: nothing allocated
-    AllocInfo info{ApiOf(id), address, size, kind};
-    info.stream = stream;
-    info.pool = pool;
-    info.pitch = pitch;
-    info.in_capture = in_capture;
-    RecordAlloc(info);
-  } else {
-    FailureInfo info{ApiOf(id), hook.Reported(r), size};
-    info.stream = stream;
-    info.pool = pool;
-    info.kind = kind;
-    RecordFailure(info);
-  }
+  AllocInfo info{ApiOf(id), address, size, kind};
+  info.stream = stream;
+  info.pool = pool;
+  info.pitch = pitch;
+  info.in_capture = in_capture;
+  RecordAcquire(info, hook.Reported(r));
 }
 
 [[gnu::noinline]] cudaError_t MallocHook(RuntimeHookId id, int abi, void** ptr, size_t size) {
