@@ -267,11 +267,8 @@ void RecordAlloc(const AllocInfo& info) {
   // The background thread folds the logs: started with the first append of each thread (its
   // own check is cheap, but not free on every call).
   const bool first_append = AllocationLogs::ThreadHasNoLog();
-  if (!a.logs.TryAppendWith([&info, device](LoggedAllocation& slot) {
-        LoggedAllocation::Make(info.address, info.size, info.stream, info.pool, info.api, info.kind,
-                               device)
-            .StoreTo(slot);
-      })) {
+  if (!LogDormantAlloc(info.api, info.address, info.size, info.kind, info.stream, info.pool,
+                       device)) {
     return RecordDormantAllocInTable(info, device);
   }
   EnsureDeviceInfo(device);

@@ -266,13 +266,14 @@ class DormantCall {
   ThreadState& thread_;
 };
 
-// Logs a dormant allocation made by the calling thread (api, kind, stream and pool as
-// RecordAlloc would keep them; the device is left to the wake). False when the log refused it:
-// then FinishDormantAcquire.
+// Logs a dormant allocation made by the calling thread (RecordAlloc's dormant path and the fast
+// path; `device` kDeviceDeferred leaves it to the wake). False when the log refused it: the
+// caller then uses the table (the fast path through FinishDormantAcquire).
 inline bool LogDormantAlloc(Api api, uint64_t address, uint64_t size, MemoryKind kind,
-                            uint64_t stream = 0, uint64_t pool = 0) {
+                            uint64_t stream = 0, uint64_t pool = 0,
+                            int32_t device = kDeviceDeferred) {
   return Agent().logs.TryAppendWith([=](LoggedAllocation& slot) {
-    LoggedAllocation::Make(address, size, stream, pool, api, kind, kDeviceDeferred).StoreTo(slot);
+    LoggedAllocation::Make(address, size, stream, pool, api, kind, device).StoreTo(slot);
   });
 }
 
