@@ -14,15 +14,29 @@
 //
 // Each call runs `depth` frames deep (call_depth.h) so stack modes walk a known depth; both
 // sides pay the same descent, so the difference is the hook.
+//
+// The process is multi-threaded on both sides, as a CUDA process is: libcuda starts helper
+// threads in cuInit, before the first allocation, and glibc (2.34 and later) then takes the
+// atomic path in every pthread_mutex_lock/unlock the runtime and driver make. The direct side
+// always did: glibc starts a secondary namespace's libc as multi-threaded
+// (__libc_single_threaded false, since it cannot see the process's threads). The intercepted
+// side did only when something started a thread (a dormant or active agent's background thread,
+// not mode "none" or "off"), so those two modes compared a single-threaded libc with a
+// multi-threaded one: the A/A row read about -5 %. The fake driver starts no thread, so a parked
+// helper thread stands in for the driver's. FRAGSCOPE_BENCH_SINGLE_THREADED=1 keeps the
+// single-threaded process of earlier runs.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/single_threaded.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include <benchmark/benchmark.h>
 
@@ -117,6 +131,31 @@ void SetUpIntercepted() {
   PrepareVmm(c);
 }
 
+bool SingleThreaded() {
+  const char* v = std::getenv("FRAGSCOPE_BENCH_SINGLE_THREADED");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// Stands in for the driver's helper threads (see the top of this file). Parked for the
+// process's life; exit does not wait for it.
+void StartDriverHelperThread() {
+  std::thread([] {
+    for (;;) pause();
+  }).detach();
+  if (__libc_single_threaded) Die("helper thread", "libc still reports a single thread");
+}
+
+// The libc of namespace `lmid` is its own copy and multi-threaded (see the top of this file);
+// a glibc that started it single-threaded is told what its pthread_create would have said.
+void MarkMultiThreaded(DlsymFn real_dlsym, Lmid_t lmid) {
+  void* libc = dlmopen(lmid, "libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  if (libc == nullptr) Die("dlmopen libc.so.6 (namespace)", dlerror());
+  auto* flag = static_cast<char*>(real_dlsym(libc, "__libc_single_threaded"));
+  if (flag == nullptr) Die("dlsym __libc_single_threaded (namespace)", dlerror());
+  if (flag == &__libc_single_threaded) Die("direct", "the namespace shares this process's libc");
+  *flag = 0;
+}
+
 void SetUpDirect() {
   CudaCalls& c = g_direct;
   c.route = "direct";
@@ -136,6 +175,7 @@ void SetUpDirect() {
   if (dlinfo(cudart, RTLD_DI_LMID, &lmid) != 0) Die("dlinfo", dlerror());
   void* cuda = dlmopen(lmid, "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (cuda == nullptr) Die("dlmopen libcuda.so.1 (namespace)", dlerror());
+  if (!SingleThreaded()) MarkMultiThreaded(real_dlsym, lmid);
   Lookup(real_dlsym, cuda, "cuMemAddressReserve", &c.address_reserve);
   Lookup(real_dlsym, cuda, "cuMemCreate", &c.mem_create);
   Lookup(real_dlsym, cuda, "cuMemMap", &c.mem_map);
@@ -231,12 +271,24 @@ BENCHMARK_CAPTURE(BM_MemMapUnmap, intercepted, false)->Arg(30);
 
 int main(int argc, char** argv) {
   using namespace fragscope::bench;
+  if (!SingleThreaded()) StartDriverHelperThread();
   SetUpDirect();
   SetUpIntercepted();
   benchmark::AddCustomContext("intercepted_cudaMalloc",
                               DefiningObject(reinterpret_cast<void*>(g_intercepted.malloc)));
   benchmark::AddCustomContext("direct_cudaMalloc",
                               DefiningObject(reinterpret_cast<void*>(g_direct.malloc)));
+  // Mode "passthrough" (passthrough_interposer.cc): its driver-layer hooks must really be in
+  // the path, or the row would time the runtime layer alone.
+  using WrappedFn = int (*)();
+  if (auto wrapped = reinterpret_cast<WrappedFn>(
+          RealDlsym()(RTLD_DEFAULT, "fragscope_bench_passthrough_wrapped"))) {
+    if (wrapped() < 4) Die("passthrough", "the runtime's driver calls bypass the library");
+    benchmark::AddCustomContext("passthrough_wrapped_lookups", std::to_string(wrapped()));
+  }
+  benchmark::AddCustomContext("process", SingleThreaded()
+                                             ? "single-threaded (but for the agent's threads)"
+                                             : "multi-threaded, both namespaces");
   for (const char* var : {"LD_PRELOAD", "FRAGSCOPE_DORMANT", "FRAGSCOPE_STACK_DEPTH",
                           "FRAGSCOPE_OUTPUT", "FAKECUDA_NULL"}) {
     const char* value = std::getenv(var);
