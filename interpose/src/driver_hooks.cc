@@ -98,7 +98,9 @@ CUresult Release(DriverHookId id, Fn real, Ptr ptr, uint64_t stream,
   return r;
 }
 
-CUresult FreeAsync(DriverHookId id, CUdeviceptr dptr, CUstream stream) {
+// Not the inner layer (the wrappers test that first and keep no frame): the rest of
+// cuMemFreeAsync's wrapper.
+[[gnu::noinline]] CUresult FreeAsync(DriverHookId id, CUdeviceptr dptr, CUstream stream) {
   auto real = Real<PFN_cuMemFreeAsync_v11020>(id);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   return Release<PFN_cuMemFreeAsync_v11020, CUdeviceptr>(
@@ -202,12 +204,20 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemAlloc, (DevicePtr32 * dptr, unsigned int bytesize)
   return r;
 }
 
-FRAGSCOPE_DRIVER_WRAPPER(cuMemFree_v2, (CUdeviceptr dptr)) {
+namespace {
+// The rest of cuMemFree_v2's wrapper, when it is not the inner layer.
+[[gnu::noinline]] CUresult MemFreeHook(CUdeviceptr dptr) {
   auto real = Real<PFN_cuMemFree_v3020>(DriverHookId::k_cuMemFree_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   return Release<PFN_cuMemFree_v3020, CUdeviceptr>(
       DriverHookId::k_cuMemFree_v2, real, dptr, 0,
       [](PFN_cuMemFree_v3020 f, CUdeviceptr p, uint64_t) { return f(p); });
+}
+}  // namespace
+
+FRAGSCOPE_DRIVER_WRAPPER(cuMemFree_v2, (CUdeviceptr dptr)) {
+  FRAGSCOPE_INNER_LAYER(DriverHookId::k_cuMemFree_v2, PFN_cuMemFree_v3020, dptr)
+  return MemFreeHook(dptr);
 }
 
 FRAGSCOPE_DRIVER_WRAPPER(cuMemFree, (DevicePtr32 dptr)) {
@@ -290,9 +300,11 @@ FRAGSCOPE_DRIVER_WRAPPER(cuMemAllocFromPoolAsync_ptsz,
   return AllocAsync(DriverHookId::k_cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, s, pool, true);
 }
 FRAGSCOPE_DRIVER_WRAPPER(cuMemFreeAsync, (CUdeviceptr dptr, CUstream s)) {
+  FRAGSCOPE_INNER_LAYER(DriverHookId::k_cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, dptr, s)
   return FreeAsync(DriverHookId::k_cuMemFreeAsync, dptr, s);
 }
 FRAGSCOPE_DRIVER_WRAPPER(cuMemFreeAsync_ptsz, (CUdeviceptr dptr, CUstream s)) {
+  FRAGSCOPE_INNER_LAYER(DriverHookId::k_cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020, dptr, s)
   return FreeAsync(DriverHookId::k_cuMemFreeAsync_ptsz, dptr, s);
 }
 

@@ -70,14 +70,20 @@ inline bool PassThroughInner() {
 // relaxed load, the real pointer's load and the call (a tail call when dormant), with no errno
 // work and no frame of its own. A signal handler over it starts at depth 0 (Dispatch).
 inline bool InnerLayer() { return g_thread_state.depth > 0; }
+// CallInner's shipping path: out of line, so that the wrapper's dormant path is only tail calls
+// and keeps no frame (inline, its call and the stores after it gave every wrapper one).
 template <typename Real, typename... Args>
-[[gnu::always_inline]] inline auto CallInner(Real real, Args... args) {
-  if (!Agent().shipping.load(std::memory_order_relaxed)) return real(args...);
+[[gnu::noinline]] auto CallInnerShipping(Real real, Args... args) {
   auto r = real(args...);
   ThreadState& t = g_thread_state;
   t.inner_seen = true;
   t.inner_result = static_cast<int32_t>(r);
   return r;
+}
+template <typename Real, typename... Args>
+[[gnu::always_inline]] inline auto CallInner(Real real, Args... args) {
+  if (!Agent().shipping.load(std::memory_order_relaxed)) return real(args...);
+  return CallInnerShipping(real, args...);
 }
 
 // Makes hooks on this thread pass through while agent code runs (e.g. on the drain thread).
