@@ -31,7 +31,9 @@ namespace {
 using DlsymFn = void* (*)(void*, const char*);
 
 [[noreturn]] void Die(const char* what) {
-  std::fprintf(stderr, "libfragscope_bench_passthrough: %s: %s\n", what, dlerror());
+  const char* why = dlerror();
+  std::fprintf(stderr, "libfragscope_bench_passthrough: %s: %s\n", what,
+               why != nullptr ? why : "not found");
   std::abort();
 }
 
