@@ -32,11 +32,14 @@
 #include <sys/single_threaded.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <benchmark/benchmark.h>
 
@@ -206,6 +209,64 @@ void BM_MallocFree(benchmark::State& state, bool direct) {
   state.SetItemsProcessed(state.iterations() * 2);
 }
 
+// The same pair, direct and intercepted in one benchmark: each iteration times a block of
+// kPairsPerBlock direct pairs and a block of intercepted ones back to back (which goes first
+// alternates), and the figure is the median over iterations of intercepted / direct - 1. The
+// two blocks of one iteration are ~10 us apart, so a neighbour's load on a shared host, which
+// comes and goes over milliseconds, hits both or neither; separate benchmarks (BM_MallocFree)
+// are 0.2 s apart and read it as overhead. Counters: overhead_pct (that median, per cent),
+// direct_ns and intercepted_ns (medians per pair).
+void BM_MallocFreePaired(benchmark::State& state) {
+  constexpr int kPairsPerBlock = 64;
+  const int depth = static_cast<int>(state.range(0));
+  bool ok = true;
+  const CudaCalls* calls = nullptr;
+  auto body = [&] {
+    for (int i = 0; i < kPairsPerBlock; ++i) {
+      void* p = nullptr;
+      ok &= calls->malloc(&p, 4096) == cudaSuccess;
+      ok &= calls->free(p) == cudaSuccess;
+    }
+  };
+  auto time_block = [&](const CudaCalls& c) {
+    calls = &c;
+    timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    AtDepth(depth, body);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec);
+  };
+  std::vector<double> ratios, direct_ns, intercepted_ns;
+  ratios.reserve(1 << 16);
+  direct_ns.reserve(1 << 16);
+  intercepted_ns.reserve(1 << 16);
+  bool direct_first = true;
+  for (auto _ : state) {
+    double d, i;
+    if (direct_first) {
+      d = time_block(g_direct);
+      i = time_block(g_intercepted);
+    } else {
+      i = time_block(g_intercepted);
+      d = time_block(g_direct);
+    }
+    direct_first = !direct_first;
+    ratios.push_back(i / d);
+    direct_ns.push_back(d / kPairsPerBlock);
+    intercepted_ns.push_back(i / kPairsPerBlock);
+  }
+  if (!ok) state.SkipWithError("cudaMalloc/cudaFree failed");
+  auto median = [](std::vector<double>& v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  state.counters["overhead_pct"] = (median(ratios) - 1) * 100;
+  state.counters["direct_ns"] = median(direct_ns);
+  state.counters["intercepted_ns"] = median(intercepted_ns);
+  state.SetItemsProcessed(state.iterations() * 4 * kPairsPerBlock);
+}
+
 void BM_MallocFreeAsync(benchmark::State& state, bool direct) {
   const CudaCalls& c = Calls(direct);
   const int depth = static_cast<int>(state.range(0));
@@ -259,6 +320,7 @@ void BM_BlockAllocFree(benchmark::State& state, bool direct) {
 // Depth 30 is the workload DESIGN.md compares with heaptrack; 64 fills a 64-frame stack.
 BENCHMARK_CAPTURE(BM_MallocFree, direct, true)->Arg(30)->Arg(64);
 BENCHMARK_CAPTURE(BM_MallocFree, intercepted, false)->Arg(30)->Arg(64);
+BENCHMARK(BM_MallocFreePaired)->Arg(30)->Arg(64);
 BENCHMARK_CAPTURE(BM_MallocFreeAsync, direct, true)->Arg(30);
 BENCHMARK_CAPTURE(BM_MallocFreeAsync, intercepted, false)->Arg(30);
 BENCHMARK_CAPTURE(BM_MemMapUnmap, direct, true)->Arg(30);

@@ -12,6 +12,12 @@
 // A dormant agent's figure minus this one's is what keeping the live table costs; this one is
 // what any interposer of these calls costs on the benchmark.
 //
+// Built a second time with FRAGSCOPE_BENCH_MINIMAL_LOG as libfragscope_bench_minlog.so (mode
+// "minimal-log"): its cudaMalloc and cudaFree also keep a per-thread log of live allocations
+// with nothing else around it, the least an agent that keeps an exact live table can do on
+// this benchmark (it must call, not jump, to see each result). It cannot be woken, folded or
+// shared between threads, so it is a lower bound for the dormant agent, not a design.
+//
 // Benchmark only, never installed. Not thread-safe while the runtime initializes (the
 // benchmark initializes it on its main thread before timing). dlsym lookups other than
 // cuGetProcAddress_v2 on a handle go on to libc's dlsym as a tail call, so that RTLD_NEXT keeps
@@ -73,6 +79,22 @@ PFN_cuMemAlloc_v3020 g_mem_alloc;
 PFN_cuMemFree_v3020 g_mem_free;
 std::atomic<int> g_wrapped{0};  // lookups answered with a hook here
 
+#ifdef FRAGSCOPE_BENCH_MINIMAL_LOG
+// A per-thread log of (address, size) with no synchronization at all: a lower bound for the
+// dormant agent's allocation log (interpose/src/allocation_log.h), which a wake must also be
+// able to fold from another thread. An allocation the log cannot take is simply not kept here.
+struct MinimalLog {
+  static constexpr uint32_t kCapacity = 1024;
+  struct Entry {
+    uint64_t address;
+    uint64_t size;
+  };
+  uint32_t count;
+  Entry entries[kCapacity];
+};
+thread_local constinit MinimalLog t_min_log __attribute__((tls_model("initial-exec"))) = {};
+#endif
+
 CUresult MemAlloc(CUdeviceptr* ptr, size_t size) { return g_mem_alloc(ptr, size); }
 CUresult MemFree(CUdeviceptr ptr) { return g_mem_free(ptr); }
 
@@ -99,10 +121,38 @@ CUresult GetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t 
 
 extern "C" {
 
+#ifndef FRAGSCOPE_BENCH_MINIMAL_LOG
 __attribute__((visibility("default"))) cudaError_t cudaMalloc(void** ptr, size_t size) {
   return g_malloc(ptr, size);
 }
 __attribute__((visibility("default"))) cudaError_t cudaFree(void* ptr) { return g_free(ptr); }
+#else
+// libfragscope_bench_minlog.so: the least work any agent that keeps an exact live table can do
+// at the runtime layer (see MinimalLog above). It must see the allocation's result, so it
+// calls rather than jumps; a release must see its result too (a failed cudaFree leaves the
+// allocation live), so it takes the entry back only after a successful call.
+__attribute__((visibility("default"))) cudaError_t cudaMalloc(void** ptr, size_t size) {
+  const cudaError_t r = g_malloc(ptr, size);
+  if (__builtin_expect(r == cudaSuccess && ptr != nullptr, 1)) {
+    MinimalLog& log = t_min_log;
+    if (__builtin_expect(log.count < MinimalLog::kCapacity, 1)) {
+      log.entries[log.count] = {reinterpret_cast<uint64_t>(*ptr), size};
+      ++log.count;
+    }
+  }
+  return r;
+}
+__attribute__((visibility("default"))) cudaError_t cudaFree(void* ptr) {
+  const cudaError_t r = g_free(ptr);
+  MinimalLog& log = t_min_log;
+  if (__builtin_expect(r == cudaSuccess && log.count > 0 &&
+                           log.entries[log.count - 1].address == reinterpret_cast<uint64_t>(ptr),
+                       1)) {
+    --log.count;
+  }
+  return r;
+}
+#endif
 __attribute__((visibility("default"))) cudaError_t cudaMallocAsync(void** ptr, size_t size,
                                                                    cudaStream_t stream) {
   return g_malloc_async(ptr, size, stream);
