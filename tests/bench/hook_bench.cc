@@ -212,10 +212,10 @@ void BM_MallocFree(benchmark::State& state, bool direct) {
 // The same pair, direct and intercepted in one benchmark: each iteration times a block of
 // kPairsPerBlock direct pairs and a block of intercepted ones back to back (which goes first
 // alternates), and the figure is the median over iterations of intercepted / direct - 1. The
-// two blocks of one iteration are ~10 us apart, so a neighbour's load on a shared host, which
-// comes and goes over milliseconds, hits both or neither; separate benchmarks (BM_MallocFree)
-// are 0.2 s apart and read it as overhead. Counters: overhead_pct (that median, per cent),
-// direct_ns and intercepted_ns (medians per pair).
+// two blocks of one iteration take ~6 us each, one right after the other, so a neighbour's
+// load on a shared host, which comes and goes over milliseconds, hits both or neither; separate
+// benchmarks (BM_MallocFree) are 0.2 s apart and read it as overhead. Counters: overhead_pct (that
+// median, per cent), direct_ns and intercepted_ns (medians per pair).
 void BM_MallocFreePaired(benchmark::State& state) {
   constexpr int kPairsPerBlock = 64;
   const int depth = static_cast<int>(state.range(0));
