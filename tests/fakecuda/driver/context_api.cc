@@ -10,6 +10,17 @@ namespace {
 
 using Lock = std::lock_guard<std::mutex>;
 
+// Context destroy and primary reset/release run NVIDIA's runtime's context-local-storage
+// destructors first, while the context is still usable (they free the runtime's own resources
+// through the driver), with the state lock released; `lock` is held again on return.
+void RunLocalStorageDestructorsUnlocked(std::unique_lock<std::mutex>& lock, Context* ctx) {
+  std::vector<LocalStorageRelease> releases = TakeLocalStorageLocked(ctx);
+  if (releases.empty()) return;
+  lock.unlock();
+  RunLocalStorageDestructors(releases);
+  lock.lock();
+}
+
 CUresult CheckDevice(State& s, CUdevice dev) {
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (dev < 0 || dev >= s.device_count) return CUDA_ERROR_INVALID_DEVICE;
@@ -122,10 +133,12 @@ CUresult CreateContext(CUcontext* pctx, unsigned flags, CUdevice dev) {
 
 CUresult DestroyContext(CUcontext handle) {
   State& s = GetState();
-  Lock lock(s.mu);
+  std::unique_lock<std::mutex> lock(s.mu);
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   Context* ctx = reinterpret_cast<Context*>(handle);
   if (!ctx || !s.contexts.count(ctx) || !ctx->alive) return CUDA_ERROR_INVALID_CONTEXT;
+  RunLocalStorageDestructorsUnlocked(lock, ctx);
+  if (!ctx->alive) return CUDA_SUCCESS;  // destroyed by another thread meanwhile
   DeactivateContextLocked(s, ctx);
   auto& stack = ContextStack();
   for (auto& entry : stack) {
@@ -137,19 +150,22 @@ CUresult DestroyContext(CUcontext handle) {
 
 CUresult PrimaryRelease(CUdevice dev) {
   State& s = GetState();
-  Lock lock(s.mu);
+  std::unique_lock<std::mutex> lock(s.mu);
   if (CUresult r = CheckDevice(s, dev); r != CUDA_SUCCESS) return r;
   Context& primary = s.devices[dev].primary;
   if (primary.primary_refs <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (primary.primary_refs == 1) RunLocalStorageDestructorsUnlocked(lock, &primary);
+  if (primary.primary_refs <= 0) return CUDA_ERROR_INVALID_CONTEXT;  // released meanwhile
   if (--primary.primary_refs == 0) DeactivateContextLocked(s, &primary);
   return CUDA_SUCCESS;
 }
 
 CUresult PrimaryReset(CUdevice dev) {
   State& s = GetState();
-  Lock lock(s.mu);
+  std::unique_lock<std::mutex> lock(s.mu);
   if (CUresult r = CheckDevice(s, dev); r != CUDA_SUCCESS) return r;
   Context& primary = s.devices[dev].primary;
+  if (primary.alive) RunLocalStorageDestructorsUnlocked(lock, &primary);
   if (primary.alive) DeactivateContextLocked(s, &primary);
   primary.flags = 0;
   return CUDA_SUCCESS;
@@ -383,6 +399,12 @@ CUresult cuCtxSetCurrent(CUcontext handle) {
   Lock lock(s.mu);
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   Context* ctx = reinterpret_cast<Context*>(handle);
+  if (ctx && !ctx->alive && IsPrimaryContextLocked(s, ctx)) {
+    // NVIDIA's runtime makes the primary context current before it retains it (export table 2
+    // hands it the handle); the real driver initializes the context on that first use, so the
+    // context overhead is charged here, not before.
+    if (CUresult r = ActivateContextLocked(s, ctx); r != CUDA_SUCCESS) return r;
+  }
   if (ctx && !IsLiveContextLocked(s, ctx)) return CUDA_ERROR_INVALID_CONTEXT;
   SetCurrentContext(ctx);
   return CUDA_SUCCESS;
@@ -438,6 +460,65 @@ CUresult cuCtxGetApiVersion(CUcontext, unsigned int* version) {
 CUresult cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
   if (leastPriority) *leastPriority = 0;
   if (greatestPriority) *greatestPriority = -5;
+  return CUDA_SUCCESS;
+}
+
+// Limits per context: the defaults of an H100 (cuBLAS refuses a device whose limits it cannot
+// read with CUBLAS_STATUS_ARCH_MISMATCH).
+size_t DefaultLimit(CUlimit limit) {
+  switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+      return 1024;
+    case CU_LIMIT_PRINTF_FIFO_SIZE:
+      return 1 << 20;
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+      return 8 << 20;
+    case CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH:
+      return 2;
+    case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT:
+      return 2048;
+    case CU_LIMIT_MAX_L2_FETCH_GRANULARITY:
+      return 64;
+    case CU_LIMIT_SHMEM_SIZE:
+      return 232448;
+    default:
+      return 0;
+  }
+}
+
+CUresult cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContextLocked(s, &ctx); r != CUDA_SUCCESS) return r;
+  if (!pvalue || limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+  auto it = ctx->limits.find(limit);
+  *pvalue = it != ctx->limits.end() ? it->second : DefaultLimit(limit);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = RequireContextLocked(s, &ctx); r != CUDA_SUCCESS) return r;
+  if (limit < 0 || limit >= CU_LIMIT_MAX || limit == CU_LIMIT_SHMEM_SIZE ||
+      limit == CU_LIMIT_CIG_ENABLED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  ctx->limits[limit] = value;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetId(CUcontext handle, unsigned long long* ctxId) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  Context* ctx = handle ? reinterpret_cast<Context*>(handle) : CurrentContext();
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!IsLiveContextLocked(s, ctx)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  if (!ctxId) return CUDA_ERROR_INVALID_VALUE;
+  *ctxId = ctx->id;
   return CUDA_SUCCESS;
 }
 

@@ -244,6 +244,13 @@ std::map<uint64_t, Allocation>::iterator FindContainingLocked(State& s, uint64_t
 
 bool IsDeviceRangeLocked(State& s, uint64_t address, uint64_t bytes) {
   if (FindContainingLocked(s, address, bytes) != s.allocations.end()) return true;
+  if (auto g = s.globals.upper_bound(address); g != s.globals.begin()) {
+    --g;
+    if (address >= g->first && address - g->first <= g->second &&
+        bytes <= g->second - (address - g->first)) {
+      return true;
+    }
+  }
   // VMM: walk contiguous accessible mappings.
   uint64_t cursor = address;
   uint64_t end = address + bytes;
@@ -259,12 +266,32 @@ bool IsDeviceRangeLocked(State& s, uint64_t address, uint64_t bytes) {
   return true;
 }
 
+HandleObject* LiveObjectLocked(State& s, void* handle, HandleObject::Type type) {
+  HandleObject* object = static_cast<HandleObject*>(handle);
+  return s.objects.count(object) && object->alive && object->type == type ? object : nullptr;
+}
+
+HandleObject* NewObjectLocked(State& s, HandleObject::Type type, HandleObject* parent) {
+  HandleObject* object = new HandleObject();
+  object->type = type;
+  object->parent = parent;
+  s.objects.insert(object);
+  return object;
+}
+
 bool IsLiveContextLocked(State& s, Context* ctx) {
   if (!ctx) return false;
   for (int i = 0; i < s.device_count; ++i) {
     if (ctx == &s.devices[i].primary) return ctx->alive;
   }
   return s.contexts.count(ctx) && ctx->alive;
+}
+
+bool IsPrimaryContextLocked(State& s, Context* ctx) {
+  for (int i = 0; i < s.device_count; ++i) {
+    if (ctx == &s.devices[i].primary) return true;
+  }
+  return false;
 }
 
 CUresult RequireContextLocked(State& s, Context** ctx) {
@@ -282,6 +309,7 @@ CUresult ActivateContextLocked(State& s, Context* ctx) {
   if (!ChargePagesLocked(s.devices[ctx->device], pages)) return CUDA_ERROR_OUT_OF_MEMORY;
   ctx->overhead_pages = pages;
   ctx->alive = true;
+  ctx->id = s.next_context_id++;
   // The default streams live as long as their context object (reused on reactivation).
   if (!ctx->legacy_stream) ctx->legacy_stream = new Stream();
   if (!ctx->per_thread_stream) ctx->per_thread_stream = new Stream();
@@ -315,6 +343,23 @@ void DeactivateContextLocked(State& s, Context* ctx) {
   ctx->overhead_pages = 0;
   ctx->alive = false;
   ctx->primary_refs = 0;
+  ctx->local_storage.clear();  // destructors, where due, were taken and run by the caller
+  ctx->limits.clear();
+}
+
+std::vector<LocalStorageRelease> TakeLocalStorageLocked(Context* ctx) {
+  std::vector<LocalStorageRelease> releases;
+  for (auto& [key, entry] : ctx->local_storage) {
+    releases.push_back({reinterpret_cast<CUcontext>(ctx), key, entry});
+  }
+  ctx->local_storage.clear();
+  return releases;
+}
+
+void RunLocalStorageDestructors(const std::vector<LocalStorageRelease>& releases) {
+  for (const LocalStorageRelease& r : releases) {
+    if (r.entry.destructor) r.entry.destructor(r.ctx, r.key, r.entry.value);
+  }
 }
 
 Stream* ResolveStreamLocked(State& s, Context* ctx, CUstream stream, bool per_thread_default) {

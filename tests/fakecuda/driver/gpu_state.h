@@ -36,6 +36,21 @@ struct Stream;
 struct MemPool;
 struct Graph;
 
+// NVIDIA's runtime keeps its per-context state in the driver (export table 5, export_tables.cc):
+// a value per (context, key), with a destructor the driver calls when the context goes away.
+using LocalStorageDestructor = void (*)(CUcontext ctx, void* key, void* value);
+struct LocalStorageEntry {
+  void* value = nullptr;
+  LocalStorageDestructor destructor = nullptr;
+};
+// A destructor call taken out of a dying context, made after the state lock is released (the
+// runtime's destructor calls back into the driver).
+struct LocalStorageRelease {
+  CUcontext ctx;
+  void* key;
+  LocalStorageEntry entry;
+};
+
 struct Context {
   int device = 0;
   bool primary = false;
@@ -45,6 +60,9 @@ struct Context {
   uint64_t overhead_pages = 0;
   Stream* legacy_stream = nullptr;      // the NULL / CU_STREAM_LEGACY stream
   Stream* per_thread_stream = nullptr;  // CU_STREAM_PER_THREAD (one per context in the fake)
+  uint64_t id = 0;                      // unique per activation (cuCtxGetId, export table 8)
+  std::map<void*, LocalStorageEntry> local_storage;
+  std::map<int, size_t> limits;  // set with cuCtxSetLimit; the rest have their defaults
 };
 
 struct PoolChunk {
@@ -167,6 +185,8 @@ struct Device {
 struct HandleObject {  // modules, functions, libraries, kernels: accepted, never executed
   enum Type { kModule, kFunction, kLibrary, kKernel } type;
   bool alive = true;
+  HandleObject* parent = nullptr;  // module or library a function or kernel came from
+  std::map<int, int> attributes;   // set with cu{Func,Kernel}SetAttribute
 };
 
 struct State {
@@ -188,6 +208,10 @@ struct State {
   std::set<GraphExec*> graph_execs;
   std::set<MemPool*> pools;
   std::set<HandleObject*> objects;
+  // Module and library globals (cuModuleGetGlobal): host memory the copy functions accept as
+  // device memory, never charged to a device. (module or library, name) -> address; sizes.
+  std::map<std::pair<HandleObject*, std::string>, uint64_t> global_addresses;
+  std::map<uint64_t, uint64_t> globals;         // address -> bytes
   std::map<uint64_t, size_t> host_allocations;  // pinned host memory: address -> bytes
   std::map<uint64_t, size_t> host_registered;
   // VMM
@@ -198,6 +222,7 @@ struct State {
   uint64_t next_handle = 1;
   uint64_t next_stream_id = 1;
   uint64_t next_capture_id = 1;
+  uint64_t next_context_id = 1;
   // Failure injection
   uint64_t allocation_calls = 0;
   std::vector<uint64_t> fail_at;
@@ -251,8 +276,13 @@ std::vector<Context*>& ContextStack();
 // Checks cuInit and a usable current context; fills *ctx.
 CUresult RequireContextLocked(State& s, Context** ctx);
 bool IsLiveContextLocked(State& s, Context* ctx);
+bool IsPrimaryContextLocked(State& s, Context* ctx);     // one of the visible devices' primaries
 CUresult ActivateContextLocked(State& s, Context* ctx);  // charges overhead, default streams
 void DeactivateContextLocked(State& s, Context* ctx);    // frees everything it owns
+// Empties the context's local storage; the caller runs the destructors with
+// RunLocalStorageDestructors once the lock is released, before the context is deactivated.
+std::vector<LocalStorageRelease> TakeLocalStorageLocked(Context* ctx);
+void RunLocalStorageDestructors(const std::vector<LocalStorageRelease>& releases);  // no lock held
 
 // Streams: resolves NULL/LEGACY/PER_THREAD to the context's stream objects.
 Stream* ResolveStreamLocked(State& s, Context* ctx, CUstream stream, bool per_thread_default);
@@ -266,6 +296,9 @@ void DestroyPoolContentsLocked(State& s, MemPool* pool);
 // Capture: true when a potentially unsafe call must be refused right now (and invalidates
 // the captures it would disturb).
 bool UnsafeDuringCaptureLocked(State& s);
+// Modules, libraries, functions, kernels
+HandleObject* LiveObjectLocked(State& s, void* handle, HandleObject::Type type);
+HandleObject* NewObjectLocked(State& s, HandleObject::Type type, HandleObject* parent = nullptr);
 // VMM
 void DropHandleIfUnusedLocked(State& s, uint64_t handle_id);
 

@@ -44,9 +44,11 @@ CUresult FreeLocked(State& s, CUdeviceptr dptr, bool* wait) {
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   Context* ctx = nullptr;
   if (CUresult r = RequireContextLocked(s, &ctx); r != CUDA_SUCCESS) return r;
+  // The real driver frees NULL as a no-op; cuBLAS's static runtime does so in cublasCreate.
+  if (dptr == 0) return CUDA_SUCCESS;
   auto it = s.allocations.find(dptr);
   // Unknown, interior, already-freed (pending async) or imported pointers are invalid here.
-  if (dptr == 0 || it == s.allocations.end() || it->second.kind == FAKECUDA_KIND_ASYNC_PENDING ||
+  if (it == s.allocations.end() || it->second.kind == FAKECUDA_KIND_ASYNC_PENDING ||
       it->second.kind == FAKECUDA_KIND_IPC) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -61,7 +63,7 @@ CUresult FreeLocked(State& s, CUdeviceptr dptr, bool* wait) {
 
 CUresult Free(CUdeviceptr dptr) {
   State& s = GetState();
-  if (NullMode()) return dptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (NullMode()) return CUDA_SUCCESS;
   bool wait = false;
   CUresult r;
   std::string wait_path;

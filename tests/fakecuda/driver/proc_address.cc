@@ -4,8 +4,11 @@
 // newest ABI variant whose version is <= the request, as cudaTypedefs.h's PFN_<name>_v<N>
 // typedefs define them (fragscope/driver_symbols.inc); flag
 // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM picks the _ptsz/_ptds variant when there is one.
-// Only variants this fake defines can be returned; the returned pointer is the library's own
-// definition (linked with -Bsymbolic-functions, so preloaded interposers never replace it).
+// Every variant has a definition: the implemented ones, and for the rest a generated stub
+// (unsupported_api.cc, from scripts/gen_unsupported_api.py) that answers
+// CUDA_ERROR_NOT_SUPPORTED and logs "unsupported NAME" in FAKECUDA_LOOKUP_LOG when called.
+// The returned pointer is the library's own definition (linked with -Bsymbolic-functions, so
+// preloaded interposers never replace it).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +16,16 @@
 #include <mutex>
 
 #include "gpu_state.h"
+#include "lookup_log.h"
+
+extern "C" {
+struct fakecuda_unsupported_entry {
+  const char* name;
+  void* function;
+};
+extern const fakecuda_unsupported_entry fakecuda_unsupported_table[];
+extern const size_t fakecuda_unsupported_count;
+}
 
 namespace {
 
@@ -52,26 +65,25 @@ const ErrorText kErrors[] = {
 #include "error_tables.inc"
 };
 
+template <typename Entry>
+void* FindIn(const Entry* first, const Entry* last, const char* symbol) {
+  auto it = std::lower_bound(first, last, symbol, [](const Entry& e, const char* s) {
+    return std::strcmp(e.name, s) < 0;
+  });
+  return it != last && std::strcmp(it->name, symbol) == 0 ? it->function : nullptr;
+}
+
 void* FindExport(const char* symbol) {
-  auto it =
-      std::lower_bound(std::begin(kExports), std::end(kExports), symbol,
-                       [](const Export& e, const char* s) { return std::strcmp(e.name, s) < 0; });
-  return it != std::end(kExports) && std::strcmp(it->name, symbol) == 0 ? it->function : nullptr;
+  if (void* f = FindIn(std::begin(kExports), std::end(kExports), symbol)) return f;
+  return FindIn(fakecuda_unsupported_table, fakecuda_unsupported_table + fakecuda_unsupported_count,
+                symbol);
 }
 
 void LogLookup(const char* symbol, int version, cuuint64_t flags) {
-  static std::mutex mu;
-  static FILE* log = nullptr;
-  static bool opened = false;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!opened) {
-    opened = true;
-    const char* path = std::getenv("FAKECUDA_LOOKUP_LOG");
-    if (path && *path) log = std::fopen(path, "ae");
-  }
-  if (!log) return;
-  std::fprintf(log, "%s %d %llu\n", symbol, version, static_cast<unsigned long long>(flags));
-  std::fflush(log);
+  char line[512];
+  std::snprintf(line, sizeof line, "%s %d %llu", symbol, version,
+                static_cast<unsigned long long>(flags));
+  fakecuda::AppendToLookupLog(line);
 }
 
 CUresult Lookup(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
@@ -115,6 +127,25 @@ const ErrorText* FindError(CUresult error) {
 }
 
 }  // namespace
+
+void fakecuda::AppendToLookupLog(const char* line) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const char* path = std::getenv("FAKECUDA_LOOKUP_LOG");
+  if (!path || !*path) return;
+  if (FILE* log = std::fopen(path, "ae")) {
+    std::fprintf(log, "%s\n", line);
+    std::fclose(log);
+  }
+}
+
+// Called by every generated stub (unsupported_api.cc).
+extern "C" int fakecuda_unsupported_call(const char* name) {
+  char line[256];
+  std::snprintf(line, sizeof line, "unsupported %s called", name);
+  fakecuda::AppendToLookupLog(line);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult* symbolStatus) {

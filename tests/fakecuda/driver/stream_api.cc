@@ -1,8 +1,6 @@
-// Streams, events, stream capture, graphs, modules/libraries and kernel launches. Work is
+// Streams, events, stream capture, graphs and kernel launches. Work is
 // done immediately at enqueue time (the fake has no device timeline); a stream's `seq` counts
 // what was enqueued so events and pending frees can say "up to here".
-#include <sys/stat.h>
-
 #include <chrono>
 #include <cstring>
 
@@ -35,17 +33,6 @@ Graph* LiveGraph(State& s, CUgraph handle) {
 GraphExec* LiveExec(State& s, CUgraphExec handle) {
   GraphExec* exec = reinterpret_cast<GraphExec*>(handle);
   return s.graph_execs.count(exec) && exec->alive ? exec : nullptr;
-}
-
-HandleObject* LiveObject(State& s, void* handle, HandleObject::Type type) {
-  HandleObject* object = static_cast<HandleObject*>(handle);
-  return s.objects.count(object) && object->alive && object->type == type ? object : nullptr;
-}
-
-HandleObject* NewObject(State& s, HandleObject::Type type) {
-  HandleObject* object = new HandleObject{type};
-  s.objects.insert(object);
-  return object;
 }
 
 // Graph allocations freed inside the graph return their memory once the graph and all its
@@ -269,8 +256,8 @@ CUresult Launch(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned 
   Lock lock(s.mu);
   Stream* stream = nullptr;
   if (CUresult r = StreamFor(s, stream_handle, per_thread, &stream); r != CUDA_SUCCESS) return r;
-  if (!LiveObject(s, function, HandleObject::kFunction) &&
-      !LiveObject(s, function, HandleObject::kKernel)) {
+  if (!LiveObjectLocked(s, function, HandleObject::kFunction) &&
+      !LiveObjectLocked(s, function, HandleObject::kKernel)) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) {
@@ -284,32 +271,6 @@ CUresult Launch(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned 
   }
   ++stream->seq;  // accepted, not executed
   return CUDA_SUCCESS;
-}
-
-CUresult LoadModule(CUmodule* module, bool valid_input) {
-  State& s = GetState();
-  Lock lock(s.mu);
-  Context* ctx = nullptr;
-  if (CUresult r = RequireContextLocked(s, &ctx); r != CUDA_SUCCESS) return r;
-  if (!module || !valid_input) return CUDA_ERROR_INVALID_VALUE;
-  if (CountApiCallLocked(s, "cuModuleLoad")) return CUDA_ERROR_OUT_OF_MEMORY;
-  *module = reinterpret_cast<CUmodule>(NewObject(s, HandleObject::kModule));
-  return CUDA_SUCCESS;
-}
-
-CUresult LoadLibrary(CUlibrary* library, bool valid_input) {
-  State& s = GetState();
-  Lock lock(s.mu);
-  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!library || !valid_input) return CUDA_ERROR_INVALID_VALUE;
-  if (CountApiCallLocked(s, "cuLibraryLoad")) return CUDA_ERROR_OUT_OF_MEMORY;
-  *library = reinterpret_cast<CUlibrary>(NewObject(s, HandleObject::kLibrary));
-  return CUDA_SUCCESS;
-}
-
-bool FileExists(const char* path) {
-  struct stat st;
-  return path && stat(path, &st) == 0;
 }
 
 }  // namespace
@@ -615,84 +576,5 @@ CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
     ++stream->seq;
   }
   fn(userData);  // outside the lock: the callback may not call CUDA, but may take its own locks
-  return CUDA_SUCCESS;
-}
-
-CUresult cuModuleLoad(CUmodule* module, const char* fname) {
-  if (fname && !FileExists(fname)) return CUDA_ERROR_FILE_NOT_FOUND;
-  return LoadModule(module, fname != nullptr);
-}
-CUresult cuModuleLoadData(CUmodule* module, const void* image) {
-  return LoadModule(module, image != nullptr);
-}
-CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int, CUjit_option*,
-                            void**) {
-  return LoadModule(module, image != nullptr);
-}
-CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
-  return LoadModule(module, fatCubin != nullptr);
-}
-
-CUresult cuModuleUnload(CUmodule hmod) {
-  State& s = GetState();
-  Lock lock(s.mu);
-  HandleObject* module = LiveObject(s, hmod, HandleObject::kModule);
-  if (!module) return CUDA_ERROR_INVALID_HANDLE;
-  module->alive = false;
-  return CUDA_SUCCESS;
-}
-
-CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
-  State& s = GetState();
-  Lock lock(s.mu);
-  if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
-  if (!LiveObject(s, hmod, HandleObject::kModule)) return CUDA_ERROR_INVALID_HANDLE;
-  *hfunc = reinterpret_cast<CUfunction>(NewObject(s, HandleObject::kFunction));
-  return CUDA_SUCCESS;
-}
-
-CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**,
-                           unsigned int, CUlibraryOption*, void**, unsigned int) {
-  return LoadLibrary(library, code != nullptr);
-}
-CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option*, void**,
-                               unsigned int, CUlibraryOption*, void**, unsigned int) {
-  if (fileName && !FileExists(fileName)) return CUDA_ERROR_FILE_NOT_FOUND;
-  return LoadLibrary(library, fileName != nullptr);
-}
-
-CUresult cuLibraryUnload(CUlibrary library) {
-  State& s = GetState();
-  Lock lock(s.mu);
-  HandleObject* object = LiveObject(s, library, HandleObject::kLibrary);
-  if (!object) return CUDA_ERROR_INVALID_HANDLE;
-  object->alive = false;
-  return CUDA_SUCCESS;
-}
-
-CUresult cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const char* name) {
-  State& s = GetState();
-  Lock lock(s.mu);
-  if (!pKernel || !name) return CUDA_ERROR_INVALID_VALUE;
-  if (!LiveObject(s, library, HandleObject::kLibrary)) return CUDA_ERROR_INVALID_HANDLE;
-  *pKernel = reinterpret_cast<CUkernel>(NewObject(s, HandleObject::kKernel));
-  return CUDA_SUCCESS;
-}
-
-CUresult cuLibraryGetModule(CUmodule* pMod, CUlibrary library) {
-  State& s = GetState();
-  Lock lock(s.mu);
-  if (!pMod) return CUDA_ERROR_INVALID_VALUE;
-  if (!LiveObject(s, library, HandleObject::kLibrary)) return CUDA_ERROR_INVALID_HANDLE;
-  *pMod = reinterpret_cast<CUmodule>(NewObject(s, HandleObject::kModule));
-  return CUDA_SUCCESS;
-}
-
-CUresult cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
-  State& s = GetState();
-  Lock lock(s.mu);
-  if (!pFunc) return CUDA_ERROR_INVALID_VALUE;
-  if (!LiveObject(s, kernel, HandleObject::kKernel)) return CUDA_ERROR_INVALID_HANDLE;
-  *pFunc = reinterpret_cast<CUfunction>(NewObject(s, HandleObject::kFunction));
   return CUDA_SUCCESS;
 }

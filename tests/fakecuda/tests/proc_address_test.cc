@@ -1,6 +1,10 @@
 // cuGetProcAddress(_v2): versions map to the ABI variants of cudaTypedefs.h, per-thread
 // variants on request, documented failures; the legacy cuMemAlloc ABI really is 32-bit.
 #include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
 
 #include "driver_fixture.h"
 
@@ -53,12 +57,45 @@ TEST_F(ProcAddressTest, DocumentedFailures) {
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
   EXPECT_EQ(Lookup("cuNoSuchFunction", 13000, 0, &status), nullptr);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-  // A real driver function the fake does not implement is reported as not found.
-  EXPECT_EQ(Lookup("cuArrayCreate", 13000, 0, &status), nullptr);
-  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   void* pfn = nullptr;
   EXPECT_EQ(cuGetProcAddress(nullptr, &pfn, 13000, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuGetProcAddress("cuInit", &pfn, 13000, 7, nullptr), CUDA_ERROR_INVALID_VALUE);
+}
+
+// NVIDIA's libraries look up (and dlsym) driver names they never call, and give up when one is
+// missing: every name the real driver has resolves, and the ones the fake does not implement
+// answer CUDA_ERROR_NOT_SUPPORTED and say so in the lookup log.
+TEST_F(ProcAddressTest, UnimplementedFunctionsResolveAndRefuse) {
+  char log_path[] = "/tmp/fakecuda-unsupported-XXXXXX";
+  int fd = mkstemp(log_path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  setenv("FAKECUDA_LOOKUP_LOG", log_path, 1);
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+  void* looked_up = Lookup("cuArrayCreate", 13000, 0, &status);
+  ASSERT_NE(looked_up, nullptr);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS);
+  EXPECT_EQ(looked_up, Exported("cuArrayCreate_v2"));
+  for (const char* name : {"cuMulticastCreate", "cuGreenCtxCreate", "cuTensorMapEncodeTiled",
+                           "cuStreamBatchMemOp_v2", "cuMemcpy2DAsync_v2", "cuLinkCreate_v2"}) {
+    EXPECT_NE(Exported(name), nullptr) << name;
+  }
+  using ArrayCreate = CUresult (*)(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
+  CUarray array = nullptr;
+  CUDA_ARRAY_DESCRIPTOR descriptor{};
+  EXPECT_EQ(reinterpret_cast<ArrayCreate>(looked_up)(&array, &descriptor),
+            CUDA_ERROR_NOT_SUPPORTED);
+  unsetenv("FAKECUDA_LOOKUP_LOG");
+  FILE* log = fopen(log_path, "r");
+  ASSERT_NE(log, nullptr);
+  char line[256];
+  bool logged = false;
+  while (fgets(line, sizeof line, log)) {
+    logged |= std::string(line) == "unsupported cuArrayCreate_v2 called\n";
+  }
+  fclose(log);
+  unlink(log_path);
+  EXPECT_TRUE(logged);
 }
 
 TEST_F(ProcAddressTest, LegacyAbiReturns32BitAddresses) {
