@@ -270,8 +270,19 @@ std::array<void*, 7>& CallbackHooksTable() {
   return table;
 }
 
+// --- table 4: tools thread-local storage ----------------------------------------------------
+
+// Slot 2, by the runtimes linked into cuBLASLt 13.4 (twice per process): what it reports is not
+// known; success without writing anything lets cuBLASLt go on (an error there makes its
+// heuristics answer CUBLAS_STATUS_NOT_SUPPORTED, a null slot crashes it).
+CUresult ToolsTlsSlot2() { return CUDA_SUCCESS; }
+
 std::array<void*, 4>& ToolsTlsTable() {
-  static std::array<void*, 4> table = MakeTable<&kToolsTlsId, 4>(true);
+  static std::array<void*, 4> table = [] {
+    auto t = MakeTable<&kToolsTlsId, 4>(true);
+    t[2] = Fn(&ToolsTlsSlot2);  // the runtime passes (pointer, value, pointer, value)
+    return t;
+  }();
   return table;
 }
 

@@ -152,20 +152,24 @@ CUresult CheckCallable(void* handle) {
   return CallableLocked(s, handle) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-// Threads per SM bound the blocks; shared memory and registers never do for the fake kernel.
-int ActiveBlocks(int block_size) {
-  if (block_size <= 0) return 0;
-  return std::min(32, kMaxThreadsPerSm / block_size);
+// Blocks of `threads` threads with `dynamic_smem` bytes of dynamic shared memory that fit on one
+// SM: threads, blocks and shared memory bound them (registers never do for the fake kernel).
+int BlocksPerSm(uint64_t threads, uint64_t dynamic_smem) {
+  constexpr uint64_t kSharedPerSm = 233472, kReservedPerBlock = 1024, kMaxBlocksPerSm = 32;
+  if (threads == 0 || threads > 1024) return 0;
+  uint64_t blocks = std::min<uint64_t>(kMaxBlocksPerSm, kMaxThreadsPerSm / threads);
+  return static_cast<int>(std::min(blocks, kSharedPerSm / (dynamic_smem + kReservedPerBlock)));
 }
+
+// SMs per GPC of an H100 SXM (132 SMs); a thread block cluster runs inside one GPC, so how many
+// clusters fit depends on this split, which NVIDIA's libraries probe size by size.
+constexpr int kSmsPerGpc[] = {18, 18, 18, 18, 16, 16, 14, 14};
+constexpr int kPortableClusterSize = 8, kMaxClusterSize = 16;
 
 CUresult MaxActiveBlocks(int* blocks, CUfunction func, int block_size, size_t dynamic_smem) {
   if (!blocks || block_size <= 0 || block_size > 1024) return CUDA_ERROR_INVALID_VALUE;
-  if (dynamic_smem > static_cast<size_t>(kSharedPerBlockOptin)) {
-    *blocks = 0;
-    return CUDA_SUCCESS;
-  }
   if (CUresult r = CheckCallable(func); r != CUDA_SUCCESS) return r;
-  *blocks = ActiveBlocks(block_size);
+  *blocks = BlocksPerSm(block_size, dynamic_smem);
   return CUDA_SUCCESS;
 }
 
@@ -175,7 +179,36 @@ CUresult MaxPotentialBlockSize(int* min_grid, int* block_size, CUfunction func,
   if (CUresult r = CheckCallable(func); r != CUDA_SUCCESS) return r;
   int limit = block_size_limit > 0 ? std::min(block_size_limit, 1024) : 1024;
   *block_size = limit;
-  *min_grid = ActiveBlocks(limit) * 132;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  *min_grid = BlocksPerSm(limit, 0) * 132;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  return CUDA_SUCCESS;
+}
+
+// The cluster size of a launch (its cluster-dimension attribute, else the kernel's required
+// one, else 1) and whether the kernel allows non-portable sizes.
+CUresult ClusterOf(void* func, const CUlaunchConfig* config, uint64_t* cluster,
+                   bool* non_portable) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  HandleObject* f = CallableLocked(s, func);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  auto attribute = [f](int a) {
+    auto it = f->attributes.find(a);
+    return it == f->attributes.end() ? 0 : it->second;
+  };
+  *non_portable = attribute(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED) != 0;
+  uint64_t dims[3] = {static_cast<uint64_t>(attribute(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)),
+                      static_cast<uint64_t>(attribute(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT)),
+                      static_cast<uint64_t>(attribute(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH))};
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs && config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      dims[0] = config->attrs[i].value.clusterDim.x;
+      dims[1] = config->attrs[i].value.clusterDim.y;
+      dims[2] = config->attrs[i].value.clusterDim.z;
+    }
+  }
+  *cluster = std::max<uint64_t>(dims[0], 1) * std::max<uint64_t>(dims[1], 1) *
+             std::max<uint64_t>(dims[2], 1);
   return CUDA_SUCCESS;
 }
 
@@ -339,20 +372,34 @@ CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* dynamicSmemSize, CUfunc
                                                  int numBlocks, int blockSize) {
   if (!dynamicSmemSize || numBlocks <= 0 || blockSize <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = CheckCallable(func); r != CUDA_SUCCESS) return r;
-  *dynamicSmemSize = numBlocks <= ActiveBlocks(blockSize) ? kSharedPerBlockOptin : 0;
+  *dynamicSmemSize = numBlocks <= BlocksPerSm(blockSize, 0)
+                         ? std::min<size_t>(kSharedPerBlockOptin, 233472 / numBlocks - 1024)
+                         : 0;
   return CUDA_SUCCESS;
 }
 CUresult cuOccupancyMaxActiveClusters(int* numClusters, CUfunction func,
                                       const CUlaunchConfig* config) {
   if (!numClusters || !config) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = CheckCallable(func); r != CUDA_SUCCESS) return r;
-  *numClusters = 16;
+  uint64_t cluster = 0;
+  bool non_portable = false;
+  if (CUresult r = ClusterOf(func, config, &cluster, &non_portable); r != CUDA_SUCCESS) return r;
+  if (cluster > kMaxClusterSize || (cluster > kPortableClusterSize && !non_portable)) {
+    return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
+  const uint64_t threads = uint64_t{config->blockDimX} * config->blockDimY * config->blockDimZ;
+  const int per_sm = BlocksPerSm(threads, config->sharedMemBytes);
+  int clusters = 0;
+  for (int sms : kSmsPerGpc) clusters += static_cast<int>(sms * per_sm / cluster);
+  *numClusters = clusters;
   return CUDA_SUCCESS;
 }
+
 CUresult cuOccupancyMaxPotentialClusterSize(int* clusterSize, CUfunction func,
                                             const CUlaunchConfig* config) {
   if (!clusterSize || !config) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = CheckCallable(func); r != CUDA_SUCCESS) return r;
-  *clusterSize = 8;
+  uint64_t cluster = 0;
+  bool non_portable = false;
+  if (CUresult r = ClusterOf(func, config, &cluster, &non_portable); r != CUDA_SUCCESS) return r;
+  *clusterSize = non_portable ? kMaxClusterSize : kPortableClusterSize;
   return CUDA_SUCCESS;
 }

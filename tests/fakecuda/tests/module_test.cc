@@ -127,10 +127,40 @@ TEST_F(ModuleTest, OccupancyIsPlausible) {
             CUDA_SUCCESS);
   EXPECT_EQ(block, 256);
   EXPECT_GT(min_grid, 0);
+  // Clusters live inside a GPC: with one 227 KiB block per SM, fewer fit as they grow, and
+  // sizes over 8 need the kernel's non-portable permission, over 16 are refused.
+  CUlaunchAttribute cluster{};
+  cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster.value.clusterDim.x = 2;
+  cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
   CUlaunchConfig config{};
+  config.gridDimX = 132;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = 128;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = 232448;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
   int clusters = 0;
   ASSERT_EQ(cuOccupancyMaxActiveClusters(&clusters, function, &config), CUDA_SUCCESS);
-  EXPECT_GT(clusters, 0);
+  EXPECT_EQ(clusters, 66);
+  cluster.value.clusterDim.x = 8;
+  ASSERT_EQ(cuOccupancyMaxActiveClusters(&clusters, function, &config), CUDA_SUCCESS);
+  EXPECT_EQ(clusters, 14);  // 2 per 16- or 18-SM GPC, 1 per 14-SM one
+  cluster.value.clusterDim.x = 16;
+  EXPECT_EQ(cuOccupancyMaxActiveClusters(&clusters, function, &config),
+            CUDA_ERROR_INVALID_CLUSTER_SIZE);
+  ASSERT_EQ(cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+            CUDA_SUCCESS);
+  ASSERT_EQ(cuOccupancyMaxActiveClusters(&clusters, function, &config), CUDA_SUCCESS);
+  EXPECT_EQ(clusters, 6);  // none in the 14-SM GPCs
+  cluster.value.clusterDim.x = 32;
+  EXPECT_EQ(cuOccupancyMaxActiveClusters(&clusters, function, &config),
+            CUDA_ERROR_INVALID_CLUSTER_SIZE);
+  // A block too big for shared memory fits nowhere.
+  EXPECT_EQ(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, function, 128, 240000),
+            CUDA_SUCCESS);
+  EXPECT_EQ(blocks, 0);
 }
 
 TEST_F(ModuleTest, ContextLimits) {
