@@ -22,6 +22,8 @@
 namespace fragscope::agent_test {
 namespace {
 
+using AttachTest = RuntimeTest;
+
 // A minimal collector: accepts one connection and keeps every byte until the peer closes.
 class Sink {
  public:
@@ -73,7 +75,7 @@ size_t CountFailures(const Trace& trace) {
   return n;
 }
 
-TEST(AttachTest, WokenStreamIsExactAndFollowsCachedDriverPointers) {
+TEST_P(AttachTest, WokenStreamIsExactAndFollowsCachedDriverPointers) {
   TempDir dir;
   LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
@@ -135,7 +137,7 @@ TEST(AttachTest, WokenStreamIsExactAndFollowsCachedDriverPointers) {
   EXPECT_EQ(CountFailures(full_trace), CountFailures(trace));
 }
 
-TEST(AttachTest, SleepEndsTheStreamAndAWakeAfterItStartsExactAgain) {
+TEST_P(AttachTest, SleepEndsTheStreamAndAWakeAfterItStartsExactAgain) {
   TempDir dir;
   LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
@@ -198,7 +200,7 @@ void WokenAfterPhaseOne(const TempDir& dir, const RunOptions& options, Trace* tr
 // misses the table folds the logs first) and exit before the wake (their logs are folded and
 // given back): the woken stream still ends exactly where the fake device does. The same with
 // the logs off, so both paths stay exact.
-TEST(AttachTest, ThreadsFreeingEachOthersDormantAllocationsWakeExact) {
+TEST_P(AttachTest, ThreadsFreeingEachOthersDormantAllocationsWakeExact) {
   for (const char* logs : {"1", "0"}) {
     SCOPED_TRACE(std::string("FRAGSCOPE_DORMANT_LOGS=") + logs);
     TempDir dir;
@@ -222,7 +224,7 @@ TEST(AttachTest, ThreadsFreeingEachOthersDormantAllocationsWakeExact) {
 // it back. Here cudaFree fails (a sticky launch error, injected) once for the log's newest entry
 // and once for an older one: the woken snapshot still holds the allocation, and the stream ends
 // where the fake device does.
-TEST(AttachTest, ADormantReleaseThatFailsKeepsItsAllocation) {
+TEST_P(AttachTest, ADormantReleaseThatFailsKeepsItsAllocation) {
   constexpr uint64_t kMiB = 1 << 20;
   for (bool newest : {true, false}) {
     SCOPED_TRACE(newest ? "the newest entry's release fails" : "an older entry's release fails");
@@ -243,7 +245,7 @@ TEST(AttachTest, ADormantReleaseThatFailsKeepsItsAllocation) {
   }
 }
 
-TEST(AttachTest, TheWokenSnapshotNamesTheSyncItsBlocksCameFrom) {
+TEST_P(AttachTest, TheWokenSnapshotNamesTheSyncItsBlocksCameFrom) {
   TempDir dir;
   RunOptions options = Dormant(dir);
   options.env["ATTACH_APP_SYNCED_BLOCKS"] = "1";
@@ -282,7 +284,7 @@ TEST(AttachTest, TheWokenSnapshotNamesTheSyncItsBlocksCameFrom) {
 // reads the device from each allocation instead. Allocations on device 1 made while dormant
 // must come out on device 1 in the snapshot, in the free of one of them (made while device 0
 // is current), and again after a sleep and a second wake.
-TEST(AttachTest, DevicesOfDormantAllocationsAreReadAtTheWake) {
+TEST_P(AttachTest, DevicesOfDormantAllocationsAreReadAtTheWake) {
   TempDir dir;
   RunOptions options = Dormant(dir);
   options.env["FAKECUDA_DEVICES"] = "2";
@@ -351,7 +353,7 @@ TEST(AttachTest, DevicesOfDormantAllocationsAreReadAtTheWake) {
       3);  // 6 MiB, 1.5 MiB (stream-ordered) and 9 MiB
 }
 
-TEST(AttachTest, UnknownCommandsAreAnswered) {
+TEST_P(AttachTest, UnknownCommandsAreAnswered) {
   TempDir dir;
   LiveProcess app(AppPath("agent_attach_app"), {}, Dormant(dir));
   ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
@@ -369,7 +371,7 @@ TEST(AttachTest, UnknownCommandsAreAnswered) {
   EXPECT_NE(access(control.c_str(), F_OK), 0) << "the socket outlived the process";
 }
 
-TEST(AttachTest, AnotherUserIsRefusedEvenWhenFileModesLetItIn) {
+TEST_P(AttachTest, AnotherUserIsRefusedEvenWhenFileModesLetItIn) {
   if (geteuid() != 0) {
     GTEST_SKIP() << "needs root to run a peer under another uid (setuid(65534) in a child)";
   }
@@ -395,6 +397,8 @@ TEST(AttachTest, AnotherUserIsRefusedEvenWhenFileModesLetItIn) {
   EXPECT_EQ(Control(control, "status").substr(0, 10), "ok dormant");  // we still may
   ASSERT_EQ(app.Finish(), 0) << app.err();
 }
+
+INSTANTIATE_TEST_SUITE_P(BothRuntimes, AttachTest, BothRuntimes(), RuntimeParamName);
 
 }  // namespace
 }  // namespace fragscope::agent_test

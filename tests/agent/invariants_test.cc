@@ -17,6 +17,8 @@
 namespace fragscope::agent_test {
 namespace {
 
+using InvariantsTest = RuntimeTest;
+
 RunOptions Traced(const std::string& path, std::map<std::string, std::string> env = {}) {
   env["FRAGSCOPE_OUTPUT"] = path;
   return RunOptions{true, env};
@@ -39,7 +41,7 @@ void ExpectCausalOrder(const Trace& trace) {
   }
 }
 
-TEST(InvariantsTest, SixteenThreads) {
+TEST_P(InvariantsTest, SixteenThreads) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"threads"}, Traced(dir.File("t.fst")));
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -70,7 +72,7 @@ TEST(InvariantsTest, SixteenThreads) {
   }
 }
 
-TEST(InvariantsTest, ErrnoAndCudaErrorStateAreThoseOfTheProgram) {
+TEST_P(InvariantsTest, ErrnoAndCudaErrorStateAreThoseOfTheProgram) {
   TempDir dir;
   RunResult traced =
       RunProgram(AppPath("agent_runtime_app"), {"error_state"}, Traced(dir.File("t.fst")));
@@ -91,7 +93,7 @@ TEST(InvariantsTest, ErrnoAndCudaErrorStateAreThoseOfTheProgram) {
 // libstdc++: PyTorch's autograd thread, unwound by pthread_exit while Python finalized, ran our
 // personality routine and died in our terminate ("terminate called without an active
 // exception"), and a program's std::set_terminate handler would not have been ours to call.
-TEST(InvariantsTest, TheAgentExportsItsApiAndNoCxxRuntime) {
+TEST_P(InvariantsTest, TheAgentExportsItsApiAndNoCxxRuntime) {
   void* agent = dlopen(AgentLibrary().c_str(), RTLD_LAZY | RTLD_LOCAL);
   ASSERT_NE(agent, nullptr) << dlerror();
   // dlsym on a handle searches the library and its dependencies, none of which is libstdc++.
@@ -111,7 +113,7 @@ TEST(InvariantsTest, TheAgentExportsItsApiAndNoCxxRuntime) {
 // own dispatcher; written by such a child, that table lost them, and the parent's next signal
 // took the default action: a Ctrl-C killed a Python program instead of raising
 // KeyboardInterrupt after any subprocess.run().
-TEST(InvariantsTest, AVforkChildDoesNotTakeTheProgramsSignalHandlers) {
+TEST_P(InvariantsTest, AVforkChildDoesNotTakeTheProgramsSignalHandlers) {
   TempDir dir;
   RunResult run =
       RunProgram(AppPath("agent_runtime_app"), {"vfork_signals"}, Traced(dir.File("t.fst")));
@@ -128,7 +130,7 @@ TEST(InvariantsTest, AVforkChildDoesNotTakeTheProgramsSignalHandlers) {
   EXPECT_EQ(DescribeEvents(trace).size(), 2u);
 }
 
-TEST(InvariantsTest, ForkedChildStaysSilentByDefault) {
+TEST_P(InvariantsTest, ForkedChildStaysSilentByDefault) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"fork"}, Traced(dir.File("t.fst")));
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -143,7 +145,7 @@ TEST(InvariantsTest, ForkedChildStaysSilentByDefault) {
   EXPECT_EQ(trace.hello()->pid(), trace.hello()->pid());
 }
 
-TEST(InvariantsTest, ForkedChildStartsItsOwnStreamWhenFollowed) {
+TEST_P(InvariantsTest, ForkedChildStartsItsOwnStreamWhenFollowed) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"fork"},
                              Traced(dir.File("t.fst"), {{"FRAGSCOPE_FOLLOW_FORK", "1"}}));
@@ -172,7 +174,7 @@ TEST(InvariantsTest, ForkedChildStartsItsOwnStreamWhenFollowed) {
   EXPECT_EQ(child.end()->events_recorded(), 2u);
 }
 
-TEST(InvariantsTest, FollowedChildWithPidPatternGetsItsOwnFile) {
+TEST_P(InvariantsTest, FollowedChildWithPidPatternGetsItsOwnFile) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"fork"},
                              Traced(dir.File("t.%p.fst"), {{"FRAGSCOPE_FOLLOW_FORK", "1"}}));
@@ -189,7 +191,7 @@ TEST(InvariantsTest, FollowedChildWithPidPatternGetsItsOwnFile) {
   EXPECT_EQ(dir.List().size(), 2u);
 }
 
-TEST(InvariantsTest, ExecdProgramIsTracedByItsOwnPreload) {
+TEST_P(InvariantsTest, ExecdProgramIsTracedByItsOwnPreload) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"exec"}, Traced(dir.File("t.%p.fst")));
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -218,7 +220,7 @@ TEST(InvariantsTest, ExecdProgramIsTracedByItsOwnPreload) {
   }
 }
 
-TEST(InvariantsTest, CudaCallsFromStaticConstructorsAndAtexitAreRecorded) {
+TEST_P(InvariantsTest, CudaCallsFromStaticConstructorsAndAtexitAreRecorded) {
   TempDir dir;
   RunOptions traced = Traced(dir.File("t.fst"), {{"RUNTIME_APP_STATIC_CTOR", "1"}});
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"static_ctor_atexit"}, traced);
@@ -256,7 +258,7 @@ TEST(InvariantsTest, CudaCallsFromStaticConstructorsAndAtexitAreRecorded) {
 
 // CUDA calls from a library destructor that runs after the agent's own are recorded, and the
 // stream still ends after them.
-TEST(InvariantsTest, CallsFromLibraryDestructorsComeBeforeEnd) {
+TEST_P(InvariantsTest, CallsFromLibraryDestructorsComeBeforeEnd) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_late_app"), {}, Traced(dir.File("t.fst")));
   RunResult plain = RunProgram(AppPath("agent_late_app"), {}, RunOptions{false, {}});
@@ -279,7 +281,7 @@ TEST(InvariantsTest, CallsFromLibraryDestructorsComeBeforeEnd) {
   EXPECT_EQ(trace.end()->events_recorded(), events.size());
 }
 
-TEST(InvariantsTest, UnwritableOutputWarnsOnceAndTheProgramRunsOn) {
+TEST_P(InvariantsTest, UnwritableOutputWarnsOnceAndTheProgramRunsOn) {
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"malloc"},
                              Traced("/nonexistent-fragscope-dir/sub/t.fst"));
   RunResult plain = RunProgram(AppPath("agent_runtime_app"), {"malloc"}, RunOptions{false, {}});
@@ -294,7 +296,7 @@ TEST(InvariantsTest, UnwritableOutputWarnsOnceAndTheProgramRunsOn) {
 }
 
 // A collector listening on a Unix socket receives exactly the stream a file would hold.
-TEST(InvariantsTest, SocketOutputCarriesTheSameStream) {
+TEST_P(InvariantsTest, SocketOutputCarriesTheSameStream) {
   TempDir dir;
   std::string path = dir.File("collector.sock");
   int listener = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -331,7 +333,7 @@ TEST(InvariantsTest, SocketOutputCarriesTheSameStream) {
                       }));
 }
 
-TEST(InvariantsTest, NoCollectorListeningTheProgramRunsOn) {
+TEST_P(InvariantsTest, NoCollectorListeningTheProgramRunsOn) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"threads"},
                              RunOptions{true, {{"FRAGSCOPE_SOCKET", dir.File("nobody.sock")}}});
@@ -341,7 +343,7 @@ TEST(InvariantsTest, NoCollectorListeningTheProgramRunsOn) {
 }
 
 // The collector goes away mid-stream: the program runs on unaffected (no SIGPIPE, same results).
-TEST(InvariantsTest, CollectorVanishingMidStreamDoesNotDisturbTheProgram) {
+TEST_P(InvariantsTest, CollectorVanishingMidStreamDoesNotDisturbTheProgram) {
   TempDir dir;
   std::string path = dir.File("collector.sock");
   int listener = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -380,7 +382,7 @@ TEST(InvariantsTest, CollectorVanishingMidStreamDoesNotDisturbTheProgram) {
   }
 }
 
-TEST(InvariantsTest, DormantAgentRecordsNothing) {
+TEST_P(InvariantsTest, DormantAgentRecordsNothing) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"malloc"},
                              Traced(dir.File("t.fst"), {{"FRAGSCOPE_DORMANT", "1"}}));
@@ -390,7 +392,7 @@ TEST(InvariantsTest, DormantAgentRecordsNothing) {
 
 // Whether or not the ring overflows, every event is either in the trace or counted as dropped,
 // and drops are followed by a re-synchronizing snapshot.
-TEST(InvariantsTest, EventsAreShippedOrCountedAsDropped) {
+TEST_P(InvariantsTest, EventsAreShippedOrCountedAsDropped) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"burst"},
                              Traced(dir.File("t.fst"), {{"FRAGSCOPE_RING_MB", "1"}}));
@@ -416,7 +418,7 @@ TEST(InvariantsTest, EventsAreShippedOrCountedAsDropped) {
 
 // Every snapshot is exact at its seq: the allocations it lists are those the events up to that
 // seq leave live.
-TEST(InvariantsTest, PeriodicSnapshotsAreConsistentWithTheEvents) {
+TEST_P(InvariantsTest, PeriodicSnapshotsAreConsistentWithTheEvents) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"threads"},
                              Traced(dir.File("t.fst"), {{"FRAGSCOPE_SNAPSHOT_EVERY", "500"}}));
@@ -441,6 +443,8 @@ TEST(InvariantsTest, PeriodicSnapshotsAreConsistentWithTheEvents) {
     EXPECT_EQ(listed, replayed) << "snapshot at seq " << s->seq();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(BothRuntimes, InvariantsTest, BothRuntimes(), RuntimeParamName);
 
 }  // namespace
 }  // namespace fragscope::agent_test

@@ -10,6 +10,8 @@
 namespace fragscope::agent_test {
 namespace {
 
+using RouteTest = RuntimeTest;
+
 const char* const kDriverSymbols[] = {
 #define FRAGSCOPE_DRIVER_HOOK(symbol, base, api, kind) #symbol,
 #include "driver_hook_list.inc"
@@ -21,7 +23,7 @@ const char* const kRuntimeSymbols[] = {
 #undef FRAGSCOPE_RUNTIME_HOOK
 };
 
-TEST(RouteTest, EveryTableEntryIsReachableByEveryRoute) {
+TEST_P(RouteTest, EveryTableEntryIsReachableByEveryRoute) {
   TempDir dir;
   RunResult run = RunProgram(AppPath("agent_route_probe"), {},
                              RunOptions{true, {{"FRAGSCOPE_OUTPUT", dir.File("t.fst")}}});
@@ -55,7 +57,7 @@ TEST(RouteTest, EveryTableEntryIsReachableByEveryRoute) {
 }
 
 // Without the agent, the same probe finds none of its exports (the probe checks for real).
-TEST(RouteTest, ProbeSeesNoAgentWhenNotPreloaded) {
+TEST_P(RouteTest, ProbeSeesNoAgentWhenNotPreloaded) {
   RunResult run = RunProgram(AppPath("agent_route_probe"), {}, RunOptions{false, {}});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   for (const auto& line : Lines(run.out)) {
@@ -66,6 +68,8 @@ TEST(RouteTest, ProbeSeesNoAgentWhenNotPreloaded) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(BothRuntimes, RouteTest, BothRuntimes(), RuntimeParamName);
 
 }  // namespace
 }  // namespace fragscope::agent_test

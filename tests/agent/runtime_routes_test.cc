@@ -1,6 +1,8 @@
 // The agent preloaded into programs using the CUDA runtime: linked shared (runtime symbols
 // interposed, the runtime's own driver calls folded into one event), linked statically (driver
 // events only), and driver entry points obtained through cudaGetDriverEntryPoint(ByVersion).
+// Every test runs twice: on this project's fake runtime and on NVIDIA's own libcudart.so.13
+// from the toolkit, both over the fake driver; the traces must be the same.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -12,12 +14,12 @@
 namespace fragscope::agent_test {
 namespace {
 
-class RuntimeRoutesTest : public ::testing::Test {
+class RuntimeRoutesTest : public RuntimeTest {
  protected:
   Trace RunApp(const std::string& app, std::vector<std::string> args,
                std::map<std::string, std::string> env = {}) {
     env["FRAGSCOPE_OUTPUT"] = dir_.File("trace.fst");
-    run_ = RunProgram(AppPath(app), args, RunOptions{true, env});
+    run_ = RunProgram(AppPath(app), args, RunOptions{true, env, GetParam()});
     EXPECT_EQ(run_.exit_code, 0) << run_.err;
     Trace trace = ReadTrace(dir_.File("trace.fst"));
     EXPECT_TRUE(trace.opened) << trace.error;
@@ -48,7 +50,7 @@ class RuntimeRoutesTest : public ::testing::Test {
 };
 
 // One event per runtime call, named after it, with no event for the driver call it makes.
-TEST_F(RuntimeRoutesTest, SharedRuntimeOneEventPerCall) {
+TEST_P(RuntimeRoutesTest, SharedRuntimeOneEventPerCall) {
   Trace trace = RunApp("agent_runtime_app", {"malloc"});
   EXPECT_EQ(DescribeEvents(trace), (std::vector<std::string>{
                                        "alloc cudaMalloc size=1048576 kind=DEVICE dev=0",
@@ -64,7 +66,7 @@ TEST_F(RuntimeRoutesTest, SharedRuntimeOneEventPerCall) {
 }
 
 // Stacks start in the program (not in the agent) and the module map covers their frames.
-TEST_F(RuntimeRoutesTest, StacksStartAtTheCallerAndResolveToModules) {
+TEST_P(RuntimeRoutesTest, StacksStartAtTheCallerAndResolveToModules) {
   Trace trace = RunApp("agent_runtime_app", {"malloc"});
   struct Range {
     std::string path;
@@ -109,7 +111,7 @@ TEST_F(RuntimeRoutesTest, StacksStartAtTheCallerAndResolveToModules) {
   EXPECT_TRUE(program_listed);
 }
 
-TEST_F(RuntimeRoutesTest, EveryRuntimeAllocationFamily) {
+TEST_P(RuntimeRoutesTest, EveryRuntimeAllocationFamily) {
   Trace trace = RunApp("agent_runtime_app", {"families"});
   const uint64_t pitch = Value("pitch");
   const uint64_t pitch3d = Value("pitch3d");
@@ -140,7 +142,7 @@ TEST_F(RuntimeRoutesTest, EveryRuntimeAllocationFamily) {
   EXPECT_EQ(e[6]->free().pool(), pool);
 }
 
-TEST_F(RuntimeRoutesTest, DriverEntryPointsFromTheRuntime) {
+TEST_P(RuntimeRoutesTest, DriverEntryPointsFromTheRuntime) {
   Trace trace = RunApp("agent_runtime_app", {"entrypoint"});
   const uint64_t page = 2 << 20;
   auto s = [](uint64_t v) { return std::to_string(v); };
@@ -162,9 +164,14 @@ TEST_F(RuntimeRoutesTest, DriverEntryPointsFromTheRuntime) {
 }
 
 // A statically linked runtime cannot be interposed; its driver calls are, through the
-// dlsym + cuGetProcAddress route it takes like the shared one.
-TEST_F(RuntimeRoutesTest, StaticRuntimeIsSeenAtTheDriver) {
-  Trace trace = RunApp("agent_static_app", {});
+// dlsym + cuGetProcAddress route it takes like the shared one. (The program is linked with the
+// fake libcudart_static.a or with NVIDIA's.)
+TEST_P(RuntimeRoutesTest, StaticRuntimeIsSeenAtTheDriver) {
+#ifndef FRAGSCOPE_TEST_HAVE_NVIDIA_STATIC_APP
+  if (GetParam() == Runtime::kNvidia) GTEST_SKIP() << "the toolkit has no libcudart_static.a";
+#endif
+  Trace trace =
+      RunApp(GetParam() == Runtime::kNvidia ? "agent_static_app_nvidia" : "agent_static_app", {});
   EXPECT_EQ(DescribeEvents(trace), (std::vector<std::string>{
                                        "alloc cuMemAlloc_v2 size=1048576 kind=DEVICE dev=0",
                                        "alloc cuMemAlloc_v2 size=4096 kind=DEVICE dev=0",
@@ -182,7 +189,7 @@ TEST_F(RuntimeRoutesTest, StaticRuntimeIsSeenAtTheDriver) {
 // (kind=GRAPH, in_capture); one on the legacy default stream, which no capture can include, is
 // its pool's. The per-thread default stream is stream 0 of the _ptsz entry points: its capture
 // state is the per-thread stream's, not the legacy stream's.
-TEST_F(RuntimeRoutesTest, AllocationsInsideAGraphCaptureAreGraphMemory) {
+TEST_P(RuntimeRoutesTest, AllocationsInsideAGraphCaptureAreGraphMemory) {
   Trace trace = RunApp("agent_runtime_app", {"capture"}, {});
   ASSERT_EQ(run_.exit_code, 0) << run_.out << run_.err;
   EXPECT_EQ(DescribeEvents(trace), (std::vector<std::string>{
@@ -193,7 +200,7 @@ TEST_F(RuntimeRoutesTest, AllocationsInsideAGraphCaptureAreGraphMemory) {
       << run_.out;
 }
 
-TEST_F(RuntimeRoutesTest, InjectedFailureIsAFailedAllocWithTheDriversResult) {
+TEST_P(RuntimeRoutesTest, InjectedFailureIsAFailedAllocWithTheDriversResult) {
   Trace trace = RunApp("agent_runtime_app", {"malloc"}, {{"FAKECUDA_FAIL_AT", "2"}});
   std::vector<std::string> described = DescribeEvents(trace);
   ASSERT_EQ(described.size(), 3u) << run_.out;
@@ -209,7 +216,7 @@ TEST_F(RuntimeRoutesTest, InjectedFailureIsAFailedAllocWithTheDriversResult) {
 // A free ships before the real call (so a cudaFree that waits for the device does not hold its
 // seq back); when the runtime then refuses it, the allocation is put back by an event of its
 // own, after the free, with the allocation's own site.
-TEST_F(RuntimeRoutesTest, ARefusedFreePutsTheAllocationBack) {
+TEST_P(RuntimeRoutesTest, ARefusedFreePutsTheAllocationBack) {
   Trace trace = RunApp("agent_runtime_app", {"refused_free"});
   ASSERT_GE(Lines(run_.out).size(), 3u) << run_.out;
   EXPECT_EQ(Lines(run_.out)[1][3], "900") << run_.out;  // cudaErrorStreamCaptureUnsupported
@@ -234,7 +241,7 @@ TEST_F(RuntimeRoutesTest, ARefusedFreePutsTheAllocationBack) {
 // A failed stream-ordered allocation is preceded by a sample of its pool: what the pool keeps
 // beyond its live blocks (here a block freed on the stream) is the pool's, not memory outside
 // the process, when the collector judges the failure.
-TEST_F(RuntimeRoutesTest, FailedPoolAllocationSamplesItsPoolFirst) {
+TEST_P(RuntimeRoutesTest, FailedPoolAllocationSamplesItsPoolFirst) {
   Trace trace = RunApp("agent_runtime_app", {"pool_oom"});
   const v1::Frame* failed = nullptr;
   const v1::Frame* sample = nullptr;  // the last pool sample before the failure
@@ -262,7 +269,7 @@ TEST_F(RuntimeRoutesTest, FailedPoolAllocationSamplesItsPoolFirst) {
   EXPECT_GE(reserved, uint64_t{128} << 20) << "the pool keeps the freed block";
 }
 
-TEST_F(RuntimeRoutesTest, AnnotationsBecomeBlockFailedAndMarkFrames) {
+TEST_P(RuntimeRoutesTest, AnnotationsBecomeBlockFailedAndMarkFrames) {
   Trace trace = RunApp("agent_runtime_app", {"annotate"});
   EXPECT_EQ(DescribeEvents(trace),
             (std::vector<std::string>{
@@ -292,7 +299,7 @@ TEST_F(RuntimeRoutesTest, AnnotationsBecomeBlockFailedAndMarkFrames) {
 // An adapter's source-level sites (annotate.h fragscope_source_stack, fragscope_block_site):
 // equal stacks get one id, each is shipped once as a SymbolizedStack ahead of the first event
 // that names it, and the site events carry the block's address and the id.
-TEST_F(RuntimeRoutesTest, SourceSitesAreShippedOnceBeforeTheEventsNamingThem) {
+TEST_P(RuntimeRoutesTest, SourceSitesAreShippedOnceBeforeTheEventsNamingThem) {
   Trace trace = RunApp("agent_runtime_app", {"source_sites"});
   std::vector<uint64_t> ids;
   for (const auto& line : Lines(run_.out)) {
@@ -355,14 +362,15 @@ TEST_F(RuntimeRoutesTest, SourceSitesAreShippedOnceBeforeTheEventsNamingThem) {
   EXPECT_LT(failure_stacks[uint64_t{1} << 30], uint64_t{1} << 32);
 }
 
-TEST_F(RuntimeRoutesTest, AnnotationsAreHarmlessWithoutTheAgent) {
-  RunResult plain = RunProgram(AppPath("agent_runtime_app"), {"annotate"}, RunOptions{false, {}});
+TEST_P(RuntimeRoutesTest, AnnotationsAreHarmlessWithoutTheAgent) {
+  RunResult plain =
+      RunProgram(AppPath("agent_runtime_app"), {"annotate"}, RunOptions{false, {}, GetParam()});
   EXPECT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_NE(plain.out.find("active 0"), std::string::npos);
 }
 
 // What the trace says is live at exit is what the fake driver really holds.
-TEST_F(RuntimeRoutesTest, LiveSetAtExitMatchesTheDriversGroundTruth) {
+TEST_P(RuntimeRoutesTest, LiveSetAtExitMatchesTheDriversGroundTruth) {
   Trace trace = RunApp("agent_runtime_app", {"leak"}, {{"FAKECUDA_LIVE_DUMP", dir_.File("live")}});
   std::map<uint64_t, uint64_t> live;  // address -> size, replayed from the trace
   for (const v1::Frame* f : trace.Events()) {
@@ -381,7 +389,7 @@ TEST_F(RuntimeRoutesTest, LiveSetAtExitMatchesTheDriversGroundTruth) {
 }
 
 // An ordinary program compiled by nvcc with -cudart shared (skipped where nvcc is absent).
-TEST_F(RuntimeRoutesTest, NvccCompiledProgram) {
+TEST_P(RuntimeRoutesTest, NvccCompiledProgram) {
 #ifndef FRAGSCOPE_TEST_HAVE_NVCC_APP
   GTEST_SKIP() << "nvcc not found at configure time";
 #else
@@ -404,6 +412,8 @@ TEST_F(RuntimeRoutesTest, NvccCompiledProgram) {
   EXPECT_EQ(trace.end()->events_recorded(), 4u);
 #endif
 }
+
+INSTANTIATE_TEST_SUITE_P(BothRuntimes, RuntimeRoutesTest, BothRuntimes(), RuntimeParamName);
 
 }  // namespace
 }  // namespace fragscope::agent_test

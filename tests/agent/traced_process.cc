@@ -28,6 +28,33 @@ std::string AppPath(const std::string& name) {
   return std::string(FRAGSCOPE_TEST_APP_DIR) + "/" + name;
 }
 std::string FakeCudaLibDir() { return FRAGSCOPE_TEST_FAKECUDA_LIB_DIR; }
+std::string NvidiaRuntimeDir() { return FRAGSCOPE_TEST_NVIDIA_RUNTIME_DIR; }
+const char* RuntimeName(Runtime runtime) {
+  return runtime == Runtime::kNvidia ? "NvidiaRuntime" : "FakeRuntime";
+}
+
+namespace {
+Runtime default_runtime = Runtime::kFake;
+}  // namespace
+
+Runtime DefaultRuntime() { return default_runtime; }
+
+void RuntimeTest::SetUp() {
+  if (GetParam() == Runtime::kNvidia && NvidiaRuntimeDir().empty()) {
+    GTEST_SKIP() << "the CUDA toolkit has no libcudart.so.13 (NVIDIA's runtime)";
+  }
+  default_runtime = GetParam();
+}
+
+void RuntimeTest::TearDown() { default_runtime = Runtime::kFake; }
+
+::testing::internal::ParamGenerator<Runtime> BothRuntimes() {
+  return ::testing::Values(Runtime::kFake, Runtime::kNvidia);
+}
+
+std::string RuntimeParamName(const ::testing::TestParamInfo<Runtime>& info) {
+  return RuntimeName(info.param);
+}
 
 TempDir::TempDir() {
   const char* base = getenv("TMPDIR");
@@ -78,7 +105,8 @@ ChildCommand::ChildCommand(const std::string& program, const std::vector<std::st
   for (char** e = environ; *e != nullptr; ++e) {
     if (Inherited(*e)) env_.push_back(*e);
   }
-  env_.push_back("LD_LIBRARY_PATH=" + FakeCudaLibDir());
+  env_.push_back("LD_LIBRARY_PATH=" +
+                 (options.runtime == Runtime::kNvidia ? NvidiaRuntimeDir() : FakeCudaLibDir()));
   if (options.preload) env_.push_back("LD_PRELOAD=" + AgentLibrary());
   for (const auto& [name, value] : options.env) env_.push_back(name + "=" + value);
   argv_.push_back(program);

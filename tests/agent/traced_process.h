@@ -3,6 +3,8 @@
 #ifndef FRAGSCOPE_TESTS_AGENT_TRACED_PROCESS_H_
 #define FRAGSCOPE_TESTS_AGENT_TRACED_PROCESS_H_
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -16,6 +18,29 @@ namespace fragscope::agent_test {
 std::string AgentLibrary();  // libfragscope.so
 std::string AppPath(const std::string& name);
 std::string FakeCudaLibDir();
+// NVIDIA's libcudart.so.13 beside the fake driver; "" when the toolkit has none.
+std::string NvidiaRuntimeDir();
+
+// Which CUDA runtime a program linked against libcudart.so.13 gets: this project's fake one, or
+// NVIDIA's own from the toolkit, both over the fake driver.
+enum class Runtime { kFake, kNvidia };
+const char* RuntimeName(Runtime runtime);  // "FakeRuntime", "NvidiaRuntime" (test names)
+
+// The runtime a RunOptions gets when none is named: kFake, unless a RuntimeTest fixture (below)
+// is running its test on NVIDIA's.
+Runtime DefaultRuntime();
+
+// A fixture for tests that run on both runtimes (TEST_P, instantiated with
+// INSTANTIATE_TEST_SUITE_P(..., BothRuntimes(), RuntimeParamName)): every RunOptions made during
+// the test defaults to the test's runtime, and the NVIDIA case is skipped, with the reason, where
+// the toolkit has no libcudart.so.13.
+class RuntimeTest : public ::testing::TestWithParam<Runtime> {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+};
+::testing::internal::ParamGenerator<Runtime> BothRuntimes();
+std::string RuntimeParamName(const ::testing::TestParamInfo<Runtime>& info);
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents by the destructor.
 class TempDir {
@@ -35,6 +60,7 @@ class TempDir {
 struct RunOptions {
   bool preload = true;                     // LD_PRELOAD the agent
   std::map<std::string, std::string> env;  // extra environment (FRAGSCOPE_*, FAKECUDA_*, ...)
+  Runtime runtime = DefaultRuntime();      // which libcudart.so.13 the library path offers
 };
 
 struct RunResult {
@@ -46,7 +72,8 @@ struct RunResult {
 
 // What execve(2) gets to run `program args...` by RunOptions' rules: the test's environment
 // less FRAGSCOPE_*, FAKECUDA_*, LD_PRELOAD, LD_LIBRARY_PATH and CUDA_VISIBLE_DEVICES, then the
-// fake CUDA libraries, the agent when `options.preload`, and `options.env`. Built before fork(),
+// fake CUDA libraries (or, for Runtime::kNvidia, only the fake driver and NVML beside NVIDIA's
+// runtime), the agent when `options.preload`, and `options.env`. Built before fork(),
 // so the child only calls execve. The char* arrays point into this object: keep it alive and
 // unmoved until execve.
 class ChildCommand {

@@ -159,6 +159,7 @@ CUresult DestroyContext(CUcontext handle) {
   if (!ctx || !s.contexts.count(ctx) || !ctx->alive) return CUDA_ERROR_INVALID_CONTEXT;
   RunLocalStorageDestructorsUnlocked(lock, ctx);
   if (!ctx->alive) return CUDA_SUCCESS;  // destroyed by another thread meanwhile
+  NoteContextTeardownLocked(s);
   DeactivateContextLocked(s, ctx);
   auto& stack = ContextStack();
   for (auto& entry : stack) {
@@ -176,7 +177,10 @@ CUresult PrimaryRelease(CUdevice dev) {
   if (primary.primary_refs <= 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (primary.primary_refs == 1) RunLocalStorageDestructorsUnlocked(lock, &primary);
   if (primary.primary_refs <= 0) return CUDA_ERROR_INVALID_CONTEXT;  // released meanwhile
-  if (--primary.primary_refs == 0) DeactivateContextLocked(s, &primary);
+  if (--primary.primary_refs == 0) {
+    NoteContextTeardownLocked(s);
+    DeactivateContextLocked(s, &primary);
+  }
   return CUDA_SUCCESS;
 }
 
@@ -186,7 +190,10 @@ CUresult PrimaryReset(CUdevice dev) {
   if (CUresult r = CheckDevice(s, dev); r != CUDA_SUCCESS) return r;
   Context& primary = s.devices[dev].primary;
   if (primary.alive) RunLocalStorageDestructorsUnlocked(lock, &primary);
-  if (primary.alive) DeactivateContextLocked(s, &primary);
+  if (primary.alive) {
+    NoteContextTeardownLocked(s);
+    DeactivateContextLocked(s, &primary);
+  }
   primary.flags = 0;
   return CUDA_SUCCESS;
 }
@@ -241,6 +248,7 @@ CUresult cuInit(unsigned int Flags) {
     ConfigureDevicesLocked(s);
     if (!armed.empty()) s.fail_at = armed;
     s.initialized = true;
+    WatchExitLocked(s);
   }
   return s.device_count == 0 ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
 }

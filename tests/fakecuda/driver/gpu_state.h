@@ -229,6 +229,12 @@ struct State {
   // Per-API failure injection (FAKECUDA_FAIL_CALLS=api:n,...): api -> {calls, n}.
   std::map<std::string, std::pair<uint64_t, uint64_t>> call_failures;
   uint64_t frees_done = 0;  // successful cuMemFree calls (FAKECUDA_FREE_WAIT)
+  // FAKECUDA_LIVE_DUMP: exit() has begun (an atexit handler registered by cuInit), and the live
+  // table as it was when a context was first torn down after that (NVIDIA's runtime releases
+  // its primary context from its library destructor, freeing what the program left).
+  bool exiting = false;
+  bool exit_live_taken = false;
+  std::vector<fakecuda_live_entry> exit_live;
 };
 
 State& GetState();
@@ -304,5 +310,10 @@ void DropHandleIfUnusedLocked(State& s, uint64_t handle_id);
 
 // Resets all state (fakecuda_reset).
 void ResetLocked(State& s);
+
+// Ground truth at exit (ground_truth.cc): registers, once, the atexit handler that marks the
+// start of exit(); and keeps the live table before the first context teardown during exit.
+void WatchExitLocked(State& s);
+void NoteContextTeardownLocked(State& s);
 
 }  // namespace fakecuda

@@ -60,23 +60,36 @@ bool CountsAsAllocation(int kind) {
   }
 }
 
-// Runs when libcuda.so.1 is unloaded or the process exits normally. Another thread may still
-// hold the lock (exit() does not stop threads), so wait briefly instead of deadlocking.
+// Another thread may still hold the lock at exit (exit() does not stop threads), so wait
+// briefly instead of deadlocking.
+bool LockAtExit(std::unique_lock<std::mutex>& lock) {
+  for (int i = 0; i < 200 && !lock.try_lock(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return lock.owns_lock();
+}
+
+// Runs before library destructors (atexit handlers registered after start-up come first).
+void MarkExiting() {
+  State& s = GetState();
+  std::unique_lock<std::mutex> lock(s.mu, std::defer_lock);
+  if (LockAtExit(lock)) s.exiting = true;
+}
+
+// Runs when libcuda.so.1 is unloaded or the process exits normally: what the program left
+// live, taken before any runtime tore its contexts down at exit.
 __attribute__((destructor)) void WriteLiveDump() {
   const char* path = std::getenv("FAKECUDA_LIVE_DUMP");
   if (!path || !*path) return;
   State& s = GetState();
   std::unique_lock<std::mutex> lock(s.mu, std::defer_lock);
-  for (int i = 0; i < 200 && !lock.try_lock(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!lock.owns_lock()) {
+  if (!LockAtExit(lock)) {
     std::fprintf(stderr, "fakecuda: state busy at exit, %s not written\n", path);
     return;
   }
   FILE* out = std::fopen(path, "we");
   if (!out) return;
-  for (const fakecuda_live_entry& e : CollectLocked(s)) {
+  for (const fakecuda_live_entry& e : s.exit_live_taken ? s.exit_live : CollectLocked(s)) {
     std::fprintf(out, "%s 0x%" PRIx64 " %" PRIu64 " %d\n", fakecuda_kind_name(e.kind), e.address,
                  e.size, e.device);
   }
@@ -84,6 +97,17 @@ __attribute__((destructor)) void WriteLiveDump() {
 }
 
 }  // namespace
+
+void fakecuda::WatchExitLocked(State&) {
+  static bool registered = false;
+  if (!registered) registered = std::atexit(&MarkExiting) == 0;
+}
+
+void fakecuda::NoteContextTeardownLocked(State& s) {
+  if (!s.exiting || s.exit_live_taken) return;
+  s.exit_live = CollectLocked(s);
+  s.exit_live_taken = true;
+}
 
 extern "C" {
 
