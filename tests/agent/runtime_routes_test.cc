@@ -413,6 +413,51 @@ TEST_P(RuntimeRoutesTest, NvccCompiledProgram) {
 #endif
 }
 
+// Every allocation family, a device reset and exit: NVIDIA's runtime and the fake one make the
+// same driver calls the agent records, so their traces hold the same events; on each, what the
+// trace leaves live at exit is what the driver holds.
+TEST(RuntimeParityTest, SameEventsOnBothRuntimes) {
+  if (NvidiaRuntimeDir().empty()) GTEST_SKIP() << "the CUDA toolkit has no libcudart.so.13";
+  std::map<Runtime, std::vector<std::string>> described;
+  for (Runtime runtime : {Runtime::kFake, Runtime::kNvidia}) {
+    SCOPED_TRACE(RuntimeName(runtime));
+    TempDir dir;
+    RunResult run = RunProgram(AppPath("agent_runtime_app"), {"parity"},
+                               RunOptions{true,
+                                          {{"FRAGSCOPE_OUTPUT", dir.File("t.fst")},
+                                           {"FAKECUDA_LIVE_DUMP", dir.File("live")}},
+                                          runtime});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    for (const auto& line : Lines(run.out)) {
+      ASSERT_EQ(line.size(), 4u) << run.out;
+      EXPECT_EQ(line[3], "0") << "failed: " << line[0];
+    }
+    Trace trace = ReadTrace(dir.File("t.fst"));
+    ASSERT_TRUE(trace.clean) << trace.error;
+    described[runtime] = DescribeEvents(trace);
+    std::map<uint64_t, uint64_t> live, truth;
+    for (const v1::Frame* f : trace.Events()) {
+      if (f->has_alloc()) live[f->alloc().address()] = f->alloc().size();
+      if (f->has_free()) live.erase(f->free().address());
+    }
+    for (const auto& line : Lines(ReadFile(dir.File("live")))) {
+      if (line.size() >= 3) truth[ParseAddress(line[1])] = std::stoull(line[2]);
+    }
+    EXPECT_EQ(live, truth);
+    ASSERT_EQ(live.size(), 1u);
+    EXPECT_EQ(live.begin()->second, 4096u);
+  }
+  EXPECT_EQ(described[Runtime::kNvidia], described[Runtime::kFake]);
+  const std::vector<std::string>& e = described[Runtime::kFake];
+  ASSERT_EQ(e.size(), 21u);
+  EXPECT_EQ(e[0], "alloc cudaMalloc size=1048576 kind=DEVICE dev=0");
+  EXPECT_EQ(e[1], "alloc cudaMallocAsync size=5000 kind=POOL dev=0");
+  EXPECT_EQ(e[3], "alloc cudaMallocFromPoolAsync size=999 kind=POOL dev=0");
+  EXPECT_EQ(e[5], "alloc cudaMallocManaged size=4321 kind=MANAGED dev=0");
+  EXPECT_EQ(e[8], "map cuMemAddressReserve OP_RESERVE size=4194304 dev=-1");
+  EXPECT_EQ(e[18], "alloc cudaMalloc size=3145728 kind=DEVICE dev=0");  // after the reset
+}
+
 INSTANTIATE_TEST_SUITE_P(BothRuntimes, RuntimeRoutesTest, BothRuntimes(), RuntimeParamName);
 
 }  // namespace

@@ -1,4 +1,5 @@
-// A program using the CUDA runtime (the fake libcudart.so.13, linked shared), one scenario per
+// A program using the CUDA runtime (libcudart.so.13 linked shared: the fake one, or NVIDIA's
+// when the tests put it first on the library path), one scenario per
 // run: `runtime_app SCENARIO`. Prints one line per memory operation
 // ("<what> <address> <size> <result>") and a few facts the tests compare with the trace.
 #include <cuda.h>
@@ -350,6 +351,122 @@ int Leak() {
   return 0;
 }
 
+// Every allocation family in one run, for comparing runtimes: plain, stream-ordered (default
+// and created pool), managed, pitched, 3D, pinned host memory, VMM through a driver entry
+// point, a memory-info query, then cudaDeviceReset (NVIDIA's runtime tears down its context
+// state through the driver's context-local storage), allocations after it, and one allocation
+// left live at exit.
+int Parity() {
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess) return 3;
+  void* plain = nullptr;
+  {
+    cudaError_t r = cudaMalloc(&plain, 1 << 20);
+    Print("cudaMalloc", plain, 1 << 20, r);
+  }
+  void* async = nullptr;
+  {
+    cudaError_t r = cudaMallocAsync(&async, 5000, stream);
+    Print("cudaMallocAsync", async, 5000, r);
+  }
+  Print("cudaFreeAsync", async, 0, cudaFreeAsync(async, stream));
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  cudaMemPool_t pool = nullptr;
+  if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) return 3;
+  void* pooled = nullptr;
+  {
+    cudaError_t r = cudaMallocFromPoolAsync(&pooled, 999, pool, stream);
+    Print("cudaMallocFromPoolAsync", pooled, 999, r);
+  }
+  Print("cudaFreeAsync", pooled, 0, cudaFreeAsync(pooled, stream));
+  cudaStreamSynchronize(stream);
+  Print("cudaMemPoolTrimTo", nullptr, 0, cudaMemPoolTrimTo(pool, 0));
+  void* managed = nullptr;
+  {
+    cudaError_t r = cudaMallocManaged(&managed, 4321, cudaMemAttachGlobal);
+    Print("cudaMallocManaged", managed, 4321, r);
+  }
+  void* pitched = nullptr;
+  size_t pitch = 0;
+  {
+    cudaError_t r = cudaMallocPitch(&pitched, &pitch, 1000, 10);
+    Print("cudaMallocPitch", pitched, 0, r);
+  }
+  cudaPitchedPtr p3{};
+  {
+    cudaError_t r = cudaMalloc3D(&p3, cudaExtent{300, 4, 5});
+    Print("cudaMalloc3D", p3.ptr, 0, r);
+  }
+  void* host = nullptr;
+  {
+    cudaError_t r = cudaMallocHost(&host, 8192);
+    Print("cudaMallocHost", host, 8192, r);
+  }
+  void* mapped_host = nullptr;
+  {
+    cudaError_t r = cudaHostAlloc(&mapped_host, 4096, cudaHostAllocMapped | cudaHostAllocPortable);
+    Print("cudaHostAlloc", mapped_host, 4096, r);
+  }
+  size_t free_bytes = 0, total = 0;
+  {
+    cudaError_t r = cudaMemGetInfo(&free_bytes, &total);
+    Print("cudaMemGetInfo", nullptr, free_bytes, r);
+  }
+  cudaDriverEntryPointQueryResult status;
+  void* reserve_fn = nullptr;
+  void* create_fn = nullptr;
+  void* map_fn = nullptr;
+  void* unmap_fn = nullptr;
+  void* release_fn = nullptr;
+  void* address_free_fn = nullptr;
+  for (auto [name, fn] :
+       {std::pair{"cuMemAddressReserve", &reserve_fn}, std::pair{"cuMemCreate", &create_fn},
+        std::pair{"cuMemMap", &map_fn}, std::pair{"cuMemUnmap", &unmap_fn},
+        std::pair{"cuMemRelease", &release_fn}, std::pair{"cuMemAddressFree", &address_free_fn}}) {
+    if (cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &status) !=
+        cudaSuccess) {
+      return 3;
+    }
+  }
+  const size_t page = 2 << 20;
+  CUdeviceptr va = 0;
+  reinterpret_cast<PFN_cuMemAddressReserve_v10020>(reserve_fn)(&va, 2 * page, 0, 0, 0);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  reinterpret_cast<PFN_cuMemCreate_v10020>(create_fn)(&handle, page, &prop, 0);
+  reinterpret_cast<PFN_cuMemMap_v10020>(map_fn)(va, page, 0, handle, 0);
+  reinterpret_cast<PFN_cuMemUnmap_v10020>(unmap_fn)(va, page);
+  reinterpret_cast<PFN_cuMemRelease_v10020>(release_fn)(handle);
+  reinterpret_cast<PFN_cuMemAddressFree_v10020>(address_free_fn)(va, 2 * page);
+  Print("cudaFreeHost", host, 0, cudaFreeHost(host));
+  Print("cudaFreeHost", mapped_host, 0, cudaFreeHost(mapped_host));
+  Print("cudaFree", pitched, 0, cudaFree(pitched));
+  Print("cudaFree", p3.ptr, 0, cudaFree(p3.ptr));
+  Print("cudaFree", managed, 0, cudaFree(managed));
+  Print("cudaFree", plain, 0, cudaFree(plain));
+  cudaMemPoolDestroy(pool);
+  cudaStreamDestroy(stream);
+  Print("cudaDeviceReset", nullptr, 0, cudaDeviceReset());
+  void* after = nullptr;
+  {
+    cudaError_t r = cudaMalloc(&after, 3 << 20);
+    Print("cudaMalloc", after, 3 << 20, r);
+  }
+  void* left = nullptr;
+  {
+    cudaError_t r = cudaMalloc(&left, 4096);
+    Print("cudaMalloc", left, 4096, r);
+  }
+  Print("cudaFree", after, 0, cudaFree(after));
+  return 0;  // `left` stays allocated at exit
+}
+
 // Many short-lived allocations, as fast as possible (ring pressure).
 int Burst() {
   for (int i = 0; i < 50000; ++i) {
@@ -449,6 +566,7 @@ int main(int argc, char** argv) {
   }
   if (scenario == "fork") return Fork();
   if (scenario == "leak") return Leak();
+  if (scenario == "parity") return Parity();
   if (scenario == "burst") return Burst();
   if (scenario == "exec") return Exec(argv[0]);
   if (scenario == "static_ctor_atexit") return StaticCtorAtExit();
