@@ -202,7 +202,7 @@ cudaError_t cudaDeviceReset(void) {
   cudaError_t error;
   const DriverApi* api = Init(&error);
   if (!api) return Record(error);
-  // EnsureContext notices the inactive primary context and retains it again on next use.
+  // The driver runs our context-storage destructor; the next call sets the context up again.
   return Record(FromDriver(api->primaryCtxReset(CurrentDevice())));
 }
 

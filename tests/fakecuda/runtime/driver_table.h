@@ -16,6 +16,7 @@
 // real libcudart would also have looked up.
 #define FAKECUDA_RUNTIME_DRIVER_FUNCTIONS(X)                                        \
   X(init, cuInit, 2000, 0, )                                                        \
+  X(getExportTable, cuGetExportTable, 3000, 0, )                                    \
   X(driverGetVersion, cuDriverGetVersion, 2020, 0, )                                \
   X(deviceGet, cuDeviceGet, 2000, 0, )                                              \
   X(deviceGetCount, cuDeviceGetCount, 2000, 0, )                                    \

@@ -16,8 +16,10 @@ namespace fakecuda_rt {
 const DriverApi* Init(cudaError_t* error);
 
 // Init + makes sure the calling thread has a current context: the runtime's primary context
-// of the thread's device (retained on first use), unless the thread already has one current.
-// Fills *api. Returns cudaSuccess or the error.
+// of the thread's device, unless the thread already has another one current. As in NVIDIA's
+// runtime, the primary context is made current before it is retained, the runtime's state
+// lives in the context's local storage (so an initialized thread makes no driver call here),
+// and what was retained is released when the runtime is unloaded. Fills *api.
 cudaError_t EnsureContext(const DriverApi** api);
 
 // The thread's current device ordinal (cudaSetDevice), default 0.

@@ -185,6 +185,46 @@ TEST_F(RuntimeTest, DeviceResetFreesEverythingAndTheRuntimeRecovers) {
   EXPECT_EQ(cudaFree(p), cudaSuccess);
 }
 
+// As NVIDIA's runtime: the primary context handle comes from the driver's runtime interface
+// table, is made current and then retained exactly once; a context torn down underneath the
+// runtime (a release by someone else, a reset) is set up and retained again on the next call.
+TEST_F(RuntimeTest, PrimaryContextIsSetUpAsNvidiasRuntimeDoes) {
+  ASSERT_EQ(cudaFree(nullptr), cudaSuccess);
+  CUcontext current = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  const CUuuid runtime_interface = {{0x6b, char(0xd5), char(0xfb), 0x6c, 0x5b, char(0xf4),
+                                     char(0xe7), 0x4a, char(0x89), char(0x87), char(0xd9), 0x39,
+                                     0x12, char(0xfd), char(0x9d), char(0xf9)}};
+  const void* table = nullptr;
+  ASSERT_EQ(cuGetExportTable(&table, &runtime_interface), CUDA_SUCCESS);
+  CUcontext handle = nullptr;
+  auto get_primary =
+      reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(static_cast<void* const*>(table)[2]);
+  ASSERT_EQ(get_primary(&handle, 0), CUDA_SUCCESS);
+  EXPECT_EQ(current, handle);
+  unsigned flags = 0;
+  int active = 0;
+  ASSERT_EQ(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 1);
+  // One reference is the runtime's: releasing it destroys the context.
+  ASSERT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 0);
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, 4096), cudaSuccess);
+  ASSERT_EQ(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 1);
+  EXPECT_EQ(cudaFree(p), cudaSuccess);
+  // After a reset too, exactly one reference again.
+  ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&p, 4096), cudaSuccess);
+  EXPECT_EQ(cudaFree(p), cudaSuccess);
+  ASSERT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 0);
+  ASSERT_EQ(cudaFree(nullptr), cudaSuccess);  // leave it set up for the next test
+}
+
 TEST_F(RuntimeTest, OtherAllocationFamilies) {
   void* p = nullptr;
   size_t pitch = 0;
