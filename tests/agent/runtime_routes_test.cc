@@ -388,13 +388,18 @@ TEST_P(RuntimeRoutesTest, LiveSetAtExitMatchesTheDriversGroundTruth) {
   EXPECT_EQ(live, truth);
 }
 
-// An ordinary program compiled by nvcc with -cudart shared (skipped where nvcc is absent).
+// An ordinary program compiled by nvcc with -cudart shared (skipped where nvcc is absent):
+// kernels on two streams, a device variable, kernel queries and stream-ordered allocation.
 TEST_P(RuntimeRoutesTest, NvccCompiledProgram) {
 #ifndef FRAGSCOPE_TEST_HAVE_NVCC_APP
   GTEST_SKIP() << "nvcc not found at configure time";
 #else
   Trace trace = RunApp("agent_nvcc_app", {});
-  EXPECT_NE(run_.out.find("launch 0"), std::string::npos) << run_.out;
+  for (const char* step : {"symbol 0", "attributes 0", "occupancy 0", "launch 0", "copy 0",
+                           "stream_launch 0", "sync 0"}) {
+    EXPECT_NE(run_.out.find(std::string("\n") + step + "\n"), std::string::npos) << step << " in\n"
+                                                                                 << run_.out;
+  }
   EXPECT_EQ(DescribeEvents(trace), (std::vector<std::string>{
                                        "alloc cudaMalloc size=1024 kind=DEVICE dev=0",
                                        "alloc cudaMallocAsync size=1048576 kind=POOL dev=0",

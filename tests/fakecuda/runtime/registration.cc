@@ -24,10 +24,24 @@ struct KernelEntry {
   CUkernel kernel = nullptr;
 };
 
+struct VariableEntry {
+  FatBinary* binary = nullptr;
+  std::string name;
+  size_t bytes = 0;  // as nvcc registered it
+};
+
 struct Registry {
   std::mutex mu;
-  std::map<const void*, KernelEntry> kernels;  // host stub -> kernel
+  std::map<const void*, KernelEntry> kernels;      // host stub -> kernel
+  std::map<const void*, VariableEntry> variables;  // host shadow -> device variable
 };
+
+// Loads the binary's library on first use. Expects R().mu held.
+CUresult LoadLibraryLocked(const DriverApi* api, FatBinary* binary) {
+  if (binary->library) return CUDA_SUCCESS;
+  return api->libraryLoadData(&binary->library, binary->image, nullptr, nullptr, 0, nullptr,
+                              nullptr, 0);
+}
 
 Registry& R() {
   static Registry* registry = new Registry();  // leaked: unregistration runs at exit
@@ -64,16 +78,33 @@ cudaError_t KernelFor(const DriverApi* api, const void* host_function, CUkernel*
   if (it == r.kernels.end()) return cudaErrorInvalidDeviceFunction;
   KernelEntry& entry = it->second;
   if (!entry.kernel) {
-    if (!entry.binary->library) {
-      CUresult res = api->libraryLoadData(&entry.binary->library, entry.binary->image, nullptr,
-                                          nullptr, 0, nullptr, nullptr, 0);
-      if (res != CUDA_SUCCESS) return FromDriver(res);
+    if (CUresult res = LoadLibraryLocked(api, entry.binary); res != CUDA_SUCCESS) {
+      return FromDriver(res);
     }
     CUresult res = api->libraryGetKernel(&entry.kernel, entry.binary->library, entry.name.c_str());
     if (res != CUDA_SUCCESS) return FromDriver(res);
   }
   *out = entry.kernel;
   return cudaSuccess;
+}
+
+cudaError_t SymbolFor(const DriverApi* api, const void* host_variable, CUdeviceptr* address,
+                      size_t* bytes) {
+  Registry& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.variables.find(host_variable);
+  if (it == r.variables.end()) return cudaErrorInvalidSymbol;
+  VariableEntry& entry = it->second;
+  if (CUresult res = LoadLibraryLocked(api, entry.binary); res != CUDA_SUCCESS) {
+    return FromDriver(res);
+  }
+  size_t driver_bytes = 0;
+  CUresult res =
+      api->libraryGetGlobal(address, &driver_bytes, entry.binary->library, entry.name.c_str());
+  if (res != CUDA_SUCCESS) return FromDriver(res);
+  // The fake driver does not parse images: its globals are at least as big as any variable.
+  *bytes = entry.bytes;
+  return driver_bytes >= entry.bytes ? cudaSuccess : cudaErrorInvalidSymbol;
 }
 
 }  // namespace fakecuda_rt
@@ -97,6 +128,9 @@ void __cudaUnregisterFatBinary(void** fatCubinHandle) {
   for (auto it = r.kernels.begin(); it != r.kernels.end();) {
     it = it->second.binary == binary ? r.kernels.erase(it) : std::next(it);
   }
+  for (auto it = r.variables.begin(); it != r.variables.end();) {
+    it = it->second.binary == binary ? r.variables.erase(it) : std::next(it);
+  }
   // The library is not unloaded: at exit the driver may already be finalizing, and the fake
   // driver frees nothing for it anyway.
   delete binary;
@@ -113,9 +147,13 @@ void __cudaRegisterFunction(void** fatCubinHandle, const char* hostFun, char*,
   entry.kernel = nullptr;
 }
 
-// Device variables are registered but have no device storage in the fake (cudaMemcpyToSymbol
-// is not offered).
-void __cudaRegisterVar(void**, char*, char*, const char*, int, size_t, int, int) {}
+void __cudaRegisterVar(void** fatCubinHandle, char* hostVar, char*, const char* deviceName, int,
+                       size_t size, int, int) {
+  if (!fatCubinHandle || !hostVar || !deviceName) return;
+  Registry& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.variables[hostVar] = {static_cast<FatBinary*>(*fatCubinHandle), deviceName, size};
+}
 void __cudaRegisterManagedVar(void**, void**, char*, const char*, int, size_t, int, int) {}
 
 char __cudaInitModule(void**) { return 1; }

@@ -5,8 +5,9 @@
 // exist (cudaFuncGetAttributes@libcudart.so.13 missing means `import torch` fails), even those a
 // memory workload never calls. The ones with a meaning here are implemented on the driver; the
 // rest answer cudaErrorNotSupported (recorded as the thread's last error): the fake does not
-// simulate kernels' attributes, peer access, graph node editing, libraries, host callbacks or
-// symbols. Profiler start/stop succeed and do nothing, as with no profiler attached.
+// simulate peer access, graph node editing, libraries or host callbacks (kernel attributes,
+// occupancy and device symbols are in kernel_api.cc). Profiler start/stop succeed and do nothing,
+// as with no profiler attached.
 #include <cuda_profiler_api.h>
 
 #include <cstring>
@@ -69,9 +70,6 @@ cudaError_t cudaDeviceEnablePeerAccess(int, unsigned int) { return Record(cudaEr
 cudaError_t cudaDeviceGetGraphMemAttribute(int, enum cudaGraphMemAttributeType, void*) { return Record(cudaErrorNotSupported); }
 cudaError_t cudaDeviceSetGraphMemAttribute(int, enum cudaGraphMemAttributeType, void*) { return Record(cudaErrorNotSupported); }
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t, cudaStream_t, unsigned int) { return Record(cudaErrorNotSupported); }
-cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *, const void *) { return Record(cudaErrorNotSupported); }
-cudaError_t cudaFuncSetAttribute(const void *, enum cudaFuncAttribute, int) { return Record(cudaErrorNotSupported); }
-cudaError_t cudaGetSymbolAddress(void **, const void *) { return Record(cudaErrorNotSupported); }
 cudaError_t cudaGraphAddNode(cudaGraphNode_t *, cudaGraph_t, const cudaGraphNode_t *, const cudaGraphEdgeData *, size_t, struct cudaGraphNodeParams *) { return Record(cudaErrorNotSupported); }
 cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *, cudaGraph_t, unsigned int, unsigned int) { return Record(cudaErrorNotSupported); }
 cudaError_t cudaGraphGetNodes(cudaGraph_t, cudaGraphNode_t *, size_t *) { return Record(cudaErrorNotSupported); }
@@ -94,9 +92,6 @@ cudaError_t cudaLibraryUnload(cudaLibrary_t) { return Record(cudaErrorNotSupport
 cudaError_t cudaMemPoolSetAccess(cudaMemPool_t, const struct cudaMemAccessDesc *, size_t) { return Record(cudaErrorNotSupported); }
 cudaError_t cudaMemcpy2DAsync(void *, size_t, const void *, size_t, size_t, size_t, enum cudaMemcpyKind, cudaStream_t) { return Record(cudaErrorNotSupported); }
 cudaError_t cudaMemcpyPeerAsync(void *, int, const void *, int, size_t, cudaStream_t) { return Record(cudaErrorNotSupported); }
-cudaError_t cudaMemcpyToSymbol(const void *, const void *, size_t, size_t, enum cudaMemcpyKind) { return Record(cudaErrorNotSupported); }
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *, const void *, int, size_t) { return Record(cudaErrorNotSupported); }
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *, const void *, int, size_t, unsigned int) { return Record(cudaErrorNotSupported); }
 cudaError_t cudaStreamAddCallback(cudaStream_t, cudaStreamCallback_t, void *, unsigned int) { return Record(cudaErrorNotSupported); }
 cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t, cudaGraph_t, const cudaGraphNode_t *, const cudaGraphEdgeData *, size_t, enum cudaStreamCaptureMode) { return Record(cudaErrorNotSupported); }
 cudaError_t cudaStreamGetCaptureInfo(cudaStream_t, enum cudaStreamCaptureStatus *, unsigned long long *, cudaGraph_t *, const cudaGraphNode_t **, const cudaGraphEdgeData **, size_t *) { return Record(cudaErrorNotSupported); }
