@@ -105,8 +105,11 @@ ChildCommand::ChildCommand(const std::string& program, const std::vector<std::st
   for (char** e = environ; *e != nullptr; ++e) {
     if (Inherited(*e)) env_.push_back(*e);
   }
-  env_.push_back("LD_LIBRARY_PATH=" +
-                 (options.runtime == Runtime::kNvidia ? NvidiaRuntimeDir() : FakeCudaLibDir()));
+  std::string library_dir = options.library_dir;
+  if (library_dir.empty()) {
+    library_dir = options.runtime == Runtime::kNvidia ? NvidiaRuntimeDir() : FakeCudaLibDir();
+  }
+  env_.push_back("LD_LIBRARY_PATH=" + library_dir);
   if (options.preload) env_.push_back("LD_PRELOAD=" + AgentLibrary());
   for (const auto& [name, value] : options.env) env_.push_back(name + "=" + value);
   argv_.push_back(program);

@@ -61,6 +61,7 @@ struct RunOptions {
   bool preload = true;                     // LD_PRELOAD the agent
   std::map<std::string, std::string> env;  // extra environment (FRAGSCOPE_*, FAKECUDA_*, ...)
   Runtime runtime = DefaultRuntime();      // which libcudart.so.13 the library path offers
+  std::string library_dir = {};            // if set, LD_LIBRARY_PATH instead of `runtime`'s
 };
 
 struct RunResult {

@@ -4,6 +4,9 @@
 // cudaMalloc@libcudart.so.12 exports, also next to a CUDA 13 runtime in the same process.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+#include <cstdlib>
+
 #include <string>
 #include <vector>
 
@@ -76,6 +79,38 @@ TEST(Cu12Test, AgentRecordsCu12RuntimeCalls) {
     EXPECT_EQ(calls[i].result, "0");
     EXPECT_EQ(AddressOf(*events[i]), calls[i].address) << i;
   }
+}
+
+// NVIDIA's own CUDA 12 runtime (the nvidia-cuda-runtime-cu12 wheel's libcudart.so.12, not in
+// the toolkit this project builds with) on the fake driver: the same events as on the fake CUDA
+// 12 runtime. Optional: FRAGSCOPE_TEST_NVIDIA_CUDART12=/path/to/libcudart.so.12.
+TEST(Cu12Test, NvidiasCu12RuntimeGivesTheSameTrace) {
+  const char* cudart12 = std::getenv("FRAGSCOPE_TEST_NVIDIA_CUDART12");
+  if (!cudart12 || !*cudart12) {
+    GTEST_SKIP() << "set FRAGSCOPE_TEST_NVIDIA_CUDART12 to NVIDIA's libcudart.so.12 (pip "
+                    "download nvidia-cuda-runtime-cu12) to run it";
+  }
+  TempDir libs, dir;
+  ASSERT_EQ(symlink(cudart12, libs.File("libcudart.so.12").c_str()), 0) << cudart12;
+  ASSERT_EQ(
+      symlink((FakeCudaLibDir() + "/libcuda.so.1").c_str(), libs.File("libcuda.so.1").c_str()), 0);
+  RunOptions options{true, {{"FRAGSCOPE_OUTPUT", dir.File("trace.fst")}}};
+  options.library_dir = libs.path();
+  RunResult run = RunProgram(FRAGSCOPE_CU12_APP, {"malloc"}, options);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("runtime 12"), std::string::npos) << run.out;
+  Trace trace = ReadTrace(dir.File("trace.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  EXPECT_EQ(DescribeEvents(trace), (std::vector<std::string>{
+                                       "alloc cudaMalloc size=1048576 kind=DEVICE dev=0",
+                                       "alloc cudaMalloc size=300 kind=DEVICE dev=0",
+                                       "free cudaFree size=300 dev=0",
+                                       "free cudaFree size=1048576 dev=0",
+                                   }));
+  std::vector<Call> calls = Calls(run.out);
+  std::vector<const v1::Frame*> events = trace.Events();
+  ASSERT_EQ(calls.size(), events.size());
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(AddressOf(*events[i]), calls[i].address);
 }
 
 // Both runtimes loaded RTLD_LOCAL (outside the global scope): each plugin's cudaMalloc binds to
