@@ -63,6 +63,8 @@ constexpr CUuuid kLocalStorageId = MakeUuid("c693336e1121df11a8c368f355d89593");
 constexpr CUuuid kContextCheckId = MakeUuid("263e88607cd2614392f6bbd5006dfa7e");
 constexpr CUuuid kIntegrityId = MakeUuid("d4082055bde6704b8d34ba123c66e1f2");
 constexpr CUuuid kToolsContextId = MakeUuid("21318c60971432488ca641ff7324c8f2");
+constexpr CUuuid kClusterId = MakeUuid("1734dc26800d47458726c0f1e7dd8bca");
+constexpr CUuuid kComputeCacheId = MakeUuid("da9151d33ae6cc41a5c04f26d533e328");
 
 bool SameUuid(const CUuuid& a, const CUuuid& b) { return std::memcmp(a.bytes, b.bytes, 16) == 0; }
 
@@ -272,15 +274,22 @@ std::array<void*, 7>& CallbackHooksTable() {
 
 // --- table 4: tools thread-local storage ----------------------------------------------------
 
-// Slot 2, by the runtimes linked into cuBLASLt 13.4 (twice per process): what it reports is not
-// known; success without writing anything lets cuBLASLt go on (an error there makes its
-// heuristics answer CUBLAS_STATUS_NOT_SUPPORTED, a null slot crashes it).
-CUresult ToolsTlsSlot2() { return CUDA_SUCCESS; }
+// Slot 2: the calling thread's current context (NULL when there is none), like
+// cuCtxGetCurrent. cuBLASLt calls it on every heuristic query and matmul and hands the
+// answer to table 8 slot 4 to key its per-context state by context id; left unwritten, the id
+// lookup got stack garbage for a context and failed, and cuBLASLt answered
+// CUBLAS_STATUS_NOT_SUPPORTED (in cublasLtMatmul always, in its heuristics depending on the
+// stack).
+CUresult ToolsCurrentContext(CUcontext* pctx) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = reinterpret_cast<CUcontext>(CurrentContext());
+  return CUDA_SUCCESS;
+}
 
 std::array<void*, 4>& ToolsTlsTable() {
   static std::array<void*, 4> table = [] {
     auto t = MakeTable<&kToolsTlsId, 4>(true);
-    t[2] = Fn(&ToolsTlsSlot2);  // the runtime passes (pointer, value, pointer, value)
+    t[2] = Fn(&ToolsCurrentContext);
     return t;
   }();
   return table;
@@ -325,6 +334,32 @@ std::array<void*, 96>& ToolsContextTable() {  // size header and 95 slots
   return table;
 }
 
+// --- table 9: the cluster table -------------------------------------------------------------
+
+// cuBLASLt 13.4 fetches it the first time its heuristics look at a half-precision matmul and
+// calls slot 4 without checking that the table exists, so a refused table crashes it (a null
+// dereference in cublasLtMatmulAlgoGetHeuristic); cuDNN's nvrtc cache calls it "the cuda cluster
+// export table" and wants more than 13 slots. Slot 4 `(uint8_t** list, void** handle)` hands
+// out a byte list that cuBLASLt histograms (it looks like a GPC id per TPC) and slot 13
+// `(list, handle)` gives it back. cuBLASLt has its own answer for a driver that cannot say: on
+// an error it caches an empty list and picks its kernels without one, so slot 4 answers
+// CUDA_ERROR_NOT_SUPPORTED, deliberately and without a log line. 16 slots: 13 is the highest
+// seen called, the real size is not known.
+CUresult ClusterSmList(uint8_t** list, void** handle) {
+  if (list) *list = nullptr;
+  if (handle) *handle = nullptr;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+std::array<void*, 16>& ClusterTable() {
+  static std::array<void*, 16> table = [] {
+    auto t = MakeTable<&kClusterId, 16>(true);
+    t[4] = Fn(&ClusterSmList);
+    return t;
+  }();
+  return table;
+}
+
 const void* FindTable(const CUuuid& id) {
   if (SameUuid(id, kRuntimeInterfaceId)) return RuntimeInterfaceTable().data();
   if (SameUuid(id, kCallbackHooksId)) return CallbackHooksTable().data();
@@ -333,6 +368,7 @@ const void* FindTable(const CUuuid& id) {
   if (SameUuid(id, kContextCheckId)) return ContextCheckTable().data();
   if (SameUuid(id, kIntegrityId)) return IntegrityTable().data();
   if (SameUuid(id, kToolsContextId)) return ToolsContextTable().data();
+  if (SameUuid(id, kClusterId)) return ClusterTable().data();
   return nullptr;
 }
 
@@ -345,8 +381,10 @@ CUresult cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTable
     *ppExportTable = table;
     return CUDA_SUCCESS;
   }
-  // Table 1 (a log sink) is refused on purpose: every runtime seen goes on without it.
-  if (!SameUuid(*pExportTableId, kLogSinkId)) {
+  // Refused on purpose, without a log line: table 1 (a log sink; every runtime seen goes on
+  // without it) and cuDNN's nvrtc compute cache table (cuDNN then disables that cache and
+  // compiles as before).
+  if (!SameUuid(*pExportTableId, kLogSinkId) && !SameUuid(*pExportTableId, kComputeCacheId)) {
     LogExportTableLine("unknown table", pExportTableId, -1);
   }
   return CUDA_ERROR_NOT_SUPPORTED;

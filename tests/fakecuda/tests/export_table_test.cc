@@ -29,6 +29,8 @@ const CUuuid kRuntimeInterface = Uuid("6bd5fb6c5bf4e74a8987d93912fd9df9");
 const CUuuid kLocalStorage = Uuid("c693336e1121df11a8c368f355d89593");
 const CUuuid kIntegrity = Uuid("d4082055bde6704b8d34ba123c66e1f2");
 const CUuuid kToolsContext = Uuid("21318c60971432488ca641ff7324c8f2");
+const CUuuid kToolsTls = Uuid("42d85a8123f6cb478298f6e78a3aecdc");
+const CUuuid kCluster = Uuid("1734dc26800d47458726c0f1e7dd8bca");
 
 void* const* Table(const CUuuid& id) {
   const void* table = nullptr;
@@ -42,6 +44,8 @@ using StorageDeleteFn = CUresult (*)(CUcontext, void*);
 using StorageGetFn = CUresult (*)(void**, CUcontext, void*);
 using IntegrityFn = CUresult (*)(uint32_t, uint64_t, uint64_t*);
 using ContextIdFn = CUresult (*)(CUcontext, uint64_t*);
+using CurrentContextFn = CUresult (*)(CUcontext*);
+using ClusterListFn = CUresult (*)(uint8_t**, void**);
 
 std::string Hex(const uint8_t* bytes, size_t n) {
   std::string out;
@@ -133,7 +137,8 @@ TEST_F(ExportTableTest, KnownTablesAndTheirSizes) {
        {Known{"6bd5fb6c5bf4e74a8987d93912fd9df9", 13}, Known{"a094798c2e742e7493f20800200c0a66", 7},
         Known{"42d85a8123f6cb478298f6e78a3aecdc", 4}, Known{"c693336e1121df11a8c368f355d89593", 0},
         Known{"263e88607cd2614392f6bbd5006dfa7e", 4}, Known{"d4082055bde6704b8d34ba123c66e1f2", 3},
-        Known{"21318c60971432488ca641ff7324c8f2", 96}}) {
+        Known{"21318c60971432488ca641ff7324c8f2", 96},
+        Known{"1734dc26800d47458726c0f1e7dd8bca", 16}}) {
     void* const* table = Table(Uuid(k.uuid));
     ASSERT_NE(table, nullptr) << k.uuid;
     if (k.slots) {
@@ -152,6 +157,10 @@ TEST_F(ExportTableTest, UnknownTablesAreRefusedAndLogged) {
   // The log-sink table is refused too, on purpose and without a line: every runtime goes on.
   CUuuid log_sink = Uuid("f8cff95121468b4eb9e2fb469e7c0dd9");
   EXPECT_EQ(cuGetExportTable(&table, &log_sink), CUDA_ERROR_NOT_SUPPORTED);
+  // So is cuDNN's nvrtc compute-cache table: cuDNN then disables that cache.
+  CUuuid compute_cache = Uuid("da9151d33ae6cc41a5c04f26d533e328");
+  EXPECT_EQ(cuGetExportTable(&table, &compute_cache), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(table, nullptr);
   EXPECT_EQ(cuGetExportTable(nullptr, &unknown), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuGetExportTable(&table, nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(Log(), "cuGetExportTable 00112233445566778899aabbccddeeff unknown table\n");
@@ -299,6 +308,55 @@ TEST_F(ExportTableTest, ToolsContextIdsAreUniquePerContext) {
   EXPECT_NE(created_id, primary_id);
   ASSERT_EQ(cuCtxDestroy(created), CUDA_SUCCESS);
   EXPECT_EQ(id_of(created, &created_id), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+// cuBLASLt asks tools TLS slot 2 for the thread's current context and passes it on to table 8
+// slot 4 to key its per-context state; a context left unwritten made that lookup fail.
+TEST_F(ExportTableTest, ToolsTlsGivesTheCurrentContextForItsId) {
+  auto current = reinterpret_cast<CurrentContextFn>(Table(kToolsTls)[2]);
+  auto id_of = reinterpret_cast<ContextIdFn>(Table(kToolsContext)[4]);
+  CUcontext ctx = reinterpret_cast<CUcontext>(1);  // stack garbage in cuBLASLt's frame
+  ASSERT_EQ(current(&ctx), CUDA_SUCCESS);
+  EXPECT_EQ(ctx, primary_);
+  uint64_t id = 0;
+  unsigned long long driver_id = 0;
+  ASSERT_EQ(id_of(ctx, &id), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxGetId(primary_, &driver_id), CUDA_SUCCESS);
+  EXPECT_EQ(id, driver_id);
+
+  // A pushed context is the current one; with none current the answer is NULL.
+  CUcontext created = nullptr;
+  ASSERT_EQ(cuCtxCreate(&created, nullptr, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(current(&ctx), CUDA_SUCCESS);
+  EXPECT_EQ(ctx, created);
+  ASSERT_EQ(cuCtxDestroy(created), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+  ctx = reinterpret_cast<CUcontext>(1);
+  ASSERT_EQ(current(&ctx), CUDA_SUCCESS);
+  EXPECT_EQ(ctx, nullptr);
+  EXPECT_EQ(current(nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(Log(), "");
+}
+
+// The cluster table exists (cuBLASLt calls slot 4 without a check) and slot 4 refuses, quietly,
+// with the list cleared, so cuBLASLt takes its own path for a driver that cannot say.
+TEST_F(ExportTableTest, ClusterTableRefusesItsSmListQuietly) {
+  void* const* table = Table(kCluster);
+  ASSERT_NE(table, nullptr);
+  EXPECT_GT(reinterpret_cast<size_t>(table[0]), size_t{0x68});  // cuDNN's minimum
+  auto list_of = reinterpret_cast<ClusterListFn>(table[4]);
+  uint8_t byte = 7;
+  uint8_t* list = &byte;
+  void* handle = &byte;
+  EXPECT_EQ(list_of(&list, &handle), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(list, nullptr);
+  EXPECT_EQ(handle, nullptr);
+  EXPECT_EQ(Log(), "");
+  // The slot that would give the list back was never seen called: it names itself.
+  using Unserved = CUresult (*)();
+  EXPECT_EQ(reinterpret_cast<Unserved>(table[13])(), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(Log(),
+            "cuGetExportTable 1734dc26800d47458726c0f1e7dd8bca slot 13 unserved slot called\n");
 }
 
 }  // namespace
