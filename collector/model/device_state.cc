@@ -28,6 +28,7 @@ void DeviceState::Deposit(const SegmentContribution& c) {
   switch (c.coverage) {
     case Coverage::kExact:
       ++exact_segments_;
+      seg_exact_ += c.allocated;
       break;
     case Coverage::kOpaque:
       ++opaque_segments_;
@@ -51,6 +52,7 @@ void DeviceState::Retract(const SegmentContribution& c) {
   switch (c.coverage) {
     case Coverage::kExact:
       --exact_segments_;
+      seg_exact_ -= c.allocated;
       break;
     case Coverage::kOpaque:
       --opaque_segments_;
@@ -80,6 +82,7 @@ void DeviceState::Replace(const SegmentContribution& before, const SegmentContri
   }
   // Same coverage: only the sums move (unsigned wrap-around cancels).
   seg_allocated_ += after.allocated - before.allocated;
+  if (after.coverage == Coverage::kExact) seg_exact_ += after.allocated - before.allocated;
   seg_opaque_ += after.opaque - before.opaque;
   seg_cached_ += after.cached - before.cached;
   seg_pending_ += after.pending - before.pending;
@@ -222,7 +225,7 @@ std::vector<RecentEvent> DeviceState::RecentEvents() const {
 }
 
 void DeviceState::ResetLive() {
-  seg_allocated_ = seg_opaque_ = seg_cached_ = seg_pending_ = 0;
+  seg_allocated_ = seg_opaque_ = seg_cached_ = seg_pending_ = seg_exact_ = 0;
   segments_ = exact_segments_ = annotated_segments_ = opaque_segments_ = 0;
   seg_blocks_ = free_ranges_ = 0;
   largest_free_by_segment_.Clear();
@@ -295,6 +298,7 @@ void DeviceState::FillSummary(DeviceSummary* out) const {
             [](const PoolSummary& a, const PoolSummary& b) { return a.pool < b.pool; });
   out->segments = segments_;
   out->exact_segments = exact_segments_;
+  out->exact_bytes = seg_exact_;
   out->annotated_segments = annotated_segments_;
   out->opaque_segments = opaque_segments_;
   out->blocks = seg_blocks_ + pool_blocks_ + graph_blocks;

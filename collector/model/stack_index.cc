@@ -100,6 +100,14 @@ bool StackIndex::IsCachingAllocatorModule(const std::string& path) const {
   return false;
 }
 
+bool StackIndex::IsCudaRuntimeOrDriver(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  const std::string_view name = slash == std::string::npos
+                                    ? std::string_view(path)
+                                    : std::string_view(path).substr(slash + 1);
+  return name.starts_with("libcudart.so") || name.starts_with("libcuda.so");
+}
+
 std::optional<bool> StackIndex::PassesThroughCachingAllocator(uint64_t id) {
   if (id == 0) return false;
   // Answers depend on the module list; drop them all when modules were added since.
@@ -113,13 +121,17 @@ std::optional<bool> StackIndex::PassesThroughCachingAllocator(uint64_t id) {
   if (cached != through_caching_allocator_.end()) return cached->second;
   const StackInfo* stack = Find(id);
   if (stack == nullptr) return std::nullopt;
+  // The memory belongs to the code that asked for it: the innermost frame in a known module,
+  // past the CUDA runtime and driver, which only pass a request on. A caching allocator's own
+  // cudaMalloc has that frame in the allocator; a library called from inside one (cuBLAS
+  // making its handle's workspace from libtorch_cuda) has it in the library, and the memory is
+  // the library's own (exact).
   bool result = false;
   for (uint64_t pc : stack->pcs) {
     const ModuleInfo* m = ModuleOf(pc);
-    if (m != nullptr && IsCachingAllocatorModule(m->path)) {
-      result = true;
-      break;
-    }
+    if (m == nullptr || IsCudaRuntimeOrDriver(m->path)) continue;
+    result = IsCachingAllocatorModule(m->path);
+    break;
   }
   // Converted streams name frames by file: a PyTorch allocator frame there counts the same.
   for (const SourceFrameInfo& f : stack->source_frames) {

@@ -146,6 +146,7 @@ void JsonReport::Device(const DeviceSummary& d) {
   w_.EndArray();
   w_.Field("segments", d.segments);
   w_.Field("exact_segments", d.exact_segments);
+  w_.Field("exact_bytes", d.exact_bytes);
   w_.Field("annotated_segments", d.annotated_segments);
   w_.Field("opaque_segments", d.opaque_segments);
   w_.Field("blocks", d.blocks);

@@ -130,9 +130,10 @@ void TextReport::Device(const DeviceSummary& d) {
   }
   if (d.unmapped_handle_bytes > 0) Row("unmapped handles", FormatBytes(d.unmapped_handle_bytes));
   out_ << absl::StrFormat(
-      "  segments %d (exact %d, annotated %d, opaque %d) · blocks %d · free ranges %d\n",
-      d.segments, d.exact_segments, d.annotated_segments, d.opaque_segments, d.blocks,
-      d.free_ranges);
+      "  segments %d (exact %d%s, annotated %d, opaque %d) · blocks %d · free ranges %d\n",
+      d.segments, d.exact_segments,
+      d.exact_segments > 0 ? " holding " + FormatBytes(d.exact_bytes) : std::string(),
+      d.annotated_segments, d.opaque_segments, d.blocks, d.free_ranges);
   out_ << "  Top sites (live now):\n";
   Sites(d.sites, "    ");
   // What made the memory peak, for a run that did not fail (a CI job, capacity planning); an

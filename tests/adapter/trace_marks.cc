@@ -5,7 +5,7 @@
 //
 // usage: fragscope_trace_marks TRACE
 // output: one line per mark and device:
-//   mark LABEL device N reserved R allocated A cached C opaque O blocks B
+//   mark LABEL device N reserved R allocated A cached C opaque O blocks B exact E
 // (LABEL has no spaces in the tests that use this.) Exit 0, or 1 with a message on stderr.
 #include <cstdio>
 #include <string>
@@ -34,13 +34,15 @@ int main(int argc, char** argv) {
     const fragscope::ModelSummary summary = model.Summarize();
     for (const fragscope::DeviceSummary& d : summary.devices) {
       std::printf(
-          "mark %s device %d reserved %llu allocated %llu cached %llu opaque %llu blocks %llu\n",
+          "mark %s device %d reserved %llu allocated %llu cached %llu opaque %llu blocks %llu "
+          "exact %llu\n",
           frame.mark().label().c_str(), d.ordinal,
           static_cast<unsigned long long>(d.reserved_bytes),
           static_cast<unsigned long long>(d.allocated_bytes),
           static_cast<unsigned long long>(d.cached_bytes),
           static_cast<unsigned long long>(d.opaque_bytes),
-          static_cast<unsigned long long>(d.blocks));
+          static_cast<unsigned long long>(d.blocks),
+          static_cast<unsigned long long>(d.exact_bytes));
     }
   };
   fragscope::v1::Frame frame;

@@ -224,6 +224,35 @@ TEST(ModelMetricsTest, CachingAllocatorIsMatchedOnFileNameOnly) {
   EXPECT_EQ(d.allocated_bytes, 10 * kMiB);
 }
 
+// Who asked for the memory decides, not who is anywhere on the stack: cuBLAS's own workspace,
+// made in cublasCreate called from libtorch_cuda (a stack seen with PyTorch 2.15 and cuBLAS
+// 13.4), is cuBLAS's and exact; PyTorch's caching allocator calling cudaMalloc through the CUDA
+// runtime is the allocator's and opaque until annotated.
+TEST(ModelMetricsTest, ALibraryCalledFromACachingAllocatorModuleOwnsItsMemory) {
+  ProcessModel model;
+  FrameFeed feed(&model);
+  feed.Module("/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so", 0x7000000000,
+              0x100000);
+  feed.Module("/venv/lib/python3.11/site-packages/torch/lib/libc10_cuda.so", 0x7100000000,
+              0x100000);
+  feed.Module("/venv/lib/python3.11/site-packages/nvidia/cu13/lib/libcublas.so.13", 0x7200000000,
+              0x100000);
+  feed.Module("/venv/lib/python3.11/site-packages/nvidia/cu13/lib/libcudart.so.13", 0x7300000000,
+              0x100000);
+  feed.Stack(1, {0x7200000100, 0x7200000200, 0x7000000300});  // cublasCreate from libtorch_cuda
+  feed.Stack(2, {0x7300000100, 0x7100000200, 0x7000000300});  // via libcudart from libc10_cuda
+  feed.Stack(3, {0x1234, 0x7100000200});  // a frame in no known module, then libc10_cuda
+  feed.Malloc(kBase, 64 * kMiB, 0, 1);
+  feed.Malloc(kBase + kGiB, 20 * kMiB, 0, 2);
+  feed.Malloc(kBase + 2 * kGiB, 2 * kMiB, 0, 3);
+  const DeviceSummary d = DeviceOf(model, 0);
+  EXPECT_EQ(d.exact_segments, 1u);
+  EXPECT_EQ(d.exact_bytes, 64 * kMiB);
+  EXPECT_EQ(d.allocated_bytes, 64 * kMiB);
+  EXPECT_EQ(d.opaque_segments, 2u);
+  EXPECT_EQ(d.opaque_bytes, 22 * kMiB);
+}
+
 TEST(ModelMetricsTest, StackArrivingAfterTheAllocationReclassifies) {
   ProcessModel model;
   FrameFeed feed(&model);

@@ -27,6 +27,7 @@ void ExpectCoherent(const ModelSummary& s) {
     EXPECT_EQ(d.stranded_bytes, d.cached_bytes - d.largest_free_range_bytes);
     EXPECT_EQ(d.cached_bytes == 0, d.free_ranges == 0) << "device " << d.ordinal;
     EXPECT_EQ(d.segments, d.exact_segments + d.annotated_segments + d.opaque_segments);
+    EXPECT_LE(d.exact_bytes, d.allocated_bytes);
     EXPECT_LE(d.reserved_bytes, d.peak_reserved_bytes);
     if (d.fragmentation.value) {
       EXPECT_GE(*d.fragmentation.value, 0.0);

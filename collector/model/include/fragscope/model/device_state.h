@@ -214,6 +214,7 @@ class DeviceState {
   // Sums of segment contributions.
   uint64_t seg_allocated_ = 0;
   uint64_t seg_opaque_ = 0;
+  uint64_t seg_exact_ = 0;  // allocated in exact segments
   uint64_t seg_cached_ = 0;
   uint64_t seg_pending_ = 0;
   uint64_t segments_ = 0;

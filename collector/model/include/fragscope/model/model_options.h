@@ -15,9 +15,10 @@ struct ModelOptions {
   // 4 MiB cache reads as 50 %), so it is reported as null with a reason. Bytes.
   uint64_t fragmentation_floor_bytes = uint64_t{64} << 20;
 
-  // A segment whose allocation stack has a frame inside a module whose file name (not the whole
-  // path: "/home/rmm/..." must not match "rmm") contains one of these is carved by a caching
-  // allocator we cannot see, so it is `opaque` until annotations arrive for it.
+  // A segment allocated from inside a module whose file name (not the whole path:
+  // "/home/rmm/..." must not match "rmm") contains one of these (its innermost frame in a known
+  // module, past libcudart and libcuda, lies there) is carved by a caching allocator we cannot
+  // see, so it is `opaque` until annotations arrive for it.
   std::vector<std::string> caching_allocator_modules = {"libc10_cuda", "libtorch_cuda", "cupy",
                                                         "rmm",         "xla",           "jax"};
 

@@ -100,6 +100,10 @@ struct DeviceSummary {
   // Counts.
   uint64_t segments = 0;  // driver allocations + VMM reservations with mapped memory
   uint64_t exact_segments = 0;
+  // Live bytes of exact segments (part of allocated): allocations no sub-allocator carves, such
+  // as a plain program's cudaMalloc or a CUDA library's own workspace (cuBLAS, cuDNN) next to
+  // PyTorch's cache.
+  uint64_t exact_bytes = 0;
   uint64_t annotated_segments = 0;
   uint64_t opaque_segments = 0;
   uint64_t blocks = 0;       // exact segments (one block each) + annotated blocks + pool blocks

@@ -25,8 +25,11 @@ class StackIndex {
   void AddStacks(const v1::StackTable& table);
   void AddSymbolizedStack(const v1::SymbolizedStack& stack);
 
-  // True if a frame of stack `id` lies in a caching-allocator module; nullopt while the stack
-  // (id != 0) has not arrived. Stack 0 (no stack recorded) is false: nothing says otherwise.
+  // True if the allocation of stack `id` was made by a caching allocator: its innermost frame in
+  // a known module, past the CUDA runtime and driver, lies in a caching-allocator module (a
+  // library that allocates for itself while called from inside one, such as cuBLAS from
+  // libtorch_cuda, is not the allocator). Converted stacks: any source frame in such a module.
+  // nullopt while the stack (id != 0) has not arrived. Stack 0 (no stack recorded) is false.
   std::optional<bool> PassesThroughCachingAllocator(uint64_t id);
 
   const StackInfo* Find(uint64_t id) const;
@@ -46,6 +49,7 @@ class StackIndex {
 
  private:
   bool IsCachingAllocatorModule(const std::string& path) const;
+  static bool IsCudaRuntimeOrDriver(const std::string& path);  // libcudart.so*, libcuda.so*
   const ModuleInfo* ModuleOf(uint64_t pc) const;
 
   std::vector<std::string> caching_allocator_modules_;
