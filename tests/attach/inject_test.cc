@@ -30,6 +30,8 @@
 namespace fragscope::agent_test {
 namespace {
 
+using InjectTest = RuntimeTest;
+
 const std::string kCli = FRAGSCOPE_CLI_BIN;
 // Tracked driver functions whose bytes are compared before, during and after an attach.
 const char* const kWatched[] = {"cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemCreate",
@@ -143,7 +145,7 @@ void ExpectInjectedStream(const Trace& trace, bool quiet = true) {
   EXPECT_NE(trace.end(), nullptr);
 }
 
-TEST(InjectTest, WindowIsExactPreAttachMemoryUnknownAndLibcudaRestored) {
+TEST_P(InjectTest, WindowIsExactPreAttachMemoryUnknownAndLibcudaRestored) {
   SKIP_IF_IMPOSSIBLE();
   TempDir dir;
   LiveProcess app(AppPath("agent_attach_app"), {}, Plain(dir));
@@ -219,7 +221,7 @@ TEST(InjectTest, WindowIsExactPreAttachMemoryUnknownAndLibcudaRestored) {
   EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), (5u + 7u) << 20);
 }
 
-TEST(InjectTest, UntilTheProcessEndsTheTraceIsTheDriverMinusWhatCameBefore) {
+TEST_P(InjectTest, UntilTheProcessEndsTheTraceIsTheDriverMinusWhatCameBefore) {
   SKIP_IF_IMPOSSIBLE();
   TempDir dir;
   LiveProcess app(AppPath("agent_attach_app"), {}, Plain(dir));
@@ -247,7 +249,7 @@ TEST(InjectTest, UntilTheProcessEndsTheTraceIsTheDriverMinusWhatCameBefore) {
   EXPECT_EQ(expected.size(), 4u);
 }
 
-TEST(InjectTest, ASecondAttachPatchesAgainAndForgetsTheFirstWindow) {
+TEST_P(InjectTest, ASecondAttachPatchesAgainAndForgetsTheFirstWindow) {
   SKIP_IF_IMPOSSIBLE();
   TempDir dir;
   LiveProcess app(AppPath("agent_attach_app"), {}, Plain(dir));
@@ -288,7 +290,7 @@ TEST(InjectTest, ASecondAttachPatchesAgainAndForgetsTheFirstWindow) {
 // attach) while the attach stops them, patches libcuda, streams for a second and unpatches:
 // no call fails, the program runs on, and the stream has no hole (a free it cannot match can
 // only be of a block allocated just before the window, one per thread at most).
-TEST(InjectTest, PatchingUnderBusyThreadsLosesNothingAndBreaksNothing) {
+TEST_P(InjectTest, PatchingUnderBusyThreadsLosesNothingAndBreaksNothing) {
   SKIP_IF_IMPOSSIBLE();
   TempDir dir;
   LiveProcess app(FRAGSCOPE_LOOP_APP, {}, Plain(dir));
@@ -342,7 +344,7 @@ TEST(InjectTest, PatchingUnderBusyThreadsLosesNothingAndBreaksNothing) {
   EXPECT_LE(live.size(), 4u);
 }
 
-TEST(InjectTest, ErrorsNameTheProcessAndTheWayOut) {
+TEST_P(InjectTest, ErrorsNameTheProcessAndTheWayOut) {
   TempDir dir;
   // A process that is gone.
   pid_t gone = fork();
@@ -376,7 +378,7 @@ TEST(InjectTest, ErrorsNameTheProcessAndTheWayOut) {
 // ptrace refused by the kernel: a non-dumpable program and an attach without CAP_SYS_PTRACE
 // (setpriv drops it; root keeps its uid, so nothing but the capability is missing). The refusal
 // names the pid and the ways out, exits 3, and leaves the program running untouched.
-TEST(InjectTest, PtraceRefusedByTheKernelSaysWhyAndLeavesTheProgramAlone) {
+TEST_P(InjectTest, PtraceRefusedByTheKernelSaysWhyAndLeavesTheProgramAlone) {
   SKIP_IF_IMPOSSIBLE();
   if (geteuid() != 0) GTEST_SKIP() << "needs root, to drop CAP_SYS_PTRACE with setpriv";
   if (access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "setpriv (util-linux) not installed";
@@ -398,6 +400,8 @@ TEST(InjectTest, PtraceRefusedByTheKernelSaysWhyAndLeavesTheProgramAlone) {
   ASSERT_TRUE(app.WaitForLine("ready 2")) << "the refused attach left the program broken";
   EXPECT_NE(app.out().find("oom 2"), std::string::npos) << app.out();
 }
+
+INSTANTIATE_TEST_SUITE_P(BothRuntimes, InjectTest, BothRuntimes(), RuntimeParamName);
 
 }  // namespace
 }  // namespace fragscope::agent_test
