@@ -17,6 +17,7 @@
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
 #include "fragscope/trace/output_file.h"
+#include "report_output.h"
 #include "trace_loading.h"
 
 namespace fragscope::cli {
@@ -100,6 +101,10 @@ int ExportCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr,
                  "fragscope export: say what to write: --perfetto and/or --torch-snapshot\n%s",
                  kUsage);
+    return kExitUsage;
+  }
+  if (OutputIsAnInput("export", {{"--perfetto", &perfetto_path}, {"--torch-snapshot", &torch_path}},
+                      reader.positionals())) {
     return kExitUsage;
   }
   ModelOptions options;

@@ -6,6 +6,7 @@
 #include "exit_codes.h"
 #include "fragscope/torch/snapshot_importer.h"
 #include "fragscope/trace/frame_writer.h"
+#include "report_output.h"
 
 namespace fragscope::cli {
 
@@ -25,6 +26,7 @@ int ImportCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "fragscope import: expected one SNAPSHOT and -o TRACE\n%s", kUsage);
     return kExitUsage;
   }
+  if (OutputIsAnInput("import", {{"-o", &out_path}}, reader.positionals())) return kExitUsage;
   auto frames = torch::ImportTorchSnapshotFile(reader.positionals()[0], torch::ImportOptions{});
   if (!frames.ok()) {
     std::fprintf(stderr, "fragscope import: %s\n", std::string(frames.status().message()).c_str());

@@ -106,6 +106,7 @@ int ReportCommand(const std::vector<std::string>& args) {
                  kUsage);
     return kExitUsage;
   }
+  if (OutputIsAnInput("report", {{"-o", &out_path}}, reader.positionals())) return kExitUsage;
   ModelOptions options;
   if (!floor.empty()) {
     auto bytes = ArgReader::ParseBytes(floor);

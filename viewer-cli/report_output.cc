@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -78,10 +78,9 @@ void WriteJobReport(const std::vector<JobReportInput>& given, ReportFormat forma
     RenderJobJson(job, reports, out);
   } else {
     for (const JobReportInput* p : processes) {
-      out << absl::StrFormat(
-          "==== %sprocess %d%s ====\n",
-          p->summary.rank ? absl::StrFormat("rank %d: ", *p->summary.rank) : "", p->summary.pid,
-          p->trace.empty() ? "" : " (" + p->trace + ")");
+      out << absl::StrFormat("==== %sprocess %d%s ====\n",
+                             p->summary.rank ? absl::StrFormat("rank %d: ", *p->summary.rank) : "",
+                             p->summary.pid, p->trace.empty() ? "" : " (" + p->trace + ")");
       WriteReport(p->summary, ReportFormat::kText, out);
       out << "\n";
     }
@@ -94,8 +93,8 @@ absl::Status WriteJobHtml(const std::vector<JobReportInput>& processes,
                           const std::vector<exporter::ExportInput>& pages, const std::string& dir) {
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: cannot create the folder for the job's pages: %s; give -o a folder you can write",
-        dir, std::strerror(errno)));
+        "%s: cannot create the folder for the job's pages: %s; give -o a folder you can write", dir,
+        std::strerror(errno)));
   }
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -108,10 +107,10 @@ absl::Status WriteJobHtml(const std::vector<JobReportInput>& processes,
   std::vector<std::string> names;
   for (std::size_t i : JobOrder(processes)) {
     const JobReportInput& p = processes[i];
-    const std::string name =
-        p.summary.rank ? absl::StrFormat("%02d-rank%d-pid%d.html", names.size(), *p.summary.rank,
-                                         p.summary.pid)
-                       : absl::StrFormat("%02d-pid%d.html", names.size(), p.summary.pid);
+    const std::string name = p.summary.rank
+                                 ? absl::StrFormat("%02d-rank%d-pid%d.html", names.size(),
+                                                   *p.summary.rank, p.summary.pid)
+                                 : absl::StrFormat("%02d-pid%d.html", names.size(), p.summary.pid);
     if (absl::Status s = WriteHtmlReportFile(pages[i], dir + "/" + name); !s.ok()) return s;
     members.push_back({p.trace, &p.summary, p.damage});
     names.push_back(name);
@@ -132,6 +131,26 @@ bool OutputsWritable(const char* command,
     }
   }
   return true;
+}
+
+bool OutputIsAnInput(const char* command,
+                     std::initializer_list<std::pair<const char*, const std::string*>> outputs,
+                     const std::vector<std::string>& inputs) {
+  for (const auto& [option, path] : outputs) {
+    struct stat out;
+    if (path->empty() || *path == "-" || stat(path->c_str(), &out) != 0) continue;
+    for (const std::string& input : inputs) {
+      struct stat in;
+      if (stat(input.c_str(), &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino) {
+        std::fprintf(stderr,
+                     "fragscope %s: %s %s is the input %s; writing it would destroy what is "
+                     "read: choose another path\n",
+                     command, option, path->c_str(), input.c_str());
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 absl::Status WriteReportFile(const ModelSummary& summary, ReportFormat format,

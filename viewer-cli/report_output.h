@@ -52,6 +52,13 @@ absl::Status WriteJobHtml(const std::vector<JobReportInput>& processes,
 // false (the caller exits 3). Empty paths (not given) and "-" (stdout) pass.
 bool OutputsWritable(const char* command,
                      std::initializer_list<std::pair<const char*, const std::string*>> outputs);
+// For commands that read inputs and write a file: true when an (option, path) names an existing
+// file that is also one of `inputs` (the same file, also through another name or a link); it
+// prints "fragscope COMMAND: OPTION PATH is the input INPUT; writing it would destroy what is
+// read: choose another path" (the caller exits 2). Empty paths and "-" pass.
+bool OutputIsAnInput(const char* command,
+                     std::initializer_list<std::pair<const char*, const std::string*>> outputs,
+                     const std::vector<std::string>& inputs);
 // The self-contained HTML page (collector/export/html_report.h); `path` "-" means stdout.
 absl::Status WriteHtmlReportFile(const exporter::ExportInput& input, const std::string& path);
 

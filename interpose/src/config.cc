@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <strings.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -58,9 +59,22 @@ int32_t ReadLauncherNumber(const char* const* names) {
   return -1;
 }
 
+// On/off switches: 1, true, yes, on (any case) mean on; 0, false, no, off and empty mean off.
+// Anything else is off and said once, since a switch read as off silently (FRAGSCOPE_DORMANT=true
+// leaving no control socket, so no attach) is worse than a message.
 bool ReadFlag(const char* name) {
   const char* value = getenv(name);
-  return value != nullptr && value[0] == '1' && value[1] == '\0';
+  if (value == nullptr) return false;
+  static constexpr const char* kOn[] = {"1", "true", "yes", "on"};
+  static constexpr const char* kOff[] = {"", "0", "false", "no", "off"};
+  for (const char* on : kOn) {
+    if (strcasecmp(value, on) == 0) return true;
+  }
+  for (const char* off : kOff) {
+    if (strcasecmp(value, off) == 0) return false;
+  }
+  Warn(name, value);
+  return false;
 }
 
 }  // namespace
@@ -89,8 +103,8 @@ void LoadConfig(Config* c) {
   if (ReadUint("FRAGSCOPE_MEMINFO_MS", 0, 3'600'000, &v)) c->meminfo_interval_ns = v * 1'000'000;
   static constexpr const char* kRankVariables[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
                                                    "SLURM_PROCID", nullptr};
-  static constexpr const char* kSizeVariables[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
-                                                   "PMI_SIZE", "SLURM_NTASKS", nullptr};
+  static constexpr const char* kSizeVariables[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                                   "SLURM_NTASKS", nullptr};
   c->rank = ReadLauncherNumber(kRankVariables);
   c->world_size = c->rank >= 0 ? ReadLauncherNumber(kSizeVariables) : -1;
   // Read now: the program may change its environment later, and getenv is not thread-safe.

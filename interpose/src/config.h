@@ -16,8 +16,8 @@ struct Config {
   // as in heaptrack and heapprofd (PyTorch's context="alloc"); allocation sites are kept.
   bool release_stacks = true;
   size_t ring_bytes = size_t{8} << 20;  // FRAGSCOPE_RING_MB
-  bool follow_fork = false;             // FRAGSCOPE_FOLLOW_FORK=1
-  bool dormant = false;                 // FRAGSCOPE_DORMANT=1: live table only until woken
+  bool follow_fork = false;             // FRAGSCOPE_FOLLOW_FORK=1 (or true, yes, on)
+  bool dormant = false;  // FRAGSCOPE_DORMANT=1 (or true, yes, on): live table only until woken
   // FRAGSCOPE_DORMANT_LOGS=0: dormant allocations go straight into the live table instead of
   // per-thread logs (allocation_log.h); for comparisons and as a way out.
   bool dormant_logs = true;

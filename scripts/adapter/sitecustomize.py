@@ -359,7 +359,8 @@ def _install_python_sites(torch, extension):
 
     # A dormant agent is meant to cost nothing until an attach; PyTorch's stack gathering on
     # every allocation would, so there sites are opt-in.
-    default = "off" if os.environ.get("FRAGSCOPE_DORMANT") == "1" else "python"
+    dormant = os.environ.get("FRAGSCOPE_DORMANT", "").lower() in ("1", "true", "yes", "on")
+    default = "off" if dormant else "python"
     setting = os.environ.get("FRAGSCOPE_TORCH_SITES", default)
     if setting == "off":
         return "Python sites off (FRAGSCOPE_TORCH_SITES=%s)" % (

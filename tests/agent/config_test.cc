@@ -15,15 +15,24 @@ class ConfigTest : public ::testing::Test {
     for (const char* name : kNames) unsetenv(name);
   }
   void TearDown() override { SetUp(); }
-  static constexpr const char* kNames[] = {"FRAGSCOPE_OUTPUT",         "FRAGSCOPE_SOCKET",
-                                           "FRAGSCOPE_STACK_DEPTH",    "FRAGSCOPE_RING_MB",
-                                           "FRAGSCOPE_FOLLOW_FORK",    "FRAGSCOPE_DORMANT",
-                                           "FRAGSCOPE_SNAPSHOT_EVERY", "FRAGSCOPE_MEMINFO_MS",
-                                           "FRAGSCOPE_LIVE_SLOTS",     "FRAGSCOPE_FREE_STACKS",
-                                           "RANK",                     "WORLD_SIZE",
-                                           "OMPI_COMM_WORLD_RANK",     "OMPI_COMM_WORLD_SIZE",
-                                           "PMI_RANK",                 "PMI_SIZE",
-                                           "SLURM_PROCID",             "SLURM_NTASKS"};
+  static constexpr const char* kNames[] = {"FRAGSCOPE_OUTPUT",
+                                           "FRAGSCOPE_SOCKET",
+                                           "FRAGSCOPE_STACK_DEPTH",
+                                           "FRAGSCOPE_RING_MB",
+                                           "FRAGSCOPE_FOLLOW_FORK",
+                                           "FRAGSCOPE_DORMANT",
+                                           "FRAGSCOPE_SNAPSHOT_EVERY",
+                                           "FRAGSCOPE_MEMINFO_MS",
+                                           "FRAGSCOPE_LIVE_SLOTS",
+                                           "FRAGSCOPE_FREE_STACKS",
+                                           "RANK",
+                                           "WORLD_SIZE",
+                                           "OMPI_COMM_WORLD_RANK",
+                                           "OMPI_COMM_WORLD_SIZE",
+                                           "PMI_RANK",
+                                           "PMI_SIZE",
+                                           "SLURM_PROCID",
+                                           "SLURM_NTASKS"};
 };
 
 TEST_F(ConfigTest, RankComesFromTheLauncher) {
@@ -108,7 +117,7 @@ TEST_F(ConfigTest, ReadsEveryVariable) {
 TEST_F(ConfigTest, InvalidValuesKeepDefaults) {
   setenv("FRAGSCOPE_STACK_DEPTH", "lots", 1);
   setenv("FRAGSCOPE_RING_MB", "-4", 1);
-  setenv("FRAGSCOPE_FOLLOW_FORK", "yes", 1);
+  setenv("FRAGSCOPE_FOLLOW_FORK", "maybe", 1);
   setenv("FRAGSCOPE_FREE_STACKS", "2", 1);
   Config c;
   LoadConfig(&c);
@@ -116,6 +125,36 @@ TEST_F(ConfigTest, InvalidValuesKeepDefaults) {
   EXPECT_EQ(c.stack_depth, 32);
   EXPECT_EQ(c.ring_bytes, size_t{8} << 20);
   EXPECT_FALSE(c.follow_fork);
+}
+
+// Switches take the usual words; FRAGSCOPE_DORMANT=true meant off before, leaving no control
+// socket and so no attach. A word that is neither on nor off is off and said.
+TEST_F(ConfigTest, SwitchesTakeTheUsualWords) {
+  for (const char* on : {"1", "true", "TRUE", "yes", "Yes", "on", "ON"}) {
+    setenv("FRAGSCOPE_DORMANT", on, 1);
+    setenv("FRAGSCOPE_FOLLOW_FORK", on, 1);
+    Config c;
+    ::testing::internal::CaptureStderr();
+    LoadConfig(&c);
+    EXPECT_EQ(::testing::internal::GetCapturedStderr(), "") << on;
+    EXPECT_TRUE(c.dormant) << on;
+    EXPECT_TRUE(c.follow_fork) << on;
+  }
+  for (const char* off : {"", "0", "false", "no", "Off"}) {
+    setenv("FRAGSCOPE_DORMANT", off, 1);
+    Config c;
+    ::testing::internal::CaptureStderr();
+    LoadConfig(&c);
+    EXPECT_EQ(::testing::internal::GetCapturedStderr(), "") << off;
+    EXPECT_FALSE(c.dormant) << off;
+  }
+  setenv("FRAGSCOPE_DORMANT", "sleepy", 1);
+  Config c;
+  ::testing::internal::CaptureStderr();
+  LoadConfig(&c);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "fragscope: ignoring FRAGSCOPE_DORMANT=sleepy (not a valid value)\n");
+  EXPECT_FALSE(c.dormant);
 }
 
 TEST_F(ConfigTest, ExpandPathReplacesPid) {

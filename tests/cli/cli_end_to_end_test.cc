@@ -257,6 +257,37 @@ TEST_F(CliEndToEnd, ImportedPyTorchSnapshotReportsTheIndependentFigures) {
   }
 }
 
+// An output that names the input (also through a link) is refused before anything is read or
+// written: `report -o IN` and `import -o IN` used to overwrite the trace or snapshot they read.
+TEST_F(CliEndToEnd, AnOutputThatIsTheInputIsRefused) {
+  const std::string trace = dir_ + "/own.fst", link = dir_ + "/own-link.fst";
+  ASSERT_EQ(Shell("cp " + Trace() + " " + trace + " && ln -sf " + trace + " " + link).exit_code, 0);
+  const std::string before = Slurp(trace);
+  ASSERT_FALSE(before.empty());
+  for (const std::string& command :
+       {" report " + trace + " -o " + trace, " report " + trace + " --format json -o " + link,
+        " report " + Trace() + " " + trace + " -o " + trace,
+        " export " + trace + " --perfetto " + link}) {
+    Result r = Shell(Fragscope() + command);
+    EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.output;
+    EXPECT_NE(r.output.find("is the input " + trace), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("choose another path"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(Slurp(trace), before);
+  const std::string pickle = dir_ + "/own.pickle";
+  ASSERT_EQ(Shell("cp " + std::string(FRAGSCOPE_TORCH_DATA) + "/current-format.pickle " + pickle)
+                .exit_code,
+            0);
+  const std::string snapshot = Slurp(pickle);
+  Result r = Shell(Fragscope() + " import " + pickle + " -o " + pickle);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("fragscope import: -o " + pickle + " is the input"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(Slurp(pickle), snapshot);
+  // A different path still works.
+  EXPECT_EQ(Shell(Fragscope() + " report " + trace + " -o " + dir_ + "/own.txt").exit_code, 0);
+}
+
 TEST_F(CliEndToEnd, UsageErrorsExit2AndBadInputExits3) {
   EXPECT_EQ(Shell(Fragscope()).exit_code, 2);
   EXPECT_EQ(Shell(Fragscope() + " frobnicate").exit_code, 2);
