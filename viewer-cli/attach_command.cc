@@ -383,7 +383,9 @@ int AttachCommand(const std::vector<std::string>& args) {
   SessionServerOptions server_options;
   server_options.make_symbolizer = MakeDwarfSymbolizer;  // `fragscope top --socket` on it
   if (!trace_path.empty()) {
-    server_options.trace_path = [&trace_path](const v1::Frame&, pid_t) { return trace_path; };
+    server_options.trace_path = [&trace_path](const StreamSession&, const v1::Frame&, pid_t) {
+      return trace_path;
+    };
   }
   server_options.on_stream_end = [&stream_ended](const CollectedStream&, const ModelSummary&) {
     stream_ended = true;

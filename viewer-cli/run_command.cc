@@ -298,7 +298,8 @@ int RunCommand(const std::vector<std::string>& args) {
   server_options.model = options;
   server_options.make_symbolizer = MakeDwarfSymbolizer;  // `fragscope top --socket` on it
   if (!trace_path.empty()) {
-    server_options.trace_path = [&trace_path, self = getpid()](const v1::Frame& first, pid_t) {
+    server_options.trace_path = [&trace_path, self = getpid()](const StreamSession&,
+                                                               const v1::Frame& first, pid_t) {
       if (!first.has_hello()) return trace_path + ".unknown";
       const v1::Hello& h = first.hello();
       if (static_cast<pid_t>(h.ppid()) == self && h.stream_index() == 0) {

@@ -99,8 +99,9 @@ void SessionServer::AcceptLoop() {
     raw->fd = fd;
     raw->stream.peer_pid = peer;
     raw->stream.session =
-        std::make_shared<StreamSession>(options_.model, [this, peer](const v1::Frame& first) {
-          return options_.trace_path ? options_.trace_path(first, peer) : std::string();
+        std::make_shared<StreamSession>(options_.model, [this, raw, peer](const v1::Frame& first) {
+          return options_.trace_path ? options_.trace_path(*raw->stream.session, first, peer)
+                                     : std::string();
         });
     if (options_.on_failure) {
       raw->stream.session->set_failure_observer([this, raw, peer](const ModelSummary& summary) {

@@ -31,6 +31,7 @@
 #include "fragscope/server/socket_listener.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
 #include "fragscope/trace/output_file.h"
+#include "stream_file_names.h"
 
 namespace {
 
@@ -132,29 +133,41 @@ int main(int argc, char** argv) {
 
   // Post-mortems already written, per stream, so each OOM is announced once.
   std::mutex written_mu;
-  std::set<std::pair<std::string, uint64_t>> written;
+  std::set<std::pair<const void*, uint64_t>> written;
+  // Each stream's file names, never another stream's: processes with the same executable and
+  // pid (pid namespaces, pid reuse) get names of their own.
+  fragscope::StreamFileNames names(dir);
+  auto name_of = [&](const fragscope::StreamSession& session, pid_t peer) {
+    const fragscope::v1::Hello hello = session.hello().value_or(fragscope::v1::Hello());
+    return names.NameFor(&session, StreamName(hello, peer),
+                         hello.realtime_at_start_ns() / 1'000'000'000, /*reserve_trace=*/false);
+  };
 
   fragscope::SessionServerOptions options;
   options.keep_ended_streams = false;
   options.ended_streams_shown = 16;  // `fragscope top` still shows the ranks that ended
   options.make_symbolizer = fragscope::MakeDwarfSymbolizer;  // `fragscope top` names functions
   if (traces) {
-    options.trace_path = [dir](const fragscope::v1::Frame& first, pid_t peer) {
+    options.trace_path = [&names, dir](const fragscope::StreamSession& session,
+                                       const fragscope::v1::Frame& first, pid_t peer) {
       fragscope::v1::Hello h = first.has_hello() ? first.hello() : fragscope::v1::Hello();
-      return dir + "/" + StreamName(h, peer) + ".fst";
+      return dir + "/" +
+             names.NameFor(&session, StreamName(h, peer), h.realtime_at_start_ns() / 1'000'000'000,
+                           /*reserve_trace=*/true) +
+             ".fst";
     };
   }
   // Writes the post-mortems of `summary` not written yet. A sub-allocator's OOM is final when
   // it arrives; a driver failure is only judged once the stream ends (the program may still
   // retry and recover, or its allocator may report the OOM itself), so `final_only` skips those.
-  // `key` names the stream for good (its Hello's name); `name` is the one files get now.
-  auto write_postmortems = [&](const std::string& key, const std::string& name,
+  // `stream` identifies the stream for good; `name` is the one its files get now.
+  auto write_postmortems = [&](const void* stream, const std::string& name,
                                const fragscope::ModelSummary& summary, bool final_only) {
     for (const fragscope::OomPostMortem& oom : summary.ooms) {
       if (final_only && !oom.failure.from_sub_allocator) continue;
       {
         std::lock_guard<std::mutex> lock(written_mu);
-        if (!written.insert({key, oom.failure.seq}).second) continue;
+        if (!written.insert({stream, oom.failure.seq}).second) continue;
       }
       std::string base = absl::StrFormat("%s/%s.oom-%d", dir, name, oom.failure.seq);
       bool ok = WriteFile(base + ".txt", Render(summary, false)) &&
@@ -166,27 +179,46 @@ int main(int argc, char** argv) {
   };
   options.on_failure = [&](const fragscope::StreamSession& session, pid_t peer,
                            const fragscope::ModelSummary& summary) {
-    const fragscope::v1::Hello hello = session.hello().value_or(fragscope::v1::Hello());
-    write_postmortems(StreamName(hello, peer), StreamName(hello, peer, summary.rank), summary,
-                      /*final_only=*/true);
+    write_postmortems(&session, name_of(session, peer), summary, /*final_only=*/true);
   };
   options.on_stream_end = [&](const fragscope::CollectedStream& s,
                               const fragscope::ModelSummary& summary) {
+    const fragscope::StreamSession* stream = s.session.get();
     const fragscope::v1::Hello hello = s.session->hello().value_or(fragscope::v1::Hello());
-    const std::string key = StreamName(hello, s.peer_pid);
-    const std::string name = StreamName(hello, s.peer_pid, summary.rank);
-    // The program named its rank after the stream began: its trace joins the others under
-    // that name (`ls` reads as the job). link + unlink: never over an existing file.
+    const std::string key = name_of(*s.session, s.peer_pid);
+    // The program named its rank after the stream began: its files join the others under that
+    // name (`ls` reads as the job), keeping what makes the name the stream's own.
+    const std::string plain = StreamName(hello, s.peer_pid);
+    const std::string ranked = StreamName(hello, s.peer_pid, summary.rank) +
+                               key.substr(std::min(plain.size(), key.size()));
     std::string renamed;
-    if (traces && name != key) {
-      const std::string from = dir + "/" + key + ".fst", to = dir + "/" + name + ".fst";
-      if (link(from.c_str(), to.c_str()) == 0 && unlink(from.c_str()) == 0) {
-        renamed = absl::StrFormat("; its trace was %s.fst until the program set its rank", key);
+    if (ranked != key) {
+      if (!traces) {
+        names.Rename(stream, ranked);
+      } else {
+        // link + unlink: never over an existing file.
+        const std::string from = dir + "/" + key + ".fst", to = dir + "/" + ranked + ".fst";
+        if (link(from.c_str(), to.c_str()) == 0) {
+          if (names.Rename(stream, ranked)) {
+            unlink(from.c_str());
+            renamed = absl::StrFormat("; its trace was %s.fst until the program set its rank", key);
+          } else {
+            unlink(to.c_str());
+          }
+        }
       }
     }
-    write_postmortems(key, name, summary, /*final_only=*/false);
+    const std::string name = names.Find(stream);
+    write_postmortems(stream, name, summary, /*final_only=*/false);
     bool ok = WriteFile(dir + "/" + name + ".report.txt", Render(summary, false)) &&
               WriteFile(dir + "/" + name + ".report.json", Render(summary, true));
+    names.Forget(stream);
+    {
+      std::lock_guard<std::mutex> lock(written_mu);
+      for (auto it = written.begin(); it != written.end();) {
+        it = it->first == stream ? written.erase(it) : std::next(it);
+      }
+    }
     std::lock_guard<std::mutex> lock(g_log_mu);
     const bool clean =
         s.outcome.saw_end_frame && s.outcome.result == fragscope::FrameReader::Result::kEnd;

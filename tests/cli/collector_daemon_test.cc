@@ -164,6 +164,87 @@ TEST_F(CollectorDaemon, ManyProcessesEachGetTraceReportsAndPostMortems) {
   EXPECT_NE(job.find("First OOM: rank "), std::string::npos) << job;
 }
 
+// Connects to the daemon's socket as an agent would and sends `bytes[from, to)`; the caller
+// keeps the connection (fd) to send more or close it.
+int ConnectTo(const std::string& socket_path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool SendAll(int fd, const std::string& bytes, size_t from, size_t to) {
+  while (from < to) {
+    ssize_t n = write(fd, bytes.data() + from, to - from);
+    if (n <= 0) return false;
+    from += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Two processes with the same executable and pid (pid namespaces: both pid 1; or a pid reused
+// later) each get their own trace, report and post-mortems, one after the other and at the same
+// time: before, the second replaced the first, and two at once wrote into one file. The same
+// recorded stream is sent four times, so every stream has the same Hello.
+TEST_F(CollectorDaemon, ProcessesWithTheSameExeAndPidGetFilesOfTheirOwn) {
+  const std::string recorded = dir_ + "/recorded.fst";
+  std::string out;
+  ShellStatus("FRAGSCOPE_OUTPUT=" + recorded + " FAKECUDA_CAPACITY=4G LD_PRELOAD=" +
+                  FRAGSCOPE_AGENT_LIB + " " + FRAGSCOPE_DEMO_BIN + " >/dev/null",
+              &out);
+  const std::string bytes = Slurp(recorded);
+  ASSERT_GT(bytes.size(), 1000u) << out;
+  for (int i = 1; i <= 2; ++i) {  // one after the other
+    int fd = ConnectTo(socket_);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, bytes, 0, bytes.size()));
+    close(fd);
+    WaitForLog(" ended ", i);
+  }
+  int a = ConnectTo(socket_), b = ConnectTo(socket_);  // at the same time, interleaved
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  const size_t half = bytes.size() / 2;
+  ASSERT_TRUE(SendAll(a, bytes, 0, half));
+  ASSERT_TRUE(SendAll(b, bytes, 0, half));
+  ASSERT_TRUE(SendAll(a, bytes, half, bytes.size()));
+  ASSERT_TRUE(SendAll(b, bytes, half, bytes.size()));
+  close(a);
+  close(b);
+  WaitForLog(" ended ", 4);
+  std::string expected;
+  ASSERT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + "-dump " + recorded, &expected), 0);
+  expected = expected.substr(expected.find('\n'));  // past the line naming the file
+  std::set<std::string> traces, reports;
+  int postmortems = 0;
+  for (const auto& e : fs::directory_iterator(dir_ + "/out")) {
+    const std::string name = e.path().filename();
+    if (name.ends_with(".fst")) traces.insert(name);
+    if (name.ends_with(".report.json")) reports.insert(name);
+    if (name.find(".oom-") != std::string::npos && name.ends_with(".json")) ++postmortems;
+  }
+  ASSERT_EQ(traces.size(), 4u) << Slurp(log_);
+  EXPECT_EQ(reports.size(), 4u);
+  EXPECT_EQ(postmortems, 8) << "two OOMs per stream";
+  for (const std::string& name : traces) {
+    std::string dump;
+    EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + "-dump " + dir_ + "/out/" + name, &dump),
+              0)
+        << name << "\n"
+        << dump;
+    EXPECT_EQ(dump.substr(dump.find('\n')), expected) << name;
+  }
+  for (const std::string& name : reports) {
+    auto j = nlohmann::json::parse(Slurp(dir_ + "/out/" + name));
+    EXPECT_EQ(j["ooms"].size(), 2u) << name;
+  }
+}
+
 // An mp.spawn worker names its rank after its stream began (init_process_group): when the
 // stream ends, its trace, report and post-mortem files carry the rank like a torchrun rank's.
 TEST_F(CollectorDaemon, ARankSetAfterTheStartNamesTheFiles) {

@@ -38,7 +38,10 @@ struct CollectedStream {
 struct SessionServerOptions {
   ModelOptions model;
   // Where the copy of a stream goes, from its first frame and the peer's pid ("" = no copy).
-  std::function<std::string(const v1::Frame& first, pid_t peer)> trace_path;
+  // Called once per stream, on its thread, with the stream's session (an identity that lasts
+  // as long as the stream: the same object on_failure and on_stream_end get).
+  std::function<std::string(const StreamSession& session, const v1::Frame& first, pid_t peer)>
+      trace_path;
   // After each failed allocation is applied (OOM post-mortems as they happen). Runs on the
   // stream's thread; must be thread-safe across streams.
   std::function<void(const StreamSession&, pid_t peer, const ModelSummary&)> on_failure;
