@@ -71,9 +71,15 @@ std::string StreamName(const fragscope::v1::Hello& h, pid_t peer,
 }
 
 // 0644 at most whatever the umask (fragscope::WriteOutputFile): reports may hold paths and
-// stacks of a user's job, and must never be writable by others.
+// stacks of a user's job, and must never be writable by others. A failure is said on stderr
+// with the path and the reason (a file that could not be written whole is not left behind).
 bool WriteFile(const std::string& path, const std::string& text) {
-  return fragscope::WriteOutputFile(path, text).ok();
+  absl::Status written = fragscope::WriteOutputFile(path, text);
+  if (!written.ok()) {
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    std::fprintf(stderr, "fragscope-collector: %s\n", std::string(written.message()).c_str());
+  }
+  return written.ok();
 }
 
 std::string Render(const fragscope::ModelSummary& s, bool json) {
@@ -174,7 +180,7 @@ int main(int argc, char** argv) {
                 WriteFile(base + ".json", Render(summary, true));
       std::lock_guard<std::mutex> lock(g_log_mu);
       std::fprintf(stderr, "fragscope-collector: %s: %s -> %s.txt%s\n", name.c_str(),
-                   oom.headline.c_str(), base.c_str(), ok ? "" : " (WRITE FAILED)");
+                   oom.headline.c_str(), base.c_str(), ok ? "" : " (not written, see above)");
     }
   };
   options.on_failure = [&](const fragscope::StreamSession& session, pid_t peer,
@@ -233,8 +239,14 @@ int main(int argc, char** argv) {
                  clean ? "ended" : "DISCONNECTED without a clean end (crashed or killed?)",
                  static_cast<unsigned long long>(s.outcome.frames), resumed_note.c_str(),
                  renamed.c_str(), s.outcome.error.empty() ? "" : ": ", s.outcome.error.c_str());
-    if (!ok)
-      std::fprintf(stderr, "fragscope-collector: cannot write report for %s\n", name.c_str());
+    if (!s.outcome.trace_error.empty()) {
+      std::fprintf(stderr, "fragscope-collector: %s: the trace is incomplete: %s\n", name.c_str(),
+                   s.outcome.trace_error.c_str());
+    }
+    if (!ok) {
+      std::fprintf(stderr, "fragscope-collector: %s: final report not written (see above)\n",
+                   name.c_str());
+    }
   };
 
   // Signals are taken by sigwait below, not by handlers, so stream threads are never

@@ -58,10 +58,16 @@ absl::Status WriteOutputFile(const std::string& path, std::string_view bytes, mo
     }
     done += static_cast<std::size_t>(n);
   }
+  struct stat st;
+  const bool regular = ::fstat(*fd, &st) == 0 && S_ISREG(st.st_mode);
   if (::close(*fd) != 0 && err == 0) err = errno;
   if (err != 0) {
-    return absl::DataLossError(absl::StrFormat("%s: write failed after %d of %d bytes: %s", path,
-                                               done, bytes.size(), std::strerror(err)));
+    // A cut or empty report would read as a whole one later (a full disk left 0-byte reports):
+    // a regular file that could not be written whole is removed. Devices and FIFOs stay.
+    const bool removed = regular && ::unlink(path.c_str()) == 0;
+    return absl::DataLossError(absl::StrFormat("%s: write failed after %d of %d bytes: %s%s", path,
+                                               done, bytes.size(), std::strerror(err),
+                                               removed ? " (the partial file was removed)" : ""));
   }
   return absl::OkStatus();
 }

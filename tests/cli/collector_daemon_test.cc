@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -83,6 +84,12 @@ class CollectorDaemon : public ::testing::Test {
     ASSERT_GE(daemon_, 0);
     if (daemon_ == 0) {
       if (freopen(log_.c_str(), "w", stderr) == nullptr) _exit(126);
+      if (const rlim_t limit = FileSizeLimit(); limit > 0) {
+        // A disk that fills up: writes past `limit` bytes fail (EFBIG) instead of killing.
+        const rlimit r{limit, limit};
+        signal(SIGXFSZ, SIG_IGN);
+        if (setrlimit(RLIMIT_FSIZE, &r) != 0) _exit(125);
+      }
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -95,6 +102,7 @@ class CollectorDaemon : public ::testing::Test {
     ASSERT_TRUE(fs::exists(socket_)) << Slurp(log_);
   }
   virtual std::vector<std::string> ExtraArgs() const { return {}; }
+  virtual rlim_t FileSizeLimit() const { return 0; }  // bytes per file the daemon may write
   void TearDown() override {
     if (daemon_ > 0) {
       kill(daemon_, SIGTERM);
@@ -243,6 +251,37 @@ TEST_F(CollectorDaemon, ProcessesWithTheSameExeAndPidGetFilesOfTheirOwn) {
     auto j = nlohmann::json::parse(Slurp(dir_ + "/out/" + name));
     EXPECT_EQ(j["ooms"].size(), 2u) << name;
   }
+}
+
+// A daemon whose disk fills up says, per file, which path could not be written and why, and
+// leaves no empty or cut report behind (a 0-byte report reads as a report later); the trace it
+// could not finish is said to be incomplete.
+class CollectorDaemonFullDisk : public CollectorDaemon {
+ protected:
+  rlim_t FileSizeLimit() const override { return 12 << 10; }
+};
+
+TEST_F(CollectorDaemonFullDisk, EveryFailedWriteIsNamedAndNoReportIsLeftCut) {
+  std::string out;
+  ShellStatus("FAKECUDA_CAPACITY=4G " + AgentEnv() + FRAGSCOPE_DEMO_BIN + " >/dev/null", &out);
+  WaitForLog(" ended ", 1);
+  const std::string log = Slurp(log_);
+  EXPECT_NE(log.find(dir_ + "/out/"), std::string::npos) << log;
+  EXPECT_NE(log.find("File too large (the partial file was removed)"), std::string::npos) << log;
+  int reports = 0;
+  for (const auto& e : fs::directory_iterator(dir_ + "/out")) {
+    const std::string name = e.path().filename();
+    if (name.starts_with(".")) continue;
+    EXPECT_GT(fs::file_size(e.path()), 0u) << name;
+    if (name.ends_with(".fst") && fs::file_size(e.path()) >= FileSizeLimit()) {
+      EXPECT_NE(log.find("the trace is incomplete"), std::string::npos) << log;
+    }
+    if (name.ends_with(".json")) {
+      ++reports;
+      EXPECT_NO_THROW(nlohmann::json::parse(Slurp(e.path()))) << name << " is cut";
+    }
+  }
+  EXPECT_LT(reports, 3) << "the limit is below the size of the JSON reports:\n" << log;
 }
 
 // An mp.spawn worker names its rank after its stream began (init_process_group): when the

@@ -23,7 +23,8 @@ inline constexpr mode_t kOutputFileMode = 0644;
 // Errors name the path and the reason.
 absl::StatusOr<int> CreateOutputFile(const std::string& path, mode_t mode = kOutputFileMode);
 
-// CreateOutputFile, then writes all of `bytes` and closes. Errors name the path.
+// CreateOutputFile, then writes all of `bytes` and closes. Errors name the path and the
+// reason; a regular file that could not be written whole is removed (never left cut or empty).
 absl::Status WriteOutputFile(const std::string& path, std::string_view bytes,
                              mode_t mode = kOutputFileMode);
 
