@@ -75,17 +75,22 @@ def marks_in_trace(trace):
     return marks
 
 
+def build_extension(environment):
+    """Builds the adapter's extension once, outside the traced runs (its compiler would otherwise
+    run with the agent preloaded), exactly as sitecustomize.py builds it, in `environment({...})`.
+    Returns None, or what the build printed when it failed."""
+    r = subprocess.run(
+        [sys.executable, "-c", "import sys, torch, sitecustomize as s; "
+         "print(s._build_extension(torch).__file__)"],
+        env=environment({"PYTHONPATH": ADAPTER_DIR, "LD_PRELOAD": ""}),
+        capture_output=True, text=True, timeout=900)
+    return None if r.returncode == 0 else r.stdout + r.stderr
+
+
 class TorchOnFakeCudaTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        # Build the extension once, outside the traced runs (its compiler would otherwise run
-        # with the agent preloaded), exactly as sitecustomize.py builds it.
-        r = subprocess.run(
-            [sys.executable, "-c", "import sys, torch, sitecustomize as s; "
-             "print(s._build_extension(torch).__file__)"],
-            env=environment({"PYTHONPATH": ADAPTER_DIR, "LD_PRELOAD": ""}),
-            capture_output=True, text=True, timeout=900)
-        cls.extension_error = None if r.returncode == 0 else r.stdout + r.stderr
+        cls.extension_error = build_extension(environment)
 
     def run_workload(self, name, extra_env, workload="torch_workload.py"):
         trace = os.path.join(WORK, name + ".fst")

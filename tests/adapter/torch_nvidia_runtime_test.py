@@ -40,13 +40,7 @@ def environment(extra):
 class TorchOnItsOwnRuntimeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        # Build the adapter's extension once, outside the traced runs.
-        r = subprocess.run(
-            [sys.executable, "-c", "import sys, torch, sitecustomize as s; "
-             "print(s._build_extension(torch).__file__)"],
-            env=environment({"PYTHONPATH": common.ADAPTER_DIR, "LD_PRELOAD": ""}),
-            capture_output=True, text=True, timeout=900)
-        cls.extension_error = None if r.returncode == 0 else r.stdout + r.stderr
+        cls.extension_error = common.build_extension(environment)
 
     def train(self, name, extra_env):
         if self.extension_error:

@@ -41,6 +41,30 @@ int Malloc() {
   return 0;
 }
 
+// A driver function through the runtime (cudaGetDriverEntryPointByVersion), as PyTorch gets its
+// VMM functions; exits 3 when the runtime cannot give it.
+void* DriverEntry(const char* name, unsigned version) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult status;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &status) !=
+          cudaSuccess ||
+      fn == nullptr) {
+    std::fprintf(stderr, "entry point %s failed\n", name);
+    std::exit(3);
+  }
+  return fn;
+}
+
+// A pool of pinned device memory on device 0; nullptr when the runtime refuses.
+cudaMemPool_t NewPinnedPool() {
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  cudaMemPool_t pool = nullptr;
+  return cudaMemPoolCreate(&pool, &props) == cudaSuccess ? pool : nullptr;
+}
+
 std::atomic<int> g_usr1{0};
 void OnUsr1(int) { g_usr1.fetch_add(1); }
 
@@ -146,12 +170,8 @@ int Families() {
   void* managed = nullptr;
   r = cudaMallocManaged(&managed, 4321, cudaMemAttachGlobal);
   Print("cudaMallocManaged", managed, 4321, r);
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = 0;
-  cudaMemPool_t pool = nullptr;
-  if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) return 3;
+  cudaMemPool_t pool = NewPinnedPool();
+  if (pool == nullptr) return 3;
   std::printf("pool %p\n", static_cast<void*>(pool));
   void* from_pool = nullptr;
   r = cudaMallocFromPoolAsync(&from_pool, 999, pool, stream);
@@ -171,27 +191,17 @@ int Families() {
 int EntryPoint() {
   cudaFree(nullptr);  // initialize the runtime
   cudaDriverEntryPointQueryResult status;
-  void* fn = nullptr;
-  auto get = [&](const char* name, unsigned version) {
-    fn = nullptr;
-    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &status) !=
-            cudaSuccess ||
-        fn == nullptr) {
-      std::fprintf(stderr, "entry point %s failed\n", name);
-      std::exit(3);
-    }
-    return fn;
-  };
   auto reserve =
-      reinterpret_cast<PFN_cuMemAddressReserve_v10020>(get("cuMemAddressReserve", 12000));
-  auto create = reinterpret_cast<PFN_cuMemCreate_v10020>(get("cuMemCreate", 12000));
-  auto map = reinterpret_cast<PFN_cuMemMap_v10020>(get("cuMemMap", 12000));
-  auto unmap = reinterpret_cast<PFN_cuMemUnmap_v10020>(get("cuMemUnmap", 12000));
-  auto release = reinterpret_cast<PFN_cuMemRelease_v10020>(get("cuMemRelease", 12000));
-  auto address_free = reinterpret_cast<PFN_cuMemAddressFree_v10020>(get("cuMemAddressFree", 12000));
+      reinterpret_cast<PFN_cuMemAddressReserve_v10020>(DriverEntry("cuMemAddressReserve", 12000));
+  auto create = reinterpret_cast<PFN_cuMemCreate_v10020>(DriverEntry("cuMemCreate", 12000));
+  auto map = reinterpret_cast<PFN_cuMemMap_v10020>(DriverEntry("cuMemMap", 12000));
+  auto unmap = reinterpret_cast<PFN_cuMemUnmap_v10020>(DriverEntry("cuMemUnmap", 12000));
+  auto release = reinterpret_cast<PFN_cuMemRelease_v10020>(DriverEntry("cuMemRelease", 12000));
+  auto address_free =
+      reinterpret_cast<PFN_cuMemAddressFree_v10020>(DriverEntry("cuMemAddressFree", 12000));
   auto alloc_legacy =
-      reinterpret_cast<CUresult (*)(unsigned int*, unsigned int)>(get("cuMemAlloc", 2000));
-  auto free_legacy = reinterpret_cast<CUresult (*)(unsigned int)>(get("cuMemFree", 2000));
+      reinterpret_cast<CUresult (*)(unsigned int*, unsigned int)>(DriverEntry("cuMemAlloc", 2000));
+  auto free_legacy = reinterpret_cast<CUresult (*)(unsigned int)>(DriverEntry("cuMemFree", 2000));
   void* plain = nullptr;
   // Deprecated, still used by older libraries: the runtime's own CUDA version decides the ABI.
 #pragma GCC diagnostic push
@@ -201,7 +211,7 @@ int EntryPoint() {
   }
 #pragma GCC diagnostic pop
   auto alloc_v2 = reinterpret_cast<PFN_cuMemAlloc_v3020>(plain);
-  auto free_v2 = reinterpret_cast<PFN_cuMemFree_v3020>(get("cuMemFree", 12000));
+  auto free_v2 = reinterpret_cast<PFN_cuMemFree_v3020>(DriverEntry("cuMemFree", 12000));
   const size_t page = 2 << 20;
   CUdeviceptr va = 0;
   CUresult r = reserve(&va, 4 * page, 0, 0, 0);
@@ -370,12 +380,8 @@ int Parity() {
     Print("cudaMallocAsync", async, 5000, r);
   }
   Print("cudaFreeAsync", async, 0, cudaFreeAsync(async, stream));
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = 0;
-  cudaMemPool_t pool = nullptr;
-  if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) return 3;
+  cudaMemPool_t pool = NewPinnedPool();
+  if (pool == nullptr) return 3;
   void* pooled = nullptr;
   {
     cudaError_t r = cudaMallocFromPoolAsync(&pooled, 999, pool, stream);
@@ -415,35 +421,22 @@ int Parity() {
     cudaError_t r = cudaMemGetInfo(&free_bytes, &total);
     Print("cudaMemGetInfo", nullptr, free_bytes, r);
   }
-  cudaDriverEntryPointQueryResult status;
-  void* reserve_fn = nullptr;
-  void* create_fn = nullptr;
-  void* map_fn = nullptr;
-  void* unmap_fn = nullptr;
-  void* release_fn = nullptr;
-  void* address_free_fn = nullptr;
-  for (auto [name, fn] :
-       {std::pair{"cuMemAddressReserve", &reserve_fn}, std::pair{"cuMemCreate", &create_fn},
-        std::pair{"cuMemMap", &map_fn}, std::pair{"cuMemUnmap", &unmap_fn},
-        std::pair{"cuMemRelease", &release_fn}, std::pair{"cuMemAddressFree", &address_free_fn}}) {
-    if (cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &status) !=
-        cudaSuccess) {
-      return 3;
-    }
-  }
   const size_t page = 2 << 20;
   CUdeviceptr va = 0;
-  reinterpret_cast<PFN_cuMemAddressReserve_v10020>(reserve_fn)(&va, 2 * page, 0, 0, 0);
+  reinterpret_cast<PFN_cuMemAddressReserve_v10020>(DriverEntry("cuMemAddressReserve", 12000))(
+      &va, 2 * page, 0, 0, 0);
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = 0;
   CUmemGenericAllocationHandle handle = 0;
-  reinterpret_cast<PFN_cuMemCreate_v10020>(create_fn)(&handle, page, &prop, 0);
-  reinterpret_cast<PFN_cuMemMap_v10020>(map_fn)(va, page, 0, handle, 0);
-  reinterpret_cast<PFN_cuMemUnmap_v10020>(unmap_fn)(va, page);
-  reinterpret_cast<PFN_cuMemRelease_v10020>(release_fn)(handle);
-  reinterpret_cast<PFN_cuMemAddressFree_v10020>(address_free_fn)(va, 2 * page);
+  reinterpret_cast<PFN_cuMemCreate_v10020>(DriverEntry("cuMemCreate", 12000))(&handle, page, &prop,
+                                                                              0);
+  reinterpret_cast<PFN_cuMemMap_v10020>(DriverEntry("cuMemMap", 12000))(va, page, 0, handle, 0);
+  reinterpret_cast<PFN_cuMemUnmap_v10020>(DriverEntry("cuMemUnmap", 12000))(va, page);
+  reinterpret_cast<PFN_cuMemRelease_v10020>(DriverEntry("cuMemRelease", 12000))(handle);
+  reinterpret_cast<PFN_cuMemAddressFree_v10020>(DriverEntry("cuMemAddressFree", 12000))(va,
+                                                                                        2 * page);
   Print("cudaFreeHost", host, 0, cudaFreeHost(host));
   Print("cudaFreeHost", mapped_host, 0, cudaFreeHost(mapped_host));
   Print("cudaFree", pitched, 0, cudaFree(pitched));

@@ -159,7 +159,6 @@ CUresult DestroyContext(CUcontext handle) {
   if (!ctx || !s.contexts.count(ctx) || !ctx->alive) return CUDA_ERROR_INVALID_CONTEXT;
   RunLocalStorageDestructorsUnlocked(lock, ctx);
   if (!ctx->alive) return CUDA_SUCCESS;  // destroyed by another thread meanwhile
-  NoteContextTeardownLocked(s);
   DeactivateContextLocked(s, ctx);
   auto& stack = ContextStack();
   for (auto& entry : stack) {
@@ -177,10 +176,7 @@ CUresult PrimaryRelease(CUdevice dev) {
   if (primary.primary_refs <= 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (primary.primary_refs == 1) RunLocalStorageDestructorsUnlocked(lock, &primary);
   if (primary.primary_refs <= 0) return CUDA_ERROR_INVALID_CONTEXT;  // released meanwhile
-  if (--primary.primary_refs == 0) {
-    NoteContextTeardownLocked(s);
-    DeactivateContextLocked(s, &primary);
-  }
+  if (--primary.primary_refs == 0) DeactivateContextLocked(s, &primary);
   return CUDA_SUCCESS;
 }
 
@@ -190,10 +186,7 @@ CUresult PrimaryReset(CUdevice dev) {
   if (CUresult r = CheckDevice(s, dev); r != CUDA_SUCCESS) return r;
   Context& primary = s.devices[dev].primary;
   if (primary.alive) RunLocalStorageDestructorsUnlocked(lock, &primary);
-  if (primary.alive) {
-    NoteContextTeardownLocked(s);
-    DeactivateContextLocked(s, &primary);
-  }
+  if (primary.alive) DeactivateContextLocked(s, &primary);
   primary.flags = 0;
   return CUDA_SUCCESS;
 }

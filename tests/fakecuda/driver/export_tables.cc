@@ -183,8 +183,6 @@ constexpr uint8_t kIntegrityKey[16] = {0x14, 0x6a, 0xdd, 0xae, 0x53, 0xa9, 0xa7,
 // Slot 1, three times per runtime: versions ending in 0 and 1 get fixed answers; the one ending
 // in 2 a keyed hash of the driver and runtime versions, this process and thread, where the
 // tables live, the time the runtime passes and every device's identity.
-CUresult IntegrityCheck(uint32_t runtime_version, uint64_t unix_seconds, uint64_t out[2]);
-
 CUresult IntegrityCheck(uint32_t runtime_version, uint64_t unix_seconds, uint64_t out[2]) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   constexpr uint64_t kFixedLow = 0x3341181C03CB675Cull;

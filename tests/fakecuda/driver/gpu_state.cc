@@ -281,9 +281,7 @@ HandleObject* NewObjectLocked(State& s, HandleObject::Type type, HandleObject* p
 
 bool IsLiveContextLocked(State& s, Context* ctx) {
   if (!ctx) return false;
-  for (int i = 0; i < s.device_count; ++i) {
-    if (ctx == &s.devices[i].primary) return ctx->alive;
-  }
+  if (IsPrimaryContextLocked(s, ctx)) return ctx->alive;
   return s.contexts.count(ctx) && ctx->alive;
 }
 
@@ -322,6 +320,7 @@ CUresult ActivateContextLocked(State& s, Context* ctx) {
 }
 
 void DeactivateContextLocked(State& s, Context* ctx) {
+  NoteContextTeardownLocked(s);  // FAKECUDA_LIVE_DUMP: the table before a teardown at exit
   for (auto it = s.allocations.begin(); it != s.allocations.end();) {
     auto next = std::next(it);
     if (it->second.ctx == ctx) ReleaseAllocationLocked(s, it);

@@ -312,7 +312,8 @@ void DropHandleIfUnusedLocked(State& s, uint64_t handle_id);
 void ResetLocked(State& s);
 
 // Ground truth at exit (ground_truth.cc): registers, once, the atexit handler that marks the
-// start of exit(); and keeps the live table before the first context teardown during exit.
+// start of exit(); and keeps the live table before the first context teardown during exit
+// (DeactivateContextLocked calls it).
 void WatchExitLocked(State& s);
 void NoteContextTeardownLocked(State& s);
 

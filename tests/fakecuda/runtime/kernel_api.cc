@@ -22,6 +22,16 @@ cudaError_t Symbol(const void* symbol, const DriverApi** api, CUdeviceptr* addre
   return SymbolFor(*api, symbol, address, bytes);
 }
 
+// The device address of `count` bytes at `offset` into a symbol, for the copies.
+cudaError_t SymbolSpan(const void* symbol, size_t offset, size_t count, const DriverApi** api,
+                       CUdeviceptr* at) {
+  size_t bytes = 0;
+  if (cudaError_t e = Symbol(symbol, api, at, &bytes); e != cudaSuccess) return e;
+  if (offset > bytes || count > bytes - offset) return cudaErrorInvalidValue;
+  *at += offset;
+  return cudaSuccess;
+}
+
 cudaError_t Occupancy(int* blocks, const void* func, int block_size, size_t dynamic_smem,
                       unsigned flags) {
   if (!blocks) return Record(cudaErrorInvalidValue);
@@ -122,16 +132,15 @@ cudaError_t cudaGetSymbolSize(size_t* size, const void* symbol) {
 cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset,
                                enum cudaMemcpyKind kind) {
   const DriverApi* api = nullptr;
-  CUdeviceptr address = 0;
-  size_t bytes = 0;
-  if (cudaError_t e = Symbol(symbol, &api, &address, &bytes); e != cudaSuccess) return Record(e);
-  if (offset > bytes || count > bytes - offset) return Record(cudaErrorInvalidValue);
+  CUdeviceptr at = 0;
+  if (cudaError_t e = SymbolSpan(symbol, offset, count, &api, &at); e != cudaSuccess) {
+    return Record(e);
+  }
   if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDefault) {
-    return Record(FromDriver(api->memcpyHtoD(address + offset, src, count)));
+    return Record(FromDriver(api->memcpyHtoD(at, src, count)));
   }
   if (kind == cudaMemcpyDeviceToDevice) {
-    return Record(
-        FromDriver(api->memcpyDtoD(address + offset, reinterpret_cast<CUdeviceptr>(src), count)));
+    return Record(FromDriver(api->memcpyDtoD(at, reinterpret_cast<CUdeviceptr>(src), count)));
   }
   return Record(cudaErrorInvalidMemcpyDirection);
 }
@@ -139,16 +148,15 @@ cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count
 cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset,
                                  enum cudaMemcpyKind kind) {
   const DriverApi* api = nullptr;
-  CUdeviceptr address = 0;
-  size_t bytes = 0;
-  if (cudaError_t e = Symbol(symbol, &api, &address, &bytes); e != cudaSuccess) return Record(e);
-  if (offset > bytes || count > bytes - offset) return Record(cudaErrorInvalidValue);
+  CUdeviceptr at = 0;
+  if (cudaError_t e = SymbolSpan(symbol, offset, count, &api, &at); e != cudaSuccess) {
+    return Record(e);
+  }
   if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDefault) {
-    return Record(FromDriver(api->memcpyDtoH(dst, address + offset, count)));
+    return Record(FromDriver(api->memcpyDtoH(dst, at, count)));
   }
   if (kind == cudaMemcpyDeviceToDevice) {
-    return Record(
-        FromDriver(api->memcpyDtoD(reinterpret_cast<CUdeviceptr>(dst), address + offset, count)));
+    return Record(FromDriver(api->memcpyDtoD(reinterpret_cast<CUdeviceptr>(dst), at, count)));
   }
   return Record(cudaErrorInvalidMemcpyDirection);
 }
