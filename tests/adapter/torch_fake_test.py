@@ -504,7 +504,7 @@ if __name__ == "__main__":
     version = torch_version()
     if version is None:
         print("SKIP: %s cannot import torch; configure with -DFRAGSCOPE_TORCH_PYTHON=<a python "
-              "with torch> (README, PyTorch)" % sys.executable)
+              "with torch> (scripts/adapter/README.md)" % sys.executable)
         sys.exit(SKIP)
     print("torch %s from %s" % (version, sys.executable))
     os.makedirs(WORK, exist_ok=True)

@@ -109,7 +109,7 @@ if __name__ == "__main__":
     version = common.torch_version()
     if version is None:
         print("SKIP: %s cannot import torch; configure with -DFRAGSCOPE_TORCH_PYTHON=<a python "
-              "with torch> (README, PyTorch)" % sys.executable)
+              "with torch> (scripts/adapter/README.md)" % sys.executable)
         sys.exit(common.SKIP)
     print("torch %s from %s" % (version, sys.executable))
     os.makedirs(common.WORK, exist_ok=True)

@@ -258,7 +258,7 @@ TEST_F(CliEndToEnd, ImportedPyTorchSnapshotReportsTheIndependentFigures) {
 }
 
 // An output that names the input (also through a link) is refused before anything is read or
-// written: `report -o IN` and `import -o IN` used to overwrite the trace or snapshot they read.
+// written: `report -o IN` or `import -o IN` would destroy the trace or snapshot they read.
 TEST_F(CliEndToEnd, AnOutputThatIsTheInputIsRefused) {
   const std::string trace = dir_ + "/own.fst", link = dir_ + "/own-link.fst";
   ASSERT_EQ(Shell("cp " + Trace() + " " + trace + " && ln -sf " + trace + " " + link).exit_code, 0);

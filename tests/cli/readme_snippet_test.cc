@@ -1,5 +1,6 @@
-// The README's CI snippet must stay true: its `run:` lines are executed here, in order, with
-// the bundled demo standing in for `python train.py` and the built `fragscope` on PATH.
+// The CI snippet of viewer-cli/README.md must stay true: its `run:` lines are executed here, in
+// order, with the bundled demo standing in for `python train.py` and the built `fragscope` on
+// PATH.
 #include <stdlib.h>
 #include <sys/wait.h>
 
