@@ -60,6 +60,9 @@ struct DrainState {
   uint64_t reported_ring_drops = 0;
   uint64_t undeliverable = 0;  // events popped but not delivered (the output had failed)
   uint64_t in_writer = 0;      // events encoded into g_writer since it was last written out
+  // Events above stream_start_seq skipped because a snapshot written after them holds their
+  // effect (End.events_in_snapshots).
+  uint64_t in_snapshots = 0;
 
   // Reconnect (FRAGSCOPE_SOCKET streams), under lock:
   uint32_t reconnects = 0;              // successful ones (Hello.resumed of the current stream)
@@ -77,10 +80,12 @@ struct DrainState {
 
   // Attach (control socket; the thread's own, not under `lock` except where noted):
   ControlServer control;
-  bool stacks_mapped = false;     // under lock: the stack table was mapped by a wake
-  bool attached = false;          // under lock: the stream was opened by `wake`
-  uint64_t min_seq = 0;           // under lock: ring records at or below it are in the snapshot
-  uint64_t stream_start_seq = 0;  // under lock: seq when this stream began
+  bool stacks_mapped = false;  // under lock: the stack table was mapped by a wake
+  bool attached = false;       // under lock: the stream was opened by `wake`
+  uint64_t min_seq = 0;        // under lock: ring records at or below it are in the snapshot
+  // Under lock: seq when this stream began; End.events_recorded counts from it. A resumed stream
+  // or a new flight segment keeps it: their Drops and skipped records are counted against it.
+  uint64_t stream_start_seq = 0;
 
   // Flight recorder (FRAGSCOPE_FLIGHT_MB; flight_recorder.h), under lock:
   uint64_t segment_bytes = 0;    // bytes written to the current file (not counting g_writer)
@@ -124,18 +129,23 @@ bool EnsureBuffer() {
   return true;
 }
 
-// Writes to the output, counting the bytes of the current file.
-bool WriteOut(const void* data, size_t size) {
+// Writes to the output, counting the bytes of the current file. `sent`: as Output::Write.
+bool WriteOut(const void* data, size_t size, size_t* sent = nullptr) {
   g_drain.segment_bytes += size;
-  return g_drain.output.Write(data, size);
+  return g_drain.output.Write(data, size, sent);
 }
 
-// Writes the buffer out. Events in a buffer that could not be written are lost with it and
-// counted as undeliverable (an output that failed before it is written to at all).
+// Writes the buffer out. The events of a buffer that could not be written are lost with it and
+// counted as undeliverable, except those whose whole frames went out before the write failed (a
+// send that timed out on a collector that stopped reading): its reader has them.
 void FlushWriter() {
   DrainState& d = g_drain;
-  if (g_writer.size() > 0 && !(d.output.is_open() && WriteOut(g_writer.data(), g_writer.size()))) {
-    d.undeliverable += d.in_writer;
+  if (g_writer.size() > 0) {
+    size_t sent = 0;
+    if (!(d.output.is_open() && WriteOut(g_writer.data(), g_writer.size(), &sent))) {
+      const size_t delivered = sent > 0 ? CountWholeEventFrames(g_writer.data(), sent) : 0;
+      d.undeliverable += d.in_writer - (delivered < d.in_writer ? delivered : d.in_writer);
+    }
   }
   d.in_writer = 0;
   g_writer.Clear();
@@ -240,6 +250,7 @@ void StartStream() {
   ReadProcessInfo();
   d.reported_ring_drops = 0;
   d.segment_min_seq = 0;
+  d.in_snapshots = 0;
   WriteStreamHead();
   // No STREAM_START snapshot here: a preloaded agent's stream starts with the first event (or,
   // in a forked child, with an empty table), so every live entry is also an event still in the
@@ -360,8 +371,8 @@ bool SegmentFull() {
 // Starts the output over where a reader may begin (a new flight segment, a resumed stream):
 // stream head, devices, `drops` if given, the StackTable frames of every stack the live entries
 // name, then a snapshot exact at its seq S. Live-state records at or below S still in the ring
-// are then skipped (the snapshot has them); failures and marks among them are still written,
-// after it. End.events_recorded counts from S.
+// are then skipped (the snapshot has them; counted in End.events_in_snapshots); failures and
+// marks among them are still written, after it.
 void BeginSegment(SnapshotReason reason, const DropsData* drops) {
   AgentState& a = Agent();
   DrainState& d = g_drain;
@@ -391,7 +402,6 @@ void BeginSegment(SnapshotReason reason, const DropsData* drops) {
     munmap(mem, bound);
   }
   d.segment_min_seq = seq;
-  d.stream_start_seq = seq;
   d.events_since_snapshot = 0;
   d.segment_head = d.segment_bytes;
 }
@@ -465,6 +475,12 @@ void RotateSegment() {
   BeginSegment(SnapshotReason::kPeriodic, /*drops=*/nullptr);
 }
 
+// A record skipped because a snapshot already written holds its effect. Records at or below
+// the stream's start (pushed by hooks that saw the stream begin) are not its events at all.
+void CountInSnapshot(const EventRecord& r) {
+  if (r.seq > g_drain.stream_start_seq) ++g_drain.in_snapshots;
+}
+
 // Pops and writes what the ring holds. Returns the number of records popped.
 size_t DrainLocked() {
   AgentState& a = Agent();
@@ -481,15 +497,22 @@ size_t DrainLocked() {
     // Already in the wake's snapshot; a free/total sample is not state and is kept (the wake's
     // own carries the snapshot's seq).
     if (r.seq <= d.min_seq && d.min_seq != 0 && r.type != RecordType::kMemInfo && !SiteRecord(r)) {
+      CountInSnapshot(r);
       continue;
     }
-    if (r.seq <= d.segment_min_seq && LiveStateRecord(r)) continue;  // in the snapshot
+    if (r.seq <= d.segment_min_seq && LiveStateRecord(r)) {  // in the snapshot
+      CountInSnapshot(r);
+      continue;
+    }
     // Rotate before a record, never after the last one: a segment cut right after the final
     // records (a failed allocation, then exit) would leave the newest file with a snapshot and
     // End only, and the failure in `.prev`.
     if (SegmentFull()) {
       RotateSegment();
-      if (r.seq <= d.segment_min_seq && LiveStateRecord(r)) continue;
+      if (r.seq <= d.segment_min_seq && LiveStateRecord(r)) {
+        CountInSnapshot(r);
+        continue;
+      }
     }
     if (!d.output.is_open()) {
       if (r.type != RecordType::kMemInfo) ++d.undeliverable;
@@ -562,6 +585,7 @@ void EndAttachedStreamLocked(bool write_end) {
     end.time_ns = NowNs();
     end.events_recorded = end.seq - d.stream_start_seq;
     end.total_dropped = a.ring_drops.load(std::memory_order_acquire);
+    end.events_in_snapshots = d.in_snapshots;
     Put([&](WireWriter& w) { return EncodeEnd(w, end); });
     FlushWriter();
   }
@@ -857,6 +881,7 @@ void DrainWriteEnd() {
     // Undeliverable events are not zero only on a stream that resumed (reconnect), which
     // counted them in its Drops frame too.
     end.total_dropped = a.ring_drops.load(std::memory_order_acquire) + g_drain.undeliverable;
+    end.events_in_snapshots = g_drain.in_snapshots;
     Put([&](WireWriter& w) { return EncodeEnd(w, end); });
     FlushWriter();
     g_drain.ended = true;
@@ -876,6 +901,7 @@ void DrainAfterFork() {
   d.output.Close();
   d.undeliverable = 0;
   d.in_writer = 0;
+  d.in_snapshots = 0;
   d.reconnects = 0;
   d.reconnect_at_ns = 0;
   d.undeliverable_reported = 0;

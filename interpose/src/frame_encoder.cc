@@ -307,6 +307,45 @@ bool EncodeDrops(WireWriter& w, const DropsData& d) {
   return frame.Close();
 }
 
+size_t CountWholeEventFrames(const uint8_t* data, size_t size) {
+  size_t pos = 0;
+  uint8_t header[kStreamHeaderSize];
+  EncodeStreamHeader(header);
+  if (size >= kStreamHeaderSize && memcmp(data, header, kStreamHeaderSize) == 0) {
+    pos = kStreamHeaderSize;
+  }
+  size_t events = 0;
+  while (pos < size) {
+    uint64_t length = 0;
+    int shift = 0;
+    for (;;) {  // the frame's length prefix
+      if (pos >= size || shift > 63) return events;
+      const uint8_t byte = data[pos++];
+      length |= uint64_t{byte & 0x7fu} << shift;
+      shift += 7;
+      if ((byte & 0x80) == 0) break;
+    }
+    if (length == 0 || length > size - pos) return events;  // cut inside this frame
+    // The body's tag: field numbers up to 15 fit its first byte (16, SymbolizedStack, does not).
+    const uint32_t field = (data[pos] & 0x80) == 0 ? data[pos] >> 3 : 0;
+    switch (field) {
+      case kAlloc:
+      case kFree:
+      case kMap:
+      case kHandle:
+      case kFailed:
+      case kMark:
+      case kBlock:
+        ++events;
+        break;
+      default:
+        break;
+    }
+    pos += length;
+  }
+  return events;
+}
+
 bool EncodeEnd(WireWriter& w, const EndData& e) {
   FrameScope frame(w, kEnd);
   w.Uint64(1, e.seq);
@@ -314,6 +353,7 @@ bool EncodeEnd(WireWriter& w, const EndData& e) {
   w.Uint64(3, e.events_recorded);
   w.Uint64(4, e.total_dropped);
   w.Int32(5, e.exit_status);
+  w.Uint64(6, e.events_in_snapshots);
   return frame.Close();
 }
 

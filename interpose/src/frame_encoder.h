@@ -76,6 +76,7 @@ struct EndData {
   uint64_t events_recorded = 0;
   uint64_t total_dropped = 0;
   int32_t exit_status = -1;
+  uint64_t events_in_snapshots = 0;
 };
 
 bool EncodeHello(WireWriter& w, const HelloInfo& hello);
@@ -90,6 +91,12 @@ bool EncodeSymbolizedStack(WireWriter& w, uint64_t id, const uint8_t* frames, si
 bool EncodeRecord(WireWriter& w, const EventRecord& record);
 bool EncodeDrops(WireWriter& w, const DropsData& drops);
 bool EncodeEnd(WireWriter& w, const EndData& end);
+
+// The event frames (what EncodeRecord writes, MemInfo excepted: it is no event) that lie whole in
+// the first `size` bytes of `data`, a run of frames as the encoders wrote them, optionally
+// starting with the stream header. For a write that stopped part-way: the frames before the
+// cut reached the reader, the rest did not.
+size_t CountWholeEventFrames(const uint8_t* data, size_t size);
 
 // Opens "length prefix + Frame{ body_field: { ... } }"; Close ends both, or on overflow backs
 // out to where the frame started and returns false.

@@ -83,7 +83,8 @@ bool Output::Open(const char* file_path, const char* socket_path) {
   return true;
 }
 
-bool Output::Write(const void* data, size_t size) {
+bool Output::Write(const void* data, size_t size, size_t* sent) {
+  if (sent != nullptr) *sent = 0;
   if (fd_ < 0 || failed_) return false;
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
@@ -95,6 +96,7 @@ bool Output::Write(const void* data, size_t size) {
     }
     p += n;
     size -= static_cast<size_t>(n);
+    if (sent != nullptr) *sent += static_cast<size_t>(n);
   }
   return true;
 }

@@ -21,8 +21,10 @@ class Output {
   // Opens `socket_path` if non-empty, else creates/truncates `file_path`. The file descriptor is
   // close-on-exec. False (after one warning) if neither works.
   bool Open(const char* file_path, const char* socket_path);
-  // Writes all of `data`; false once the output has failed (then it stays failed).
-  bool Write(const void* data, size_t size);
+  // Writes all of `data`; false once the output has failed (then it stays failed). `sent`, if
+  // given, gets the bytes of `data` that did go out (all of them on success): a send that timed
+  // out may have passed the first frames to the collector.
+  bool Write(const void* data, size_t size, size_t* sent = nullptr);
   // Closes the descriptor (used by a forked child: closing its copy leaves the parent's file
   // or connection open).
   void Close();

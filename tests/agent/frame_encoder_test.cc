@@ -399,6 +399,53 @@ TEST_F(FrameEncoderTest, DropsAndEnd) {
   EXPECT_EQ(frames[1].end().events_recorded(), 90u);
   EXPECT_EQ(frames[1].end().total_dropped(), 10u);
   EXPECT_EQ(frames[1].end().exit_status(), -1);
+  EXPECT_EQ(frames[1].end().events_in_snapshots(), 0u);
+}
+
+TEST_F(FrameEncoderTest, EndCarriesEventsInSnapshots) {
+  EndData e;
+  e.seq = 7;
+  e.events_recorded = 7;
+  e.events_in_snapshots = 5;
+  ASSERT_TRUE(EncodeEnd(w_, e));
+  EXPECT_EQ(Single().end().events_in_snapshots(), 5u);
+}
+
+// A write cut part-way: the event frames wholly before the cut are counted, a frame cut in its
+// length prefix or body is not, nor are frames that are no events (MemInfo, Drops, Hello).
+TEST_F(FrameEncoderTest, CountWholeEventFramesStopsAtTheCut) {
+  uint8_t header[kStreamHeaderSize];
+  EncodeStreamHeader(header);
+  w_.RawBytes(header, sizeof(header));
+  HelloInfo hello;
+  hello.exe = "/bin/x";
+  ASSERT_TRUE(EncodeHello(w_, hello));
+  std::vector<size_t> ends;  // where each frame below ends
+  const RecordType kinds[] = {RecordType::kAlloc,  RecordType::kMemInfo, RecordType::kFree,
+                              RecordType::kFailed, RecordType::kMark,    RecordType::kBlock};
+  for (RecordType type : kinds) {
+    ASSERT_TRUE(EncodeRecord(w_, Record(type, Api::k_cudaMalloc)));
+    ends.push_back(w_.size());
+  }
+  DropsData d;
+  d.dropped_events = 1;
+  ASSERT_TRUE(EncodeDrops(w_, d));
+  ends.push_back(w_.size());
+  const uint8_t* data = buffer_.data();
+  EXPECT_EQ(CountWholeEventFrames(data, w_.size()), 5u);
+  EXPECT_EQ(CountWholeEventFrames(data, ends[0]), 1u);
+  EXPECT_EQ(CountWholeEventFrames(data, ends[0] - 1), 0u);
+  EXPECT_EQ(CountWholeEventFrames(data, ends[1]), 1u);      // + MemInfo: no event
+  EXPECT_EQ(CountWholeEventFrames(data, ends[1] + 1), 1u);  // only the free's length prefix
+  EXPECT_EQ(CountWholeEventFrames(data, ends[2]), 2u);
+  EXPECT_EQ(CountWholeEventFrames(data, ends[5] - 1), 4u);
+  EXPECT_EQ(CountWholeEventFrames(data, 5), 0u);  // inside the stream header
+  EXPECT_EQ(CountWholeEventFrames(data, 0), 0u);
+  // Without the header (a buffer that is not the stream's first).
+  WireWriter later(buffer_.data(), buffer_.size());
+  ASSERT_TRUE(EncodeRecord(later, Record(RecordType::kFree, Api::k_cudaFree)));
+  ASSERT_TRUE(EncodeRecord(later, Record(RecordType::kAlloc, Api::k_cudaMalloc)));
+  EXPECT_EQ(CountWholeEventFrames(buffer_.data(), later.size()), 2u);
 }
 
 TEST_F(FrameEncoderTest, SnapshotWithEveryLiveClass) {

@@ -150,6 +150,7 @@ Reconciled ReadAndModel(const std::string& trace_path, bool replay_by_seq) {
         r.has_end = true;
         r.end_recorded = frame.end().events_recorded();
         r.end_dropped = frame.end().total_dropped();
+        r.end_in_snapshots = frame.end().events_in_snapshots();
         break;
       default:
         break;

@@ -52,10 +52,11 @@ struct Reconciled {
   std::string error;
   bool has_end = false;
   uint64_t frames = 0;
-  uint64_t events = 0;          // alloc/free/map/handle/failed/block/mark frames
-  uint64_t dropped_frames = 0;  // sum of Drops.dropped_events
-  uint64_t end_recorded = 0;    // End.events_recorded
-  uint64_t end_dropped = 0;     // End.total_dropped
+  uint64_t events = 0;            // alloc/free/map/handle/failed/block/mark frames
+  uint64_t dropped_frames = 0;    // sum of Drops.dropped_events
+  uint64_t end_recorded = 0;      // End.events_recorded
+  uint64_t end_dropped = 0;       // End.total_dropped
+  uint64_t end_in_snapshots = 0;  // End.events_in_snapshots
   uint64_t resync_snapshots = 0;
   uint64_t periodic_snapshots = 0;
   uint64_t meminfo_frames = 0;
