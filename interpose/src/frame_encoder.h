@@ -19,7 +19,7 @@ namespace fragscope::agent {
 
 inline constexpr char kStreamMagic[8] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', '\x01'};
 inline constexpr uint32_t kFormatMajor = 1;
-inline constexpr uint32_t kFormatMinor = 8;
+inline constexpr uint32_t kFormatMinor = 9;
 inline constexpr size_t kStreamHeaderSize = 16;
 
 // Writes the 16-byte stream header into `out`.

@@ -54,7 +54,7 @@ class FrameEncoderTest : public ::testing::Test {
 TEST_F(FrameEncoderTest, StreamHeaderIsMagicThenVersions) {
   uint8_t header[kStreamHeaderSize];
   EncodeStreamHeader(header);
-  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 8, 0, 0, 0};
+  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 9, 0, 0, 0};
   EXPECT_EQ(memcmp(header, expected, 16), 0);
 }
 
