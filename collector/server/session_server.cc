@@ -128,6 +128,7 @@ void SessionServer::Serve(Live* live) {
     auto reader = FrameReader::FromFd(
         live->fd, absl::StrFormat("agent stream (pid %d)", live->stream.peer_pid));
     if (reader.ok()) {
+      reader->set_decode_budget(&decode_budget_);
       outcome = live->stream.session->Run(*reader);
     } else {
       outcome.result = FrameReader::Result::kError;

@@ -159,6 +159,8 @@ class Scan {
         schema_(TheSchema()),
         counts_(schema_.counters(), 0) {}
 
+  uint64_t entries() const { return total_; }
+
   std::string Run() {
     CodedInputStream in(data_, static_cast<int>(size_));
     in.PushLimit(static_cast<int>(size_));  // so BytesUntilLimit() means the frame's end
@@ -325,7 +327,13 @@ const MessageInfo* SoleBody(const unsigned char* data, std::size_t size) {
 }  // namespace
 
 std::string FrameLimitViolation(const unsigned char* data, std::size_t size,
-                                const FrameLimits& limits) {
+                                const FrameLimits& limits, uint64_t* entries) {
+  if (entries != nullptr) {
+    Scan scan(data, size, limits);
+    std::string violation = scan.Run();
+    *entries = scan.entries();
+    return violation;
+  }
   // A frame of n bytes holds at most n entries (each takes at least one byte) and no value
   // longer than n: a frame smaller than every limit (every event frame) needs no scan, and
   // neither does a frame smaller than every limit its body's type can cross (a Snapshot of

@@ -41,6 +41,8 @@ FrameReader& FrameReader::operator=(FrameReader&& other) noexcept {
     minor_ = other.minor_;
     read_error_ = other.read_error_;
     error_ = std::move(other.error_);
+    budget_ = std::exchange(other.budget_, nullptr);
+    lease_ = std::move(other.lease_);
   }
   return *this;
 }
@@ -122,6 +124,8 @@ absl::Status FrameReader::ReadHeader() {
 
 FrameReader::Result FrameReader::NextBody(const unsigned char** body, uint64_t* body_length,
                                           std::size_t* frame_bytes) {
+  // The caller let the last frame go: its decode budget goes back before a read that may wait.
+  lease_.Release();
   if (read_error_) return Result::kError;
   // Most frames are events: a one-byte length, the frame already in the buffer.
   if (pos_ < end_ && buffer_[pos_] < 0x80 && end_ - pos_ > buffer_[pos_]) [[likely]] {
@@ -211,14 +215,23 @@ FrameReader::Result FrameReader::Next(v1::Frame* other, HotEvent* event, const v
 }
 
 bool FrameReader::ParseChecked(const unsigned char* body, uint64_t length, v1::Frame* out) {
-  // Before parsing: libprotobuf would make an object per repeated entry (frame_limits.h).
-  if (std::string over = FrameLimitViolation(body, length); !over.empty()) {
+  // Before parsing: libprotobuf would make an object per repeated entry (frame_limits.h). With a
+  // decode budget, a frame that may be big is counted in the same pass, for its cost.
+  const bool may_need_budget = budget_ != nullptr && length > DecodeBudget::kUnbudgetedFrameBytes;
+  uint64_t entries = 0;
+  if (std::string over =
+          FrameLimitViolation(body, length, FrameLimits{}, may_need_budget ? &entries : nullptr);
+      !over.empty()) {
     error_ = absl::StrFormat(
         "%s: frame at byte %d refused: %s (proto/README.md, \"Reader limits\"); no fragscope "
         "agent writes such a frame, so the trace is corrupt or crafted; read %d whole frames up "
         "to byte %d",
         name_, consumed_ + pos_, over, frames_read_, good_offset_);
     return false;
+  }
+  if (may_need_budget) {
+    const uint64_t cost = DecodeBudget::FrameCost(entries, length);
+    if (cost >= DecodeBudget::kUnbudgetedBytes) lease_ = budget_->Take(cost);
   }
   if (!out->ParseFromArray(body, static_cast<int>(length))) {
     error_ = absl::StrFormat("%s: malformed frame at byte %d (%d bytes do not parse as a Frame)",

@@ -21,6 +21,7 @@
 #include "fragscope/report/symbolizer.h"
 #include "fragscope/server/socket_listener.h"
 #include "fragscope/server/stream_session.h"
+#include "fragscope/trace/decode_budget.h"
 
 namespace fragscope {
 
@@ -60,6 +61,10 @@ struct SessionServerOptions {
   // queries (symbolizers cache per pc, and opening a module's debug information is the slow
   // part), and gets a new one when its module list has grown.
   std::function<std::unique_ptr<Symbolizer>(const std::vector<ModuleInfo>&)> make_symbolizer;
+  // Bytes of big frames being parsed at once across all streams (decode_budget.h): streams that
+  // send big frames together take turns parsing them, so a daemon serving many agents stays
+  // near one frame's worth of parse memory where each stream alone could cost that much.
+  uint64_t decode_budget_bytes = DecodeBudget::OneFrameAtTheLimits();
 };
 
 // Thread-safe.
@@ -89,6 +94,7 @@ class SessionServer {
   };
   std::vector<StreamState> Streams() const;
   int refused_peers() const { return listener_.refused_peers(); }
+  const DecodeBudget& decode_budget() const { return decode_budget_; }
 
  private:
   // A stream's symbolizer for query answers, and how many modules it was made with.
@@ -110,7 +116,9 @@ class SessionServer {
   std::vector<LiveState> LiveStates() const;
 
   SessionServer(SocketListener listener, SessionServerOptions options)
-      : listener_(std::move(listener)), options_(std::move(options)) {}
+      : listener_(std::move(listener)),
+        options_(std::move(options)),
+        decode_budget_(options_.decode_budget_bytes) {}
   void AcceptLoop();
   void Serve(Live* live);
   void AnswerQuery(int fd);
@@ -118,6 +126,7 @@ class SessionServer {
 
   SocketListener listener_;
   SessionServerOptions options_;
+  DecodeBudget decode_budget_;  // shared by every stream's reader
   std::thread accept_thread_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Live>> streams_;  // guarded by mu_

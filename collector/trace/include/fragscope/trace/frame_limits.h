@@ -35,8 +35,12 @@ struct FrameLimits {
 // the limit of 4194304 repeated entries per frame". Bytes that are not valid wire format are
 // not this check's business: it returns empty for them (unless a limit was crossed before) and
 // the parser reports them.
+// With `entries`, the frame is always scanned (the check alone skips frames too small to cross
+// a limit) and *entries is set to its repeated entries and unknown fields, what libprotobuf
+// makes an object each for: the cost of parsing it (DecodeBudget::FrameCost).
 std::string FrameLimitViolation(const unsigned char* data, std::size_t size,
-                                const FrameLimits& limits = FrameLimits{});
+                                const FrameLimits& limits = FrameLimits{},
+                                uint64_t* entries = nullptr);
 
 // Stops libprotobuf from printing its own "[libprotobuf ERROR ...]" lines (e.g. about invalid
 // UTF-8 in a string field) on bad input: the readers say what is wrong in their own words, with

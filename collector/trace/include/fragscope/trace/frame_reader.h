@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "fragscope.pb.h"
+#include "fragscope/trace/decode_budget.h"
 #include "fragscope/trace/hot_frame_decoder.h"
 
 namespace fragscope {
@@ -46,16 +47,26 @@ class FrameReader {
   // and *frame set to nullptr; any other frame is parsed into *other and *frame points to it.
   Result Next(v1::Frame* other, HotEvent* event, const v1::Frame** frame);
 
+  // Frames that cost DecodeBudget::kUnbudgetedBytes or more to parse take their cost from
+  // `budget` first (waiting while other readers hold it) and give it back at the next call to
+  // Next, before anything is read: the caller must have let the frame go by then, as
+  // ArenaFrameReader does. `budget` (nullptr: none) must outlive the reader's use of it.
+  void set_decode_budget(DecodeBudget* budget) { budget_ = budget; }
+
   // Whether the next frame is already whole in the read buffer, so that the next Next() returns
   // it without reading (and so without waiting on a socket). False says nothing: the frame may
   // still come at once, or the stream may end. Lets a caller holding a lock drop it before a read
-  // that may block.
+  // that may block. With a decode budget, false too for a frame big enough to need the budget,
+  // for which Next may wait on other streams.
   bool NextFrameBuffered() const {
     uint64_t length = 0;
     for (std::size_t i = 0; i < 10 && pos_ + i < end_; ++i) {
       const unsigned char b = buffer_[pos_ + i];
       length |= uint64_t{b & 0x7fu} << (7 * i);
-      if (b < 0x80) return length <= end_ - pos_ - i - 1;
+      if (b < 0x80) {
+        return length <= end_ - pos_ - i - 1 &&
+               (budget_ == nullptr || length <= DecodeBudget::kUnbudgetedFrameBytes);
+      }
     }
     return false;
   }
@@ -101,6 +112,8 @@ class FrameReader {
   uint32_t minor_ = 0;
   bool read_error_ = false;
   std::string error_;
+  DecodeBudget* budget_ = nullptr;
+  DecodeBudget::Lease lease_;  // the cost of the last frame parsed, while the caller holds it
 };
 
 }  // namespace fragscope
