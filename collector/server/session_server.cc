@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<SessionServer>> SessionServer::Start(const std::s
                                                                     SessionServerOptions options) {
   auto listener = SocketListener::Listen(socket_path);
   if (!listener.ok()) return listener.status();
+  listener->set_refusal_observer(options.on_refused_peer);
   std::unique_ptr<SessionServer> s(new SessionServer(std::move(*listener), std::move(options)));
   s->accept_thread_ = std::thread([raw = s.get()] { raw->AcceptLoop(); });
   return s;

@@ -67,7 +67,9 @@ absl::StatusOr<SocketListener> SocketListener::Listen(const std::string& path) {
 SocketListener::SocketListener(SocketListener&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       path_(std::move(other.path_)),
-      refused_peers_(other.refused_peers_) {}
+      refused_peers_(other.refused_peers_),
+      on_refused_(std::move(other.on_refused_)),
+      refused_uids_(std::move(other.refused_uids_)) {}
 
 SocketListener::~SocketListener() {
   if (fd_ >= 0) {
@@ -85,9 +87,13 @@ int SocketListener::Accept(pid_t* peer_pid) {
     }
     ucred cred{};
     socklen_t len = sizeof(cred);
-    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != getuid()) {
+    const bool known = getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
+    if (!known || cred.uid != getuid()) {
       ++refused_peers_;
       close(c);
+      if (known && on_refused_ && refused_uids_.insert(cred.uid).second) {
+        on_refused_(RefusedPeer{cred.uid, cred.pid, getuid(), path_});
+      }
       continue;
     }
     if (peer_pid != nullptr) *peer_pid = cred.pid;

@@ -183,6 +183,19 @@ int main(int argc, char** argv) {
                    oom.headline.c_str(), base.c_str(), ok ? "" : " (not written, see above)");
     }
   };
+  // The refused agent says so on its program's stderr too (it checks the collector's uid), but
+  // whoever runs the daemon should learn that someone's job is pointed at the wrong collector.
+  options.on_refused_peer = [](const fragscope::RefusedPeer& peer) {
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    std::fprintf(stderr,
+                 "fragscope-collector: %s: refused a stream from pid %d of uid %u: this collector "
+                 "serves only its own user (uid %u), so that process is not traced; its user "
+                 "should run a fragscope-collector of their own and point FRAGSCOPE_SOCKET at it "
+                 "(said once per uid: later streams of uid %u are refused without a line)\n",
+                 peer.socket_path.c_str(), static_cast<int>(peer.pid),
+                 static_cast<unsigned>(peer.uid), static_cast<unsigned>(peer.own_uid),
+                 static_cast<unsigned>(peer.uid));
+  };
   options.on_failure = [&](const fragscope::StreamSession& session, pid_t peer,
                            const fragscope::ModelSummary& summary) {
     write_postmortems(&session, name_of(session, peer), summary, /*final_only=*/true);

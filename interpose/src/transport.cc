@@ -37,6 +37,26 @@ void Output::Fail(const char* what, int error) {
   }
 }
 
+void Output::FailOtherUser(unsigned collector_uid, unsigned own_uid) {
+  failed_ = true;
+  if (warned_other_user_) return;
+  warned_other_user_ = true;
+  warned_ = true;  // this is the reason; a later "cannot connect" would only blur it
+  char line[768];
+  int n = snprintf(line, sizeof(line),
+                   "fragscope: the collector at %.300s runs as uid %u and takes streams of its own "
+                   "user only; this program runs as uid %u, so nothing is sent there (the program "
+                   "continues, events are counted as dropped): run fragscope-collector as uid %u, "
+                   "or point FRAGSCOPE_SOCKET at a collector of your own\n",
+                   path_, collector_uid, own_uid, own_uid);
+  if (n > 0) {
+    ssize_t ignored =
+        write(STDERR_FILENO, line,
+              static_cast<size_t>(n) < sizeof(line) ? static_cast<size_t>(n) : sizeof(line) - 1);
+    (void)ignored;
+  }
+}
+
 bool Output::Open(const char* file_path, const char* socket_path) {
   failed_ = false;
   if (socket_path != nullptr && socket_path[0] != '\0') {
@@ -64,6 +84,18 @@ bool Output::Open(const char* file_path, const char* socket_path) {
       int error = errno;
       close(fd);
       Fail("connect to", error);
+      return false;
+    }
+    // A collector serves only its own user (SO_PEERCRED) and closes anyone else's connection
+    // unread: the connect succeeds and only a later write fails, which would read as a
+    // collector that went away and, on the next try, as a reconnect. The listener's uid (as it
+    // was at listen()) says it at once; unknown, the stream is tried as before.
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    const uid_t own_uid = geteuid();
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid != own_uid) {
+      close(fd);
+      FailOtherUser(cred.uid, own_uid);
       return false;
     }
     fd_ = fd;

@@ -35,11 +35,15 @@ class Output {
  private:
   // One warning (the first failure only) naming what failed on path_.
   void Fail(const char* what, int error);
+  // The collector at path_ runs as another user and would refuse the stream: said once (even
+  // after another failure was), with both uids and what to do.
+  void FailOtherUser(unsigned collector_uid, unsigned own_uid);
 
   int fd_ = -1;
   bool is_socket_ = false;
   bool failed_ = false;
   bool warned_ = false;
+  bool warned_other_user_ = false;
   char path_[512] = {};  // what was opened, for the warning
 };
 

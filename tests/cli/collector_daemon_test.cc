@@ -1,10 +1,13 @@
 // fragscope-collector as a long-running daemon: many processes at once, OOM post-mortems
 // written as they happen, `fragscope top` on a live process, and other users refused.
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -426,6 +429,109 @@ TEST_F(CollectorDaemon, OtherUsersCannotConnect) {
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "a process of uid 65534 got an answer";
+}
+
+int Occurrences(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// Becomes uid/gid 65534 (nobody) in a forked child; false if that failed.
+bool BecomeNobody() {
+  return setgroups(0, nullptr) == 0 && setgid(65534) == 0 && setuid(65534) == 0;
+}
+
+// A collector serves only its own user (SO_PEERCRED). It used to close another user's
+// connection without a word: that user's agent saw its connect succeed, then a failed send, and
+// on its retry printed "fragscope: reconnected to ...", which was not true, while the daemon's
+// log said nothing. Now the agent checks the collector's uid right after connect and says once
+// why nothing is sent and what to do; the daemon logs the refusal once per uid, naming the peer
+// and the socket, and keeps serving its own user. The socket's modes are opened here so that
+// only SO_PEERCRED stands between (a root agent gets that far whatever the modes).
+TEST_F(CollectorDaemon, AnotherUsersAgentIsToldWhyAndTheRefusalIsLoggedOnce) {
+  if (geteuid() != 0) {
+    GTEST_SKIP() << "needs root to run a traced program as another user (setuid(65534))";
+  }
+  ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);
+  ASSERT_EQ(chmod(socket_.c_str(), 0666), 0);
+  const std::string out = dir_ + "/nobody.out", err = dir_ + "/nobody.err";
+  int stdin_pipe[2];
+  ASSERT_EQ(pipe(stdin_pipe), 0);
+  const pid_t app = fork();
+  ASSERT_GE(app, 0);
+  if (app == 0) {
+    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(stdin_pipe[0], 0) < 0) {
+      _exit(126);
+    }
+    close(stdin_pipe[1]);
+    if (!BecomeNobody()) _exit(125);
+    setenv("FRAGSCOPE_SOCKET", socket_.c_str(), 1);
+    setenv("LD_PRELOAD", FRAGSCOPE_AGENT_LIB, 1);
+    execl(FRAGSCOPE_HOLD_BIN, FRAGSCOPE_HOLD_BIN, "1048576", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(stdin_pipe[0]);
+  close(stdin_pipe[1]);  // the program allocates, says "ready" and exits: the agent tries again
+                         // at exit, the last chance to deliver, and is refused again
+  int status = 0;
+  ASSERT_EQ(waitpid(app, &status, 0), app);
+  const std::string app_err = Slurp(err);
+  ASSERT_TRUE(WIFEXITED(status)) << app_err;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << app_err;  // the program's own status
+  EXPECT_EQ(Slurp(out), "ready\n");
+  const std::string told = "fragscope: the collector at " + socket_ +
+                           " runs as uid 0 and takes streams of its own user only; this program "
+                           "runs as uid 65534, so nothing is sent there";
+  EXPECT_EQ(Occurrences(app_err, told), 1) << app_err;
+  EXPECT_NE(app_err.find("run fragscope-collector as uid 65534, or point FRAGSCOPE_SOCKET at a "
+                         "collector of your own\n"),
+            std::string::npos)
+      << app_err;
+  EXPECT_EQ(app_err.find("connected"), std::string::npos) << app_err;  // nor "reconnected"
+  EXPECT_EQ(app_err.find("cannot send"), std::string::npos) << app_err;
+
+  // More of the same user, as a retrying agent would come: refused, never answered.
+  const pid_t raw = fork();
+  ASSERT_GE(raw, 0);
+  if (raw == 0) {
+    if (!BecomeNobody()) _exit(10);
+    for (int i = 0; i < 3; ++i) {
+      const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::strncpy(addr.sun_path, socket_.c_str(), sizeof(addr.sun_path) - 1);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) _exit(11);
+      // The send fails when the daemon closed the connection first: refused either way.
+      const char q[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 'Q', 1};
+      char c;
+      if (send(fd, q, sizeof(q), MSG_NOSIGNAL) == sizeof(q) && recv(fd, &c, 1, 0) > 0) {
+        _exit(1);  // any answer would be a leak
+      }
+      close(fd);
+    }
+    _exit(0);
+  }
+  ASSERT_EQ(waitpid(raw, &status, 0), raw);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: a process of uid 65534 got an answer; 11: no connect";
+
+  // The daemon still serves its own user. Connections are accepted in the order they came, so
+  // once this stream's end is logged, every refused one before it has been seen.
+  int holder_stdin = -1;
+  const pid_t holder = StartHolder(socket_, 1 << 20, &holder_stdin);
+  ASSERT_GT(holder, 0);
+  close(holder_stdin);
+  ASSERT_EQ(waitpid(holder, &status, 0), holder);
+  WaitForLog(" ended (", 1);
+  const std::string log = Slurp(log_);
+  const std::string logged = "fragscope-collector: " + socket_ + ": refused a stream from pid " +
+                             std::to_string(app) + " of uid 65534: this collector serves only " +
+                             "its own user (uid 0)";
+  EXPECT_EQ(Occurrences(log, logged), 1) << log;
+  EXPECT_EQ(Occurrences(log, "refused a stream"), 1) << log;  // one line for all connections
 }
 
 std::string HttpGet(int port, const std::string& path) {

@@ -65,6 +65,9 @@ struct SessionServerOptions {
   // send big frames together take turns parsing them, so a daemon serving many agents stays
   // near one frame's worth of parse memory where each stream alone could cost that much.
   uint64_t decode_budget_bytes = DecodeBudget::OneFrameAtTheLimits();
+  // Called on the accepting thread for the first refused connection of each uid (a peer of
+  // another user: SocketListener), to say so; later ones of that uid are refused quietly.
+  std::function<void(const RefusedPeer&)> on_refused_peer;
 };
 
 // Thread-safe.
