@@ -292,8 +292,10 @@ int RunCommand(const std::vector<std::string>& args) {
   if (const char* conf = getenv("PYTORCH_CUDA_ALLOC_CONF")) {
     options.expandable_segments = std::strstr(conf, "expandable_segments:True") != nullptr;
   }
-  // The program's own stream goes to TRACE, any other process's to TRACE.<pid>[.<stream>].
-  // The program is our direct child: its Hello names us as parent (no race with fork returning).
+  // The program's own stream goes to TRACE, any other process's to TRACE.<pid>[.<stream>]; an
+  // image after an exec in place adds .exec-<k>, a resumed stream .resumed-<k>, so that no stream
+  // of a run writes over another. The program is our direct child: its Hello names us as parent
+  // (no race with fork returning; an exec keeps the parent).
   SessionServerOptions server_options;
   server_options.model = options;
   server_options.make_symbolizer = MakeDwarfSymbolizer;  // `fragscope top --socket` on it
@@ -302,11 +304,13 @@ int RunCommand(const std::vector<std::string>& args) {
                                                                const v1::Frame& first, pid_t) {
       if (!first.has_hello()) return trace_path + ".unknown";
       const v1::Hello& h = first.hello();
-      if (static_cast<pid_t>(h.ppid()) == self && h.stream_index() == 0) {
-        return trace_path;
+      std::string path = trace_path;
+      if (static_cast<pid_t>(h.ppid()) != self || h.stream_index() != 0) {
+        path += absl::StrFormat(".%d", h.pid());
+        if (h.stream_index() > 0) path += absl::StrFormat(".%d", h.stream_index());
       }
-      std::string path = absl::StrFormat("%s.%d", trace_path, h.pid());
-      if (h.stream_index() > 0) path += absl::StrFormat(".%d", h.stream_index());
+      if (h.exec_image() > 0) path += absl::StrFormat(".exec-%d", h.exec_image());
+      if (h.resumed() > 0) path += absl::StrFormat(".resumed-%d", h.resumed());
       return path;
     };
   }
@@ -366,6 +370,17 @@ int RunCommand(const std::vector<std::string>& args) {
     }
     return exit_code;
   }
+  // A connection that never said Hello (a process killed before its agent's first write) has
+  // nothing to report: said once, and left out rather than shown as a process 0 with 0 events.
+  std::erase_if(streams, [](const CollectedStream& s) {
+    if (s.session->hello()) return false;
+    std::fprintf(stderr,
+                 "fragscope run: warning: pid %d connected but sent nothing before its end (killed "
+                 "before the agent's first write?); it is not in the report\n",
+                 static_cast<int>(s.peer_pid));
+    return true;
+  });
+  if (streams.empty()) return exit_code;
   // The program's own stream first, then any other process, in connection order.
   std::stable_partition(streams.begin(), streams.end(), [&](const CollectedStream& s) {
     return s.session->hello() && static_cast<pid_t>(s.session->hello()->pid()) == child;

@@ -379,6 +379,8 @@ class ProcessModel::Impl {
   std::optional<int64_t> realtime_minus_monotonic_ns_;  // from Hello, when it has both clocks
   std::optional<uint32_t> rank_, world_size_;           // Hello.rank/world_size, or a Mark's
   uint32_t resumed_ = 0;                                // Hello.resumed
+  uint32_t exec_image_ = 0;                             // Hello.exec_image
+  bool ended_by_exec_ = false;                          // End.exec
   uint64_t unmatched_ = 0;
   std::vector<ApproximateInterval> approximate_;
   bool drop_interval_open_ = false;  // approximate_.back() is waiting for a resync
@@ -858,6 +860,7 @@ void ProcessModel::Impl::OnHello(const v1::Hello& hello) {
   if (attached_) history_complete_ = false;
   if (hello.has_rank()) rank_ = hello.rank();
   resumed_ = hello.resumed();
+  exec_image_ = hello.exec_image();
   if (hello.has_world_size()) world_size_ = hello.world_size();
   if (hello.realtime_at_start_ns() != 0 && hello.monotonic_at_start_ns() != 0) {
     realtime_minus_monotonic_ns_ =
@@ -1536,6 +1539,7 @@ bool ProcessModel::Impl::OnSnapshot(const v1::Snapshot& snap) {
 void ProcessModel::Impl::OnEnd(const v1::End& e) {
   stream_ended_ = true;
   if (e.exit_status() != -1) exit_status_ = e.exit_status();
+  ended_by_exec_ = e.exec();
   drops_ = std::max(drops_, e.total_dropped());
   if (e.seq() != 0) SeenSeq(e.seq());
 }
@@ -1558,6 +1562,8 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.realtime_minus_monotonic_ns = realtime_minus_monotonic_ns_;
   out.rank = rank_;
   out.resumed = resumed_;
+  out.exec_image = exec_image_;
+  out.ended_by_exec = ended_by_exec_;
   out.world_size = world_size_;
   out.approximate_intervals = approximate_;
   out.unmatched_events = unmatched_;

@@ -72,10 +72,35 @@ void LinkResumedStreams(const std::vector<JobMember>& members, JobSummary& job) 
     job.members[j].resumes = *best;
     job.members[*best].resumed_in = j;
   }
+  // An image after an exec continues the stream of the image before it that ended with the
+  // exec; of several (a failed exec resumed a stream), the one with the most resumes.
+  for (std::size_t j = 0; j < members.size(); ++j) {
+    const ModelSummary& later = *members[j].summary;
+    if (later.exec_image == 0) continue;
+    std::optional<std::size_t> best;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const ModelSummary& earlier = *members[i].summary;
+      if (i == j || earlier.pid != later.pid || earlier.host != later.host ||
+          earlier.exec_image + 1 != later.exec_image || !earlier.ended_by_exec) {
+        continue;
+      }
+      if (!best || earlier.resumed > members[*best].summary->resumed) best = i;
+    }
+    job.members[j].execed_from = best;
+  }
   for (std::size_t i = 0; i < job.members.size(); ++i) {
     std::size_t first = i;
-    // Bounded by the member count: each link goes to a stream with fewer resumes.
-    while (job.members[first].resumes) first = *job.members[first].resumes;
+    // Bounded by the member count: each link goes to a stream with fewer resumes or an
+    // earlier image.
+    for (;;) {
+      if (job.members[first].resumes) {
+        first = *job.members[first].resumes;
+      } else if (job.members[first].execed_from) {
+        first = *job.members[first].execed_from;
+      } else {
+        break;
+      }
+    }
     job.members[i].process = first;
     if (first == i) ++job.process_count;
   }
@@ -132,6 +157,8 @@ JobSummary BuildJobSummary(const std::vector<JobMember>& members) {
     info.host = s.host;
     info.exe = s.exe;
     info.exit_status = s.exit_status;
+    info.exec_image = s.exec_image;
+    info.ended_by_exec = s.ended_by_exec;
     info.stream_ended = s.stream_ended;
     info.history_complete = s.history_complete && !s.partial_history_from().has_value();
     info.damage = members[i].damage;

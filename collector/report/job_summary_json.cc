@@ -122,6 +122,9 @@ void RenderJobJson(const JobSummary& job, const std::vector<std::string>& member
     }
     w.FieldOrNull("resumes", m.resumes);
     w.FieldOrNull("resumed_in", m.resumed_in);
+    w.Field("exec_image", static_cast<uint64_t>(m.exec_image));
+    w.Field("ended_by_exec", m.ended_by_exec);
+    w.FieldOrNull("execed_from", m.execed_from);
     w.Key("report");
     if (i < member_reports.size()) {
       w.RawValue(member_reports[i]);

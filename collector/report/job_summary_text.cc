@@ -42,7 +42,7 @@ std::string Shorten(std::string s, std::size_t width) {
 // closed its stream without one, "no end" when it never closed it (crashed, killed, running).
 std::string EndText(const JobMemberInfo& m) {
   if (m.exit_status) return absl::StrFormat("exit %d", *m.exit_status);
-  if (m.stream_ended) return "ended";
+  if (m.stream_ended) return m.ended_by_exec ? "exec" : "ended";
   return m.resumed_in ? "resumed" : "no end";  // cut by a collector restart, continued
 }
 
@@ -102,14 +102,27 @@ std::string GpuUuidName(const std::string& uuid_hex) {
 
 void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
   const std::size_t streams = job.members.size();
-  out << absl::StrFormat(
-      "==== job: %d process%s%s, %d OOM%s in %d of them ====\n", job.process_count,
-      job.process_count == 1 ? "" : "es",
-      streams > job.process_count
-          ? absl::StrFormat(" (%d streams: %d resumed after a collector restart)", streams,
-                            streams - job.process_count)
-          : std::string(),
-      job.oom_count, job.oom_count == 1 ? "" : "s", job.processes_with_oom);
+  std::size_t resumed = 0, after_failed_exec = 0, images = 0;
+  for (const JobMemberInfo& m : job.members) {
+    if (m.resumes) ++(job.members[*m.resumes].ended_by_exec ? after_failed_exec : resumed);
+    if (m.execed_from) ++images;
+  }
+  std::string why;
+  if (resumed > 0) why = absl::StrFormat("%d resumed after a collector restart", resumed);
+  if (after_failed_exec > 0) {
+    why += absl::StrFormat("%s%d resumed after an exec that failed", why.empty() ? "" : ", ",
+                           after_failed_exec);
+  }
+  if (images > 0) {
+    why += absl::StrFormat("%s%d image%s after an exec", why.empty() ? "" : ", ", images,
+                           images == 1 ? "" : "s");
+  }
+  out << absl::StrFormat("==== job: %d process%s%s, %d OOM%s in %d of them ====\n",
+                         job.process_count, job.process_count == 1 ? "" : "es",
+                         streams > job.process_count
+                             ? absl::StrFormat(" (%d streams: %s)", streams, why)
+                             : std::string(),
+                         job.oom_count, job.oom_count == 1 ? "" : "s", job.processes_with_oom);
   std::size_t host_width = 4, exe_width = 3;
   for (const JobMemberInfo& m : job.members) {
     host_width = std::max(host_width, std::min<std::size_t>(m.host.size(), 16));
@@ -139,11 +152,20 @@ void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {
       out << absl::StrFormat("  %s: damaged input, figures up to the damage only: %s\n", Name(m),
                              m.damage);
     }
-    if (m.resumes) {
+    if (m.resumes && job.members[*m.resumes].ended_by_exec) {
+      out << absl::StrFormat(
+          "  %s: resumes %s after an exec that failed (the program went on in the same image)\n",
+          Name(m), TraceOrName(job.members[*m.resumes]));
+    } else if (m.resumes) {
       out << absl::StrFormat(
           "  %s: resumes %s after a collector restart (the events in between are counted as "
           "dropped, and the live state is exact again from the resumed stream's snapshot)\n",
           Name(m), TraceOrName(job.members[*m.resumes]));
+    } else if (m.execed_from) {
+      out << absl::StrFormat(
+          "  %s: image %d of the process, which exec'ed into it from %s (the memory of the "
+          "image before ended with it)\n",
+          Name(m), m.exec_image, TraceOrName(job.members[*m.execed_from]));
     } else if (!m.history_complete) {
       out << absl::StrFormat(
           "  %s: the trace begins mid-run (attach, flight recorder, late connect): its peak "

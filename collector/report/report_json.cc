@@ -314,6 +314,8 @@ void JsonReport::Render() {
   w_.FieldOrNull("history_from_seq", s_.history_from_seq);
   w_.Field("release_stacks", s_.release_stacks);
   w_.Field("stream_ended", s_.stream_ended);
+  w_.Field("ended_by_exec", s_.ended_by_exec);
+  w_.Field("exec_image", static_cast<uint64_t>(s_.exec_image));
   w_.Key("exit_status");
   if (s_.exit_status) {
     w_.Int(*s_.exit_status);

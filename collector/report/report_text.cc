@@ -281,7 +281,9 @@ void TextReport::Render() {
   }
   out_ << "\n";
   out_ << absl::StrFormat("%d events, %d dropped; ", s_.events, s_.drops);
-  if (s_.stream_ended) {
+  if (s_.stream_ended && s_.ended_by_exec) {
+    out_ << "the program exec'ed: its next image is traced in a stream of its own";
+  } else if (s_.stream_ended) {
     out_ << (s_.exit_status ? absl::StrFormat("process exited with status %d", *s_.exit_status)
                             : std::string("stream ended"));
   } else {

@@ -105,6 +105,19 @@ void LoadConfig(Config* c) {
                                                    "SLURM_PROCID", nullptr};
   static constexpr const char* kSizeVariables[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
                                                    "SLURM_NTASKS", nullptr};
+  if (const char* image = getenv(kExecImageVariable)) {
+    // "PID:K" from the image that exec'ed into this one; another process's (a child that
+    // inherited the environment) is not ours.
+    char* end = nullptr;
+    const long pid = strtol(image, &end, 10);
+    if (end != image && *end == ':' && pid == static_cast<long>(getpid())) {
+      const char* k = end + 1;
+      const unsigned long n = strtoul(k, &end, 10);
+      if (end != k && *end == '\0' && n > 0 && n < 1'000'000) {
+        c->exec_image = static_cast<uint32_t>(n);
+      }
+    }
+  }
   c->rank = ReadLauncherNumber(kRankVariables);
   c->world_size = c->rank >= 0 ? ReadLauncherNumber(kSizeVariables) : -1;
   // Read now: the program may change its environment later, and getenv is not thread-safe.
@@ -130,6 +143,24 @@ bool ExpandPath(const char* pattern, int pid, char* out, size_t capacity) {
     }
   }
   out[o] = '\0';
+  return true;
+}
+
+bool ExecImagePath(const char* pattern, const char* path, int pid, uint32_t image, char* out,
+                   size_t capacity) {
+  char suffix[48];
+  if (strstr(pattern, "%p") != nullptr) {
+    snprintf(suffix, sizeof(suffix), ".exec-%u", image);
+  } else {
+    snprintf(suffix, sizeof(suffix), ".%d.exec-%u", pid, image);
+  }
+  const size_t len = strlen(path);
+  const size_t stem = len >= 4 && strcmp(path + len - 4, ".fst") == 0 ? len - 4 : len;
+  const size_t suffix_len = strlen(suffix);
+  if (len + suffix_len >= capacity) return false;
+  memmove(out, path, stem);
+  memcpy(out + stem, suffix, suffix_len);
+  memcpy(out + stem + suffix_len, path + stem, len - stem + 1);
   return true;
 }
 

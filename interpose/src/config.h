@@ -30,6 +30,10 @@ struct Config {
   // The launcher's rank and job size (Hello.rank), -1 when no launcher variable is set.
   int32_t rank = -1;
   int32_t world_size = -1;
+  // Which image of this process the program is: 0 for the first, k after the k-th exec in place
+  // that followed a stream (FRAGSCOPE_EXEC_IMAGE="PID:K", which the agent puts in the exec'd
+  // image's environment; ignored unless PID is this process). Names the image's file and Hello.
+  uint32_t exec_image = 0;
 
   // True when events have somewhere to go.
   bool has_output() const { return output_path[0] != '\0' || socket_path[0] != '\0'; }
@@ -48,6 +52,16 @@ void LoadConfig(Config* config);
 
 // Writes `pattern` into out with every "%p" replaced by `pid`; false if it does not fit.
 bool ExpandPath(const char* pattern, int pid, char* out, size_t capacity);
+
+// The environment variable that carries the image count across an exec.
+inline constexpr char kExecImageVariable[] = "FRAGSCOPE_EXEC_IMAGE";
+
+// The trace file of image `image` (> 0) of process `pid`, from the first image's `path`: the
+// other images of the process must not write over it. "x.fst" becomes "x.PID.exec-K.fst" (the
+// pid already in the name through "%p" in `pattern`: "x.exec-K.fst"); a name without ".fst" gets
+// the same suffix at its end. False if it does not fit.
+bool ExecImagePath(const char* pattern, const char* path, int pid, uint32_t image, char* out,
+                   size_t capacity);
 
 }  // namespace fragscope::agent
 

@@ -92,6 +92,10 @@ struct DrainState {
   uint64_t segment_head = 0;     // bytes of its head (header .. first snapshot)
   uint64_t segment_min_seq = 0;  // live-state records at or below it are in its snapshot
   uint64_t rotations = 0;
+
+  // exec (DrainBeforeExec .. DrainAfterFailedExec), under lock:
+  bool exec_end_written = false;  // an End (exec) was written for an exec that may yet fail
+  uint64_t exec_end_at = 0;       // bytes of the file before that End
 };
 
 // constinit: hooks can run before this library's constructors.
@@ -245,6 +249,15 @@ void StartStream() {
       size_t len = strlen(d.path);
       snprintf(d.path + len, sizeof(d.path) - len, ".%d", static_cast<int>(pid));
     }
+    if (a.config.exec_image > 0) {
+      // Nor an exec'ed image over the image before it (same pid, so "%p" does not help).
+      char first[sizeof(d.path)];
+      memcpy(first, d.path, sizeof(first));
+      if (!ExecImagePath(a.config.output_path, first, static_cast<int>(pid), a.config.exec_image,
+                         d.path, sizeof(d.path))) {
+        strcpy(d.path, "/dev/null/fragscope-path-too-long");
+      }
+    }
   }
   d.output.Open(d.path, a.config.socket_path);
   ReadProcessInfo();
@@ -291,6 +304,7 @@ void WriteStreamHead() {
   const ProcessRank rank = CurrentRank();
   hello.rank = rank.rank;
   hello.world_size = rank.world_size;
+  hello.exec_image = a.config.exec_image;
   Put([&](WireWriter& w) { return EncodeHello(w, hello); });
   SendModules();
 }
@@ -866,7 +880,7 @@ void DrainAtExit() {
   }
 }
 
-void DrainWriteEnd() {
+void DrainWriteEnd(int exit_status) {
   AgentState& a = Agent();
   if (g_drain.thread_state.load() == 0 && !g_drain.stream_started) return;  // never used
   DrainAtExit();
@@ -882,11 +896,66 @@ void DrainWriteEnd() {
     // counted them in its Drops frame too.
     end.total_dropped = a.ring_drops.load(std::memory_order_acquire) + g_drain.undeliverable;
     end.events_in_snapshots = g_drain.in_snapshots;
+    end.exit_status = exit_status;
     Put([&](WireWriter& w) { return EncodeEnd(w, end); });
     FlushWriter();
     g_drain.ended = true;
   }
   pthread_mutex_unlock(&g_drain.lock);
+}
+
+bool DrainBeforeExec() {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  pthread_mutex_lock(&d.lock);
+  d.exec_end_written = false;
+  // No event yet (the drain thread starts with the first): no stream to end, none to start.
+  if (d.thread_state.load() == 0 && !d.stream_started) return false;
+  if (d.attached) {
+    // An attach ends with the image (the next one starts dormant): as `sleep` would.
+    EndAttachedStreamLocked(/*write_end=*/true);
+    return true;
+  }
+  if (d.stream_started) MaybeReconnect(/*at_exit=*/true);
+  DrainAllLocked();
+  if (!d.stream_started) return false;
+  if (d.ended || !d.output.is_open()) return true;
+  d.exec_end_at = d.segment_bytes;  // DrainLocked left the write buffer empty
+  EndData end;
+  end.seq = a.seq.load(std::memory_order_acquire);
+  end.time_ns = NowNs();
+  end.events_recorded = end.seq - d.stream_start_seq;
+  end.total_dropped = a.ring_drops.load(std::memory_order_acquire) + d.undeliverable;
+  end.events_in_snapshots = d.in_snapshots;
+  end.exec = true;
+  Put([&](WireWriter& w) { return EncodeEnd(w, end); });
+  FlushWriter();
+  d.ended = true;
+  d.exec_end_written = true;
+  return true;
+}
+
+void DrainAfterFailedExec() {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  if (d.exec_end_written) {
+    d.exec_end_written = false;
+    d.ended = false;
+    if (d.output.is_file()) {
+      // The End is taken back: the stream goes on as if the exec had not been tried.
+      if (d.output.Rewind(d.exec_end_at)) d.segment_bytes = d.exec_end_at;
+    } else {
+      // A collector cannot take an End back: the stream goes on as a resumed one (its Hello
+      // says so, and its snapshot makes the model exact again).
+      d.output.Close();
+      if (d.output.Open(nullptr, a.config.socket_path)) {
+        ++d.reconnects;
+        BeginSegment(SnapshotReason::kStreamStart, /*drops=*/nullptr);
+        FlushWriter();
+      }
+    }
+  }
+  pthread_mutex_unlock(&d.lock);
 }
 
 void DrainAfterFork() {

@@ -27,8 +27,17 @@ void FlushSoon();
 // Life cycle (agent.cc). Either of the first two may run first at exit; both are safe to
 // repeat.
 void DrainAtExit();     // stop the thread, write everything; later events are written inline
-void DrainWriteEnd();   // DrainAtExit, then the End frame
+// DrainAtExit, then the End frame (exit_status: End.exit_status, -1 when not known).
+void DrainWriteEnd(int exit_status = -1);
 void DrainAfterFork();  // child: forget the parent's thread, lock and stream
+
+// exec in place: ships everything and ends the stream with End.exec, holding the drain lock
+// (other threads' hooks never wait for it) until the exec replaces the image or fails. True
+// when this image had a stream (the next image is then one higher). DrainAfterFailedExec
+// takes the End back (a file is cut back to before it; a collector gets a resumed stream) and
+// releases the lock.
+bool DrainBeforeExec();
+void DrainAfterFailedExec();
 
 }  // namespace fragscope::agent
 

@@ -89,6 +89,7 @@ bool EncodeHello(WireWriter& w, const HelloInfo& h) {
   // leaves zeros out as proto3 does.
   if (h.rank >= 0) w.PresentUint64(18, static_cast<uint64_t>(h.rank));
   if (h.world_size >= 0) w.PresentUint64(19, static_cast<uint64_t>(h.world_size));
+  w.Uint32(20, h.exec_image);
   return frame.Close();
 }
 
@@ -354,6 +355,7 @@ bool EncodeEnd(WireWriter& w, const EndData& e) {
   w.Uint64(4, e.total_dropped);
   w.Int32(5, e.exit_status);
   w.Uint64(6, e.events_in_snapshots);
+  w.Bool(7, e.exec);
   return frame.Close();
 }
 

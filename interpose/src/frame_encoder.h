@@ -44,6 +44,7 @@ struct HelloInfo {
   bool release_stacks_off = false;  // FRAGSCOPE_FREE_STACKS=0
   int32_t rank = -1;                // Hello.rank; -1: not in a distributed job's environment
   int32_t world_size = -1;
+  uint32_t exec_image = 0;  // Hello.exec_image
 };
 
 struct DeviceInfoData {
@@ -77,6 +78,7 @@ struct EndData {
   uint64_t total_dropped = 0;
   int32_t exit_status = -1;
   uint64_t events_in_snapshots = 0;
+  bool exec = false;  // End.exec
 };
 
 bool EncodeHello(WireWriter& w, const HelloInfo& hello);

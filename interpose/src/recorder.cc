@@ -609,12 +609,14 @@ constinit std::atomic<pid_t> g_handlers_pid{0};
 
 void ChildOwnsSignalHandlers() { g_handlers_pid.store(getpid(), std::memory_order_relaxed); }
 
-// False in a child that shares its parent's memory (see g_handlers_pid): it may read the table,
-// never write it.
+}  // namespace
+
 bool OwnsHandlerTable() {
   const pid_t owner = g_handlers_pid.load(std::memory_order_relaxed);
   return owner == 0 || owner == getpid();
 }
+
+namespace {
 
 // The handler the program installed for each signal, while the kernel holds our dispatcher.
 struct ProgramHandler {

@@ -225,6 +225,9 @@ inline void RecordAcquire(const AllocInfo& info, int32_t result) {
 // sigaction/signal keep (fork children take it over; vfork children, which share the memory,
 // do not touch it). Called once, from the agent's constructor.
 void OwnSignalHandlerTable();
+// False in a child that shares its parent's memory (vfork, posix_spawn) until it execs: it may
+// read the agent's state, never change it (nor ship, nor end the parent's stream).
+bool OwnsHandlerTable();
 
 // After a successful tracked call: a rate-limited MemInfo sample of `device` (driver calls).
 // `now_ns`: the event's time, if the caller has it (0: read the clock).

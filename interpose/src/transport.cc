@@ -133,6 +133,12 @@ bool Output::Write(const void* data, size_t size, size_t* sent) {
   return true;
 }
 
+bool Output::Rewind(size_t size) {
+  if (fd_ < 0 || failed_ || is_socket_) return false;
+  const off_t at = static_cast<off_t>(size);
+  return ftruncate(fd_, at) == 0 && lseek(fd_, at, SEEK_SET) == at;
+}
+
 void Output::Close() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;

@@ -25,6 +25,9 @@ class Output {
   // given, gets the bytes of `data` that did go out (all of them on success): a send that timed
   // out may have passed the first frames to the collector.
   bool Write(const void* data, size_t size, size_t* sent = nullptr);
+  // A file only: cuts it back to its first `size` bytes and writes on from there (an End taken
+  // back). False if that fails (the file is then left as it was).
+  bool Rewind(size_t size);
   // Closes the descriptor (used by a forked child: closing its copy leaves the parent's file
   // or connection open).
   void Close();

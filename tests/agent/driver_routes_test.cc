@@ -243,7 +243,7 @@ TEST_F(DriverRoutesTest, FailureIsShippedBeforeTheCallReturns) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   Trace trace = ReadTrace(dir.File("t.fst"));
   ASSERT_TRUE(trace.opened) << trace.error;
-  EXPECT_EQ(trace.end(), nullptr);  // _exit: the stream is cut, not ended
+  EXPECT_EQ(trace.end(), nullptr);  // the exit system call: the stream is cut, not ended
   EXPECT_EQ(DescribeEvents(trace),
             (std::vector<std::string>{"failed cuMemAlloc_v2 size=1099511627776 result=2 dev=0"}));
 }

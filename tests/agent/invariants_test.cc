@@ -220,6 +220,93 @@ TEST_P(InvariantsTest, ExecdProgramIsTracedByItsOwnPreload) {
   }
 }
 
+// The pid an exec_in_place run printed ("" if none).
+std::string ExecInPlacePid(const RunResult& run) {
+  for (const auto& line : Lines(run.out)) {
+    if (line.size() > 1 && line[0] == "exec_in_place") return line[1];
+  }
+  return "";
+}
+
+// An exec in place ends the image's stream: every event of the first image is in its file,
+// which ends with End.exec (no failed exec left its End behind), and the next image writes a
+// file of its own, which says which image it is. This failed before the agent interposed exec:
+// the first image's file kept what the drain had written by chance (1 of 20 events in one run)
+// and had no End, and with "%p" the second image truncated it (same pid).
+void ExpectImagesOfExecInPlace(const std::string& first_path, const std::string& second_path) {
+  Trace first = ReadTrace(first_path);
+  ASSERT_TRUE(first.clean) << first_path << ": " << first.error;
+  ASSERT_NE(first.hello(), nullptr);
+  EXPECT_EQ(first.hello()->exec_image(), 0u);
+  std::vector<std::string> events = DescribeEvents(first);
+  ASSERT_EQ(events.size(), 23u);
+  EXPECT_EQ(events[20], "alloc cudaMalloc size=3145728 kind=DEVICE dev=0");
+  EXPECT_EQ(events[22], "free cudaFree size=5000 dev=0");
+  ASSERT_NE(first.end(), nullptr);
+  EXPECT_TRUE(first.end()->exec());
+  EXPECT_EQ(first.end()->events_recorded(), 23u);
+  EXPECT_EQ(first.end()->total_dropped(), 0u);
+  int ends = 0;
+  for (const v1::Frame& f : first.frames) ends += f.has_end() ? 1 : 0;
+  EXPECT_EQ(ends, 1);
+
+  Trace second = ReadTrace(second_path);
+  ASSERT_TRUE(second.clean) << second_path << ": " << second.error;
+  ASSERT_NE(second.hello(), nullptr);
+  EXPECT_EQ(second.hello()->exec_image(), 1u);
+  EXPECT_EQ(second.hello()->pid(), first.hello()->pid());
+  EXPECT_EQ(second.hello()->argv(1), "malloc");
+  EXPECT_EQ(DescribeEvents(second).size(), 4u);
+  ASSERT_NE(second.end(), nullptr);
+  EXPECT_FALSE(second.end()->exec());
+}
+
+TEST_P(InvariantsTest, ExecInPlaceEndsTheStreamAndTheNextImageGetsItsOwnFile) {
+  TempDir dir;
+  RunResult run =
+      RunProgram(AppPath("agent_runtime_app"), {"exec_in_place"}, Traced(dir.File("t.%p.fst")));
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("failed_exec -1 2"), std::string::npos)
+      << run.out;  // ENOENT, as without us
+  const std::string pid = ExecInPlacePid(run);
+  ASSERT_FALSE(pid.empty()) << run.out;
+  EXPECT_EQ(dir.List(),
+            (std::vector<std::string>{"t." + pid + ".exec-1.fst", "t." + pid + ".fst"}));
+  ExpectImagesOfExecInPlace(dir.File("t." + pid + ".fst"), dir.File("t." + pid + ".exec-1.fst"));
+}
+
+TEST_P(InvariantsTest, ExecInPlaceWithAPlainOutputKeepsBothImages) {
+  TempDir dir;
+  RunResult run =
+      RunProgram(AppPath("agent_runtime_app"), {"exec_in_place"}, Traced(dir.File("t.fst")));
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const std::string pid = ExecInPlacePid(run);
+  ASSERT_FALSE(pid.empty()) << run.out;
+  EXPECT_EQ(dir.List(), (std::vector<std::string>{"t." + pid + ".exec-1.fst", "t.fst"}));
+  ExpectImagesOfExecInPlace(dir.File("t.fst"), dir.File("t." + pid + ".exec-1.fst"));
+}
+
+// A followed child that leaves with _exit keeps every event and ends its stream with its exit
+// status. Before, _exit skipped the agent's exit steps and the child's ring went with it.
+TEST_P(InvariantsTest, FollowedChildLeavingWithUnderscoreExitKeepsItsStream) {
+  TempDir dir;
+  RunResult run = RunProgram(AppPath("agent_runtime_app"), {"fork_exit"},
+                             Traced(dir.File("t.%p.fst"), {{"FRAGSCOPE_FOLLOW_FORK", "1"}}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::string child_pid;
+  for (const auto& line : Lines(run.out)) {
+    if (line[0] == "child") child_pid = line[1];
+  }
+  ASSERT_FALSE(child_pid.empty());
+  EXPECT_NE(run.out.find("child_status 7"), std::string::npos) << run.out;
+  Trace child = ReadTrace(dir.File("t." + child_pid + ".fst"));
+  ASSERT_TRUE(child.clean) << child.error;
+  EXPECT_EQ(DescribeEvents(child).size(), 6u);
+  ASSERT_NE(child.end(), nullptr);
+  EXPECT_EQ(child.end()->exit_status(), 7);
+  EXPECT_EQ(child.end()->events_recorded(), 6u);
+}
+
 TEST_P(InvariantsTest, CudaCallsFromStaticConstructorsAndAtexitAreRecorded) {
   TempDir dir;
   RunOptions traced = Traced(dir.File("t.fst"), {{"RUNTIME_APP_STATIC_CTOR", "1"}});

@@ -159,6 +159,51 @@ TEST_F(CliEndToEnd, FailedPoolAllocationIsJudgedAgainstItsPool) {
   EXPECT_EQ(oom["pool_free_bytes"], 64 * kMiB) << oom.dump(2);
 }
 
+// A program that execs in place (here after an exec that failed): every image's stream is
+// kept in a file of its own, and the job is one process. Before, every stream of the run was
+// written to TRACE, each over the one before, and the images read as two processes sharing a GPU.
+TEST_F(CliEndToEnd, RunKeepsEveryImageOfAProgramThatExecsInPlace) {
+  const std::string trace = dir_ + "/t.fst";
+  Result r = Shell(Fragscope() + " run -o " + trace + " -- " + FRAGSCOPE_RUNTIME_APP_BIN +
+                   " exec_in_place");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("job: 1 process (3 streams: 1 resumed after an exec that failed, 1 "
+                          "image after an exec)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(
+      r.output.find("image 1 of the process, which exec'ed into it from " + trace + ".resumed-1"),
+      std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("ended early"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("was used by"), std::string::npos) << r.output;
+  for (const std::string suffix : {"", ".resumed-1", ".exec-1"}) {
+    EXPECT_NE(r.output.find("trace written to " + trace + suffix + "\n"), std::string::npos)
+        << suffix << "\n"
+        << r.output;
+    Result report = Shell(Fragscope() + " report " + trace + suffix);
+    EXPECT_EQ(report.exit_code, 0) << suffix << ": " << report.output;
+  }
+}
+
+// A followed child that leaves with _exit is a process of the job with its exit status; a
+// connection that never said Hello is named once and is no "process 0" in the report.
+TEST_F(CliEndToEnd, RunShowsAChildThatLeftWithUnderscoreExitAndNoGhosts) {
+  Result r = Shell("FRAGSCOPE_FOLLOW_FORK=1 " + Fragscope() + " run -- " +
+                   FRAGSCOPE_RUNTIME_APP_BIN + " fork_exit");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("job: 2 processes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" exit 7 "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("ended early"), std::string::npos) << r.output;
+
+  Result ghost = Shell(Fragscope() + " run -- " + FRAGSCOPE_RUNTIME_APP_BIN + " connect_only");
+  ASSERT_EQ(ghost.exit_code, 0) << ghost.output;
+  EXPECT_NE(ghost.output.find("connected but sent nothing before its end"), std::string::npos)
+      << ghost.output;
+  EXPECT_EQ(ghost.output.find("==== job:"), std::string::npos) << ghost.output;
+  EXPECT_NE(ghost.output.find(" 0 dropped; stream ended"), std::string::npos) << ghost.output;
+}
+
 TEST_F(CliEndToEnd, PeriodicSnapshotsInTheTraceChangeNoFigure) {
   auto traced = [&](const std::string& name, const std::string& every) {
     const std::string trace = dir_ + "/" + name + ".fst";

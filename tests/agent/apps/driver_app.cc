@@ -5,6 +5,7 @@
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -181,8 +182,9 @@ int Fail(void* lib) {
   return 0;
 }
 
-// A failure, then an abrupt exit (no atexit handlers, no destructors): the failure must
-// already be in the trace, shipped before the failing call returned.
+// A failure, then an abrupt exit (no atexit handlers, no destructors, not even the agent's
+// _exit wrapper: the exit system call itself, as a kill would end it): the failure must already
+// be in the trace, shipped before the failing call returned.
 int FailThenExit(void* lib) {
   InitPrimaryContext(lib);
   auto alloc_v2 = Sym<PFN_cuMemAlloc_v3020>(lib, "cuMemAlloc_v2");
@@ -190,7 +192,8 @@ int FailThenExit(void* lib) {
   CUresult r = alloc_v2(&a, 1ull << 40);
   std::printf("cuMemAlloc_v2 %d\n", r);
   std::fflush(stdout);
-  _exit(0);
+  syscall(SYS_exit_group, 0);
+  return 1;
 }
 
 // A program that itself calls dlsym(RTLD_NEXT, ...): RTLD_NEXT must still mean "after this

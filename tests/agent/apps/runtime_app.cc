@@ -8,6 +8,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -510,6 +512,67 @@ int Exec(const char* self) {
   return 0;
 }
 
+// An exec in place (same pid): 10 alloc/free pairs and one allocation kept, an exec that fails,
+// one more pair, then this program again as "malloc".
+int ExecInPlace(const char* self) {
+  for (int i = 0; i < 10; ++i) {
+    void* p = nullptr;
+    cudaMalloc(&p, 4096 * static_cast<size_t>(i + 1));
+    cudaFree(p);
+  }
+  void* kept = nullptr;
+  cudaMalloc(&kept, 3 << 20);
+  char* const missing[] = {const_cast<char*>("/nonexistent/fragscope-app"), nullptr};
+  const int failed = execv(missing[0], missing);
+  std::printf("failed_exec %d %d\n", failed, errno);
+  void* p = nullptr;
+  cudaMalloc(&p, 5000);
+  cudaFree(p);
+  std::printf("exec_in_place %d\n", static_cast<int>(getpid()));
+  std::fflush(stdout);
+  char* const again[] = {const_cast<char*>(self), const_cast<char*>("malloc"), nullptr};
+  execv(self, again);
+  return 127;
+}
+
+// A forked child that leaves with _exit (as multiprocessing's workers do): 3 alloc/free pairs,
+// then _exit(7).
+int ForkExit() {
+  void* a = nullptr;
+  cudaMalloc(&a, 1 << 20);
+  std::fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (int i = 0; i < 3; ++i) {
+      void* c = nullptr;
+      cudaMalloc(&c, 2 << 20);
+      cudaFree(c);
+    }
+    std::printf("child %d\n", static_cast<int>(getpid()));
+    std::fflush(stdout);
+    _exit(7);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::printf("child_status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  cudaFree(a);
+  return 0;
+}
+
+// A connection to the collector that says nothing (a process killed before its agent's first
+// write), then the "malloc" scenario's events on the agent's own stream.
+int ConnectOnly() {
+  const char* path = std::getenv("FRAGSCOPE_SOCKET");
+  if (path == nullptr) return 2;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return 3;
+  close(fd);
+  return Malloc();
+}
+
 // CUDA calls from a static constructor and from an atexit handler (registered after the agent
 // initialized) must be recorded too.
 void* g_from_ctor = nullptr;
@@ -562,6 +625,9 @@ int main(int argc, char** argv) {
   if (scenario == "parity") return Parity();
   if (scenario == "burst") return Burst();
   if (scenario == "exec") return Exec(argv[0]);
+  if (scenario == "exec_in_place") return ExecInPlace(argv[0]);
+  if (scenario == "fork_exit") return ForkExit();
+  if (scenario == "connect_only") return ConnectOnly();
   if (scenario == "static_ctor_atexit") return StaticCtorAtExit();
   std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
   return 2;

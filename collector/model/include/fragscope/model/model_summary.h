@@ -293,6 +293,10 @@ struct ModelSummary {
   // Hello.resumed: how many times the agent lost its collector and resumed the stream in a new
   // one (a collector restart) before this stream began; 0 for the process's first stream.
   uint32_t resumed = 0;
+  // Hello.exec_image: 0 for a process's first image, k after its k-th exec in place (same pid).
+  uint32_t exec_image = 0;
+  // End.exec: the stream ended because the image called exec (its memory ended with it).
+  bool ended_by_exec = false;
   bool attached = false;
   bool imported = false;  // converted from another tool's snapshot (Hello BACKEND_IMPORTED)
   // False when the agent took no stack on releases (Hello.release_stacks_off): a free's

@@ -68,6 +68,13 @@ struct JobMemberInfo {
   // JobSummary::members), and `process` the process's first stream, which all of them share.
   std::optional<std::size_t> resumes;
   std::optional<std::size_t> resumed_in;
+  // An exec in place starts a new image of the same process (same host and pid) in a stream of
+  // its own (Hello.exec_image k; the stream before ended with End.exec). `execed_from` names the
+  // stream of the image before it (image k - 1), which shares its `process`: images of one
+  // process never run at once, so they neither compete for a GPU nor count twice.
+  uint32_t exec_image = 0;
+  bool ended_by_exec = false;
+  std::optional<std::size_t> execed_from;
   std::size_t process = 0;
 };
 
