@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,6 +61,7 @@ struct DrainState {
   uint64_t reported_ring_drops = 0;
   uint64_t undeliverable = 0;  // events popped but not delivered (the output had failed)
   uint64_t in_writer = 0;      // events encoded into g_writer since it was last written out
+  uint64_t in_file = 0;        // events written to the current file (lost if it is deleted)
   // Events above stream_start_seq skipped because a snapshot written after them holds their
   // effect (End.events_in_snapshots).
   uint64_t in_snapshots = 0;
@@ -149,6 +151,8 @@ void FlushWriter() {
     if (!(d.output.is_open() && WriteOut(g_writer.data(), g_writer.size(), &sent))) {
       const size_t delivered = sent > 0 ? CountWholeEventFrames(g_writer.data(), sent) : 0;
       d.undeliverable += d.in_writer - (delivered < d.in_writer ? delivered : d.in_writer);
+    } else {
+      d.in_file += d.in_writer;
     }
   }
   d.in_writer = 0;
@@ -264,6 +268,7 @@ void StartStream() {
   d.reported_ring_drops = 0;
   d.segment_min_seq = 0;
   d.in_snapshots = 0;
+  d.in_file = 0;
   WriteStreamHead();
   // No STREAM_START snapshot here: a preloaded agent's stream starts with the first event (or,
   // in a forked child, with an empty table), so every live entry is also an event still in the
@@ -472,6 +477,74 @@ void MaybeReconnect(bool at_exit = false) {
   }
 }
 
+// Creates the folders above `path` that are missing (mode 0755 less the umask, as mkdir -p).
+// False with errno set if one cannot be made.
+bool MakeParentFolders(const char* path) {
+  char prefix[sizeof(g_drain.path)];
+  const size_t len = strnlen(path, sizeof(prefix) - 1);
+  for (size_t i = 1; i < len; ++i) {
+    if (path[i] != '/') continue;
+    memcpy(prefix, path, i);
+    prefix[i] = '\0';
+    if (mkdir(prefix, 0755) != 0 && errno != EEXIST) return false;
+  }
+  return true;
+}
+
+// A trace file deleted while the program runs (its folder removed by a cleanup job, `rm -rf`
+// of an output folder): writes would go on into a file nobody can open, and the whole trace
+// would be gone at exit without a word. Checked once per drain pass (one fstat). The file is
+// made again at its path (and its folders), said once on stderr, and starts over as a resumed
+// stream does: Hello (resumed), a Drops frame counting the events the deleted file held, then a
+// snapshot of the live table, so the model is exact again from there. Under lock.
+void MaybeRecreateFile() {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  if (d.attached || !d.output.is_open() || !d.output.is_file() || !d.output.Unlinked()) return;
+  const uint64_t lost = d.in_file + d.in_writer;  // the buffer would only follow them
+  g_writer.Clear();
+  d.in_writer = 0;
+  d.in_file = 0;
+  d.undeliverable += lost;
+  d.output.Close();
+  const bool folders = MakeParentFolders(d.path);
+  const int folder_error = errno;
+  const bool reopened = folders && d.output.Open(d.path, "");
+  char line[Config::kPathCapacity + 512];
+  int n;
+  if (reopened) {
+    n = snprintf(line, sizeof(line),
+                 "fragscope: the trace file %s was deleted while the program ran (%llu events "
+                 "written to it are lost); made it again: it goes on from a snapshot of the live "
+                 "memory\n",
+                 d.path, static_cast<unsigned long long>(lost));
+  } else if (!folders) {
+    n = snprintf(line, sizeof(line),
+                 "fragscope: the trace file %s was deleted while the program ran, and its folder "
+                 "cannot be made again: %s; the program continues, events are counted as "
+                 "dropped\n",
+                 d.path, strerror(folder_error));
+  } else {
+    n = 0;  // Open said why
+  }
+  if (n > 0) {
+    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
+    (void)ignored;
+  }
+  if (!reopened) return;  // closed: later events count as undeliverable
+  ++d.reconnects;         // Hello.resumed: the file begins in the middle of the run
+  const uint64_t ring_drops = a.ring_drops.load(std::memory_order_acquire);
+  DropsData info;
+  info.seq = a.seq.load(std::memory_order_acquire);
+  info.time_ns = NowNs();
+  info.dropped_events = lost + (ring_drops - d.reported_ring_drops);
+  info.total_dropped = d.undeliverable + ring_drops;
+  info.reason = DropReason::kDisconnected;
+  d.reported_ring_drops = ring_drops;
+  BeginSegment(SnapshotReason::kStreamStart, &info);
+  FlushWriter();
+}
+
 // Flight recorder: the current file becomes "<path>.prev" and a new one starts at `path` with
 // a segment head and a PERIODIC snapshot (BeginSegment).
 void RotateSegment() {
@@ -485,6 +558,7 @@ void RotateSegment() {
   rename(d.path, prev);  // on failure the new file truncates the old one: still bounded
   d.output.Close();
   d.output.Open(d.path, "");
+  d.in_file = 0;
   ++d.rotations;
   BeginSegment(SnapshotReason::kPeriodic, /*drops=*/nullptr);
 }
@@ -504,6 +578,7 @@ size_t DrainLocked() {
   if (!EnsureBuffer()) return 0;
   if (!d.stream_started) StartStream();
   MaybeReconnect();
+  MaybeRecreateFile();
   size_t popped = 0;
   EventRecord r;
   while (popped < kDrainBatch && a.ring.TryPop(&r)) {
@@ -970,6 +1045,7 @@ void DrainAfterFork() {
   d.output.Close();
   d.undeliverable = 0;
   d.in_writer = 0;
+  d.in_file = 0;
   d.in_snapshots = 0;
   d.reconnects = 0;
   d.reconnect_at_ns = 0;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -131,6 +132,11 @@ bool Output::Write(const void* data, size_t size, size_t* sent) {
     if (sent != nullptr) *sent += static_cast<size_t>(n);
   }
   return true;
+}
+
+bool Output::Unlinked() const {
+  struct stat st;
+  return fd_ >= 0 && !is_socket_ && fstat(fd_, &st) == 0 && st.st_nlink == 0;
 }
 
 bool Output::Rewind(size_t size) {

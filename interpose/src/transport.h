@@ -34,6 +34,9 @@ class Output {
   bool is_open() const { return fd_ >= 0 && !failed_; }
   bool failed() const { return failed_; }
   bool is_file() const { return !is_socket_; }
+  // A file only: true once the open file has no name left (deleted, or its folder removed while
+  // the program runs): what is written to it can no longer be read by anyone. One fstat.
+  bool Unlinked() const;
 
  private:
   // One warning (the first failure only) naming what failed on path_.

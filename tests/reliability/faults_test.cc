@@ -312,6 +312,52 @@ TEST(ReliabilityFaults, CollectorStalledEveryEventInAFileOrCounted) {
   EXPECT_EQ(last.model_unmatched_events, 0u);
 }
 
+// The output folder removed while the program runs (a cleanup job, `rm -rf` of the run's
+// folder). The agent notices at its next write-out, says so once with the path, makes the folder
+// and the file again, and goes on from a snapshot: the trace at the path is readable, ends
+// cleanly, its model is exact, and the events the deleted file held are counted as dropped.
+// Before, the agent wrote on into the deleted file: no trace at all and no word.
+TEST(ReliabilityFaults, OutputFolderDeletedWhileRunningIsMadeAgainAndSaid) {
+  TempDir dir;
+  const std::string folder = dir.File("run/traces");
+  const std::string trace = folder + "/t.fst";
+  ASSERT_TRUE(fs::create_directories(folder));
+  Background app(RelApp("reliability_stress_app"), {"phases", dir.path(), "0"},
+                 RunOptions{true,
+                            {{"FRAGSCOPE_OUTPUT", trace},
+                             {"FRAGSCOPE_RING_MB", "64"},
+                             {"FAKECUDA_LIVE_DUMP", dir.File("truth")}}},
+                 dir.File("app.out"), dir.File("app.err"));
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(dir.File("phase1")); }));
+  // Phase 1's events are written out (the drain writes within milliseconds of a pause).
+  ASSERT_TRUE(WaitFor([&] { return ReadAndModel(trace).events >= 2 * 2000 + 64; }));
+  fs::remove_all(dir.File("run"));
+  Touch(dir.File("go"));
+  const bool remade = WaitFor([&] { return fs::exists(trace); });
+  Touch(dir.File("stop"));
+  RunResult run = app.Wait();
+  ASSERT_TRUE(remade) << ReadFile(dir.File("app.err"));
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(AgentLines(run.err), 1) << run.err;
+  EXPECT_NE(run.err.find("the trace file " + trace + " was deleted while the program ran"),
+            std::string::npos)
+      << run.err;
+
+  Reconciled r = ReadAndModel(trace);
+  ASSERT_TRUE(r.opened) << r.error;
+  EXPECT_TRUE(r.clean) << r.error;
+  ASSERT_TRUE(r.has_end);
+  EXPECT_EQ(r.resumed, 1u);
+  EXPECT_TRUE(r.every_drop_followed_by_resync);
+  EXPECT_GE(r.disconnect_dropped, 2u * 2000 + 64);  // at least phase 1, in the deleted file
+  const int64_t made = EventsMade(run.out);
+  ASSERT_GT(made, 0);
+  EXPECT_EQ(r.end_recorded, static_cast<uint64_t>(made));
+  EXPECT_EQ(r.events + r.end_dropped + r.end_in_snapshots, r.end_recorded);
+  EXPECT_EQ(r.model_live, LiveDump(dir.File("truth")));
+  EXPECT_EQ(r.model_unmatched_events, 0u);
+}
+
 // The program's output with and without the agent, for outputs that cannot be written.
 void ExpectUnaffectedWithOneWarning(const std::string& output, const std::string& warning) {
   const std::vector<std::string> args{"load", "4", "2000", "2"};
