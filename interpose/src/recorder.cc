@@ -788,4 +788,63 @@ extern "C" sighandler_t fs_signal(int sig, sighandler_t handler) {
   return Ours(reinterpret_cast<uintptr_t>(r)) ? reinterpret_cast<sighandler_t>(prev_fn) : r;
 }
 
+// glibc's other ways to install a handler go through its internal sigaction, which the
+// interposed one does not see: written here on top of fs_sigaction with the flags glibc gives
+// them, so their handlers run behind the dispatcher too.
+namespace {
+sighandler_t InstallWithFlags(int sig, sighandler_t handler, int flags) {
+  struct sigaction act {};
+  act.sa_handler = handler;
+  act.sa_flags = flags;
+  sigemptyset(&act.sa_mask);
+  struct sigaction old {};
+  if (fs_sigaction(sig, &act, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
+}
+}  // namespace
+
+// System V semantics: reset to the default on delivery, the signal not blocked in the handler.
+extern "C" FRAGSCOPE_HIDDEN sighandler_t fs_sysv_signal(int sig, sighandler_t handler);
+FRAGSCOPE_EXPORT_AS("fs_sysv_signal", "sysv_signal");
+FRAGSCOPE_EXPORT_AS("fs_sysv_signal", "__sysv_signal");
+extern "C" sighandler_t fs_sysv_signal(int sig, sighandler_t handler) {
+  if (sig <= 0 || sig >= _NSIG || handler == SIG_ERR) {
+    errno = EINVAL;
+    return SIG_ERR;
+  }
+  return InstallWithFlags(sig, handler, SA_RESETHAND | SA_NODEFER);
+}
+
+// bsd_signal and ssignal are signal() under other names.
+extern "C" FRAGSCOPE_HIDDEN sighandler_t fs_bsd_signal(int sig, sighandler_t handler);
+FRAGSCOPE_EXPORT_AS("fs_bsd_signal", "bsd_signal");
+FRAGSCOPE_EXPORT_AS("fs_bsd_signal", "ssignal");
+extern "C" sighandler_t fs_bsd_signal(int sig, sighandler_t handler) {
+  return fs_signal(sig, handler);
+}
+
+// X/Open sigset: SIG_HOLD blocks the signal; any other disposition is installed and unblocks
+// it. Returns SIG_HOLD if the signal was blocked before, else the previous disposition.
+extern "C" FRAGSCOPE_HIDDEN sighandler_t fs_sigset(int sig, sighandler_t disposition);
+FRAGSCOPE_EXPORT_AS("fs_sigset", "sigset");
+extern "C" sighandler_t fs_sigset(int sig, sighandler_t disposition) {
+  if (sig <= 0 || sig >= _NSIG || disposition == SIG_ERR) {
+    errno = EINVAL;
+    return SIG_ERR;
+  }
+  sigset_t one, before;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  if (disposition == SIG_HOLD) {
+    struct sigaction old {};
+    if (fs_sigaction(sig, nullptr, &old) != 0) return SIG_ERR;
+    if (pthread_sigmask(SIG_BLOCK, &one, &before) != 0) return SIG_ERR;
+    return sigismember(&before, sig) ? SIG_HOLD : old.sa_handler;
+  }
+  const sighandler_t old = InstallWithFlags(sig, disposition, 0);
+  if (old == SIG_ERR) return SIG_ERR;
+  if (pthread_sigmask(SIG_UNBLOCK, &one, &before) != 0) return SIG_ERR;
+  return sigismember(&before, sig) ? SIG_HOLD : old;
+}
+
 }  // namespace fragscope::agent

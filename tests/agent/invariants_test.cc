@@ -307,6 +307,23 @@ TEST_P(InvariantsTest, FollowedChildLeavingWithUnderscoreExitKeepsItsStream) {
   EXPECT_EQ(child.end()->events_recorded(), 6u);
 }
 
+// sysv_signal, bsd_signal and sigset, which the agent interposes so that their handlers run
+// behind its dispatcher, answer and behave as without it: System V's reset on delivery, X/Open's
+// hold and release, the previous dispositions returned.
+TEST_P(InvariantsTest, OtherSignalInstallersBehaveAsWithoutTheAgent) {
+  TempDir dir;
+  RunResult run =
+      RunProgram(AppPath("agent_runtime_app"), {"signal_apis"}, Traced(dir.File("t.fst")));
+  RunResult plain =
+      RunProgram(AppPath("agent_runtime_app"), {"signal_apis"}, RunOptions{false, {}});
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, plain.out);
+  EXPECT_NE(plain.out.find("sysv caught 1 reset 1"), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find("released caught 4"), std::string::npos) << plain.out;
+  EXPECT_EQ(DescribeEvents(ReadTrace(dir.File("t.fst"))).size(), 2u);
+}
+
 TEST_P(InvariantsTest, CudaCallsFromStaticConstructorsAndAtexitAreRecorded) {
   TempDir dir;
   RunOptions traced = Traced(dir.File("t.fst"), {{"RUNTIME_APP_STATIC_CTOR", "1"}});

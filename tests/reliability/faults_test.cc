@@ -467,6 +467,26 @@ TEST(ReliabilityFaults, SignalHandlerCudaCallsAreAccountedFor) {
   EXPECT_EQ(r.events + r.end_dropped, static_cast<uint64_t>(made)) << run.out;
 }
 
+// The same storm with the handler installed by X/Open sigset, which glibc implements on its
+// internal sigaction (so the interposed sigaction never saw it): its calls over a hook were
+// taken for calls nested in the interrupted one, neither shipped nor counted, until sigset,
+// sysv_signal, bsd_signal and ssignal were interposed too.
+TEST(ReliabilityFaults, SignalHandlerInstalledBySigsetIsAccountedFor) {
+  TempDir dir;
+  RunResult run =
+      agent_test::RunProgram(RelApp("reliability_stress_app"), {"signals", "4", "20000"},
+                             RunOptions{true,
+                                        {{"FRAGSCOPE_OUTPUT", dir.File("t.fst")},
+                                         {"FAKECUDA_NULL", "1"},
+                                         {"STRESS_SIGNAL_INSTALL", "sigset"}}});
+  ASSERT_NO_FATAL_FAILURE(ExpectStormRan(run));
+  const int64_t made = EventsMade(run.out);
+  Reconciled r = ReadAndModel(dir.File("t.fst"));
+  ASSERT_TRUE(r.has_end);
+  EXPECT_EQ(r.end_recorded, static_cast<uint64_t>(made)) << run.out;
+  EXPECT_EQ(r.events + r.end_dropped, static_cast<uint64_t>(made)) << run.out;
+}
+
 // The runtime dlopen'ed RTLD_LOCAL, used, dlclosed, 20 times: same output as without the agent,
 // and every allocation and free in the trace (named after the driver calls the runtime makes:
 // a runtime found by dlsym on its own handle bypasses the agent's runtime exports).

@@ -573,6 +573,39 @@ int ConnectOnly() {
   return Malloc();
 }
 
+// glibc's other handler installers: what they return and how the handler behaves (System V
+// reset on delivery, X/Open hold and release), for comparison with and without the agent.
+std::atomic<int> g_caught{0};
+void Caught(int) { g_caught.fetch_add(1); }
+
+int SignalApis() {
+  using InstallFn = sighandler_t (*)(int, sighandler_t);
+  auto sysv = reinterpret_cast<InstallFn>(dlsym(RTLD_DEFAULT, "sysv_signal"));
+  auto bsd = reinterpret_cast<InstallFn>(dlsym(RTLD_DEFAULT, "bsd_signal"));
+  auto set = reinterpret_cast<InstallFn>(dlsym(RTLD_DEFAULT, "sigset"));
+  if (sysv == nullptr || bsd == nullptr || set == nullptr) return 3;
+  void* p = nullptr;
+  cudaMalloc(&p, 4096);  // the agent is recording
+  std::printf("sysv returns default %d\n", sysv(SIGUSR2, Caught) == SIG_DFL);
+  raise(SIGUSR2);
+  struct sigaction now {};
+  sigaction(SIGUSR2, nullptr, &now);
+  std::printf("sysv caught %d reset %d\n", g_caught.load(), now.sa_handler == SIG_DFL);
+  std::printf("bsd returns default %d\n", bsd(SIGUSR2, Caught) == SIG_DFL);
+  raise(SIGUSR2);
+  raise(SIGUSR2);
+  std::printf("bsd caught %d returns it %d\n", g_caught.load(), bsd(SIGUSR2, SIG_DFL) == Caught);
+  std::printf("sigset returns default %d\n", set(SIGUSR1, Caught) == SIG_DFL);
+  std::printf("sigset hold returns it %d\n", set(SIGUSR1, SIG_HOLD) == Caught);
+  raise(SIGUSR1);  // pending while held
+  std::printf("held caught %d\n", g_caught.load());
+  std::printf("sigset release returns hold %d\n", set(SIGUSR1, Caught) == SIG_HOLD);
+  std::printf("released caught %d\n", g_caught.load());
+  std::printf("sigset bad %d\n", set(0, Caught) == SIG_ERR);
+  cudaFree(p);
+  return 0;
+}
+
 // CUDA calls from a static constructor and from an atexit handler (registered after the agent
 // initialized) must be recorded too.
 void* g_from_ctor = nullptr;
@@ -628,6 +661,7 @@ int main(int argc, char** argv) {
   if (scenario == "exec_in_place") return ExecInPlace(argv[0]);
   if (scenario == "fork_exit") return ForkExit();
   if (scenario == "connect_only") return ConnectOnly();
+  if (scenario == "signal_apis") return SignalApis();
   if (scenario == "static_ctor_atexit") return StaticCtorAtExit();
   std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
   return 2;

@@ -215,17 +215,28 @@ int Signals(int threads, long n, long keep) {
   g_mem_alloc = reinterpret_cast<decltype(g_mem_alloc)>(dlsym(cuda, "cuMemAlloc_v2"));
   g_mem_free = reinterpret_cast<decltype(g_mem_free)>(dlsym(cuda, "cuMemFree_v2"));
   if (g_mem_alloc == nullptr || g_mem_free == nullptr) return 3;
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGUSR1, &sa, nullptr);
-  // The agent installs its dispatcher in front of the handler; the program must still see its
-  // own handler and flags, through sigaction and through signal.
-  struct sigaction seen {};
-  if (sigaction(SIGUSR1, nullptr, &seen) != 0 || seen.sa_handler != OnSignal ||
-      (seen.sa_flags & SA_SIGINFO) != 0 || (seen.sa_flags & SA_RESTART) == 0) {
-    return 4;
+  const char* install = std::getenv("STRESS_SIGNAL_INSTALL");
+  if (install != nullptr && std::strcmp(install, "sigset") == 0) {
+    // X/Open sigset, which glibc implements on its internal sigaction (looked up by name: the
+    // header marks it deprecated).
+    using SigsetFn = sighandler_t (*)(int, sighandler_t);
+    auto sigset_fn = reinterpret_cast<SigsetFn>(dlsym(RTLD_DEFAULT, "sigset"));
+    if (sigset_fn == nullptr || sigset_fn(SIGUSR1, OnSignal) == SIG_ERR) return 5;
+    struct sigaction seen {};
+    if (sigaction(SIGUSR1, nullptr, &seen) != 0 || seen.sa_handler != OnSignal) return 4;
+  } else {
+    struct sigaction sa {};
+    sa.sa_handler = OnSignal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, nullptr);
+    // The agent installs its dispatcher in front of the handler; the program must still see
+    // its own handler and flags, through sigaction and through signal.
+    struct sigaction seen {};
+    if (sigaction(SIGUSR1, nullptr, &seen) != 0 || seen.sa_handler != OnSignal ||
+        (seen.sa_flags & SA_SIGINFO) != 0 || (seen.sa_flags & SA_RESTART) == 0) {
+      return 4;
+    }
   }
   if (signal(SIGUSR2, OnSignal) != SIG_DFL || signal(SIGUSR2, SIG_DFL) != OnSignal) return 4;
   std::atomic<int> running{threads};
