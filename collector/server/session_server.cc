@@ -109,6 +109,9 @@ void SessionServer::AcceptLoop() {
         options_.on_failure(*raw->stream.session, peer, summary);
       });
     }
+    if (options_.trace_removal.restore || options_.trace_removal.rewritten) {
+      raw->stream.session->set_trace_removal_hooks(options_.trace_removal);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     raw->thread = std::thread([this, raw] { Serve(raw); });
     streams_.push_back(std::move(live));

@@ -1,14 +1,28 @@
 #include "fragscope/server/stream_session.h"
 
-#include <utility>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstring>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
 #include "fragscope/trace/arena_frame_reader.h"
 #include "fragscope/trace/hot_frame_decoder.h"
+#include "fragscope/trace/trace_format.h"
 
 namespace fragscope {
 
 StreamSession::StreamSession(ModelOptions options, TracePathChooser choose_trace_path)
     : model_(std::move(options)), choose_trace_path_(std::move(choose_trace_path)) {}
+
+StreamSession::~StreamSession() {
+  if (watch_fd_ >= 0) ::close(watch_fd_);
+}
 
 ModelSummary StreamSession::Summarize() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -32,9 +46,103 @@ void StreamSession::OpenTraceCopy(const v1::Frame& first, StreamOutcome& outcome
   auto writer = FrameWriter::CreateFile(trace_path_);
   if (writer.ok()) {
     writer_.emplace(std::move(*writer));
+    WatchTraceCopy(outcome);
   } else {
     outcome.trace_error = std::string(writer.status().message());
   }
+}
+
+void StreamSession::WatchTraceCopy(StreamOutcome& outcome) {
+  if (!removal_hooks_.restore && !removal_hooks_.rewritten) return;
+  for (int attempt = 0;; ++attempt) {
+    watch_fd_ = ::open(trace_path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (watch_fd_ >= 0 || errno != ENOENT || attempt > 0) break;
+    // Removed right after it was created, with only its header written: made again, nothing
+    // is lost.
+    if (removal_hooks_.restore) removal_hooks_.restore(trace_path_);
+    auto again = FrameWriter::CreateFile(trace_path_);
+    if (!again.ok()) {
+      StopTraceCopy(again.status(), outcome);
+      return;
+    }
+    writer_.emplace(std::move(*again));
+  }
+  // Not watched otherwise (out of descriptors, say): the copy goes on as it would without hooks.
+}
+
+void StreamSession::RestoreRemovedTraceCopy(StreamOutcome& outcome) {
+  struct stat st;
+  if (watch_fd_ < 0 || ::fstat(watch_fd_, &st) != 0 || st.st_nlink > 0) return;
+  if (removal_hooks_.restore) removal_hooks_.restore(trace_path_);
+  absl::StatusOr<uint64_t> rewritten = RewriteTraceCopy();
+  if (removal_hooks_.rewritten) removal_hooks_.rewritten(trace_path_, rewritten);
+  if (!rewritten.ok()) StopTraceCopy(rewritten.status(), outcome);
+}
+
+absl::StatusOr<uint64_t> StreamSession::RewriteTraceCopy() {
+  struct stat old_file;
+  const uint64_t old_bytes = ::fstat(watch_fd_, &old_file) == 0 ? old_file.st_size : 0;
+  // `partial`: the new file, cut where writing it failed (kept: a cut trace reads up to the cut).
+  auto lost = [&](const std::string& why, FrameWriter* partial) {
+    if (partial != nullptr) (void)partial->Close();  // what it holds is counted below
+    if (partial == nullptr || partial->bytes_written() <= kTraceHeaderBytes) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s was removed while its stream ran and cannot be written again (%s): the %d bytes it "
+          "held are lost, and the copy stops",
+          trace_path_, why, old_bytes));
+    }
+    return absl::DataLossError(absl::StrFormat(
+        "%s was removed while its stream ran and could be written again only in part (%s): it "
+        "holds the first %d of %d bytes, and the copy stops there",
+        trace_path_, why, partial->bytes_written(), old_bytes));
+  };
+  absl::StatusOr<FrameWriter> fresh = FrameWriter::CreateFile(trace_path_);
+  if (!fresh.ok()) return lost(std::string(fresh.status().message()), nullptr);
+  // The frames are written again one by one (the writer writes its own header first); the
+  // removed file holds whole frames only, as the copy was flushed just before.
+  std::string pending;
+  std::vector<char> chunk(1 << 20);
+  uint64_t offset = kTraceHeaderBytes;
+  for (;;) {
+    std::size_t pos = 0;
+    for (;;) {
+      uint64_t length = 0;
+      std::size_t i = 0;
+      bool whole_length = false;
+      for (; i < 10 && pos + i < pending.size(); ++i) {
+        const auto b = static_cast<unsigned char>(pending[pos + i]);
+        length |= uint64_t{b & 0x7fu} << (7 * i);
+        if (b < 0x80) {
+          whole_length = true;
+          break;
+        }
+      }
+      if (!whole_length || pending.size() - pos - i - 1 < length) break;
+      if (absl::Status s =
+              fresh->WriteSerialized(std::string_view(pending).substr(pos + i + 1, length));
+          !s.ok()) {
+        return lost(std::string(s.message()), &*fresh);
+      }
+      pos += i + 1 + length;
+    }
+    pending.erase(0, pos);
+    const ssize_t n = ::pread(watch_fd_, chunk.data(), chunk.size(), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return lost(absl::StrFormat("reading it back: %s", std::strerror(errno)), &*fresh);
+    if (n == 0) break;
+    pending.append(chunk.data(), static_cast<std::size_t>(n));
+    offset += static_cast<uint64_t>(n);
+  }
+  if (!pending.empty()) {
+    return lost(absl::StrFormat("its last %d bytes are not a whole frame", pending.size()),
+                &*fresh);
+  }
+  if (absl::Status s = fresh->Flush(); !s.ok()) return lost(std::string(s.message()), &*fresh);
+  const int fresh_watch = ::open(trace_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  writer_.emplace(std::move(*fresh));  // closes the removed file: its space is freed
+  ::close(watch_fd_);
+  watch_fd_ = fresh_watch;  // -1 (not watched any more) only if it went at once again
+  return writer_->bytes_written();
 }
 
 // Small enough to inline into Run: most sessions write no copy, and a call per frame to learn
@@ -46,12 +154,18 @@ inline void StreamSession::CopyToTrace(const v1::Frame& frame, StreamOutcome& ou
 }
 
 void StreamSession::FlushTraceCopy(StreamOutcome& outcome) {
-  if (absl::Status s = writer_->Flush(); !s.ok()) StopTraceCopy(s, outcome);
+  if (absl::Status s = writer_->Flush(); !s.ok()) {
+    StopTraceCopy(s, outcome);
+    return;
+  }
+  RestoreRemovedTraceCopy(outcome);  // one fstat per pause
 }
 
 void StreamSession::StopTraceCopy(const absl::Status& error, StreamOutcome& outcome) {
   outcome.trace_error = std::string(error.message());
   writer_.reset();  // stop writing; the model keeps going
+  if (watch_fd_ >= 0) ::close(watch_fd_);
+  watch_fd_ = -1;
 }
 
 StreamOutcome StreamSession::Run(FrameReader& reader) {
@@ -129,10 +243,14 @@ StreamOutcome StreamSession::Run(FrameReader& reader) {
   if (failure_applied && on_failure_) on_failure_(Summarize());
   outcome.result = r;
   if (r != FrameReader::Result::kEnd) outcome.error = reader.error();
+  // A copy removed since the last pause is written again before it is closed and gone for good.
+  if (writer_) FlushTraceCopy(outcome);
   if (writer_) {
     if (absl::Status s = writer_->Close(); !s.ok()) outcome.trace_error = std::string(s.message());
     writer_.reset();
   }
+  if (watch_fd_ >= 0) ::close(watch_fd_);
+  watch_fd_ = -1;
   return outcome;
 }
 

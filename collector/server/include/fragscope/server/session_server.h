@@ -46,6 +46,10 @@ struct SessionServerOptions {
   // After each failed allocation is applied (OOM post-mortems as they happen). Runs on the
   // stream's thread; must be thread-safe across streams.
   std::function<void(const StreamSession&, pid_t peer, const ModelSummary&)> on_failure;
+  // Watches each stream's trace copy for its removal (its file or folder deleted while the
+  // stream runs) and writes it again whole at the same path (StreamSession::TraceRemovalHooks);
+  // unset: not watched. The hooks run on the stream's thread; must be thread-safe across streams.
+  StreamSession::TraceRemovalHooks trace_removal;
   // When a stream ends (clean or cut), with the stream's final summary. Runs on the stream's
   // thread.
   std::function<void(const CollectedStream&, const ModelSummary& final_summary)> on_stream_end;

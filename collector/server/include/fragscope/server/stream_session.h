@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "fragscope.pb.h"
 #include "fragscope/model/process_model.h"
 #include "fragscope/server/seq_orderer.h"
@@ -40,8 +41,22 @@ class StreamSession {
   // that point, so OOM post-mortems can be written as they happen.
   using FailureObserver = std::function<void(const ModelSummary& summary)>;
 
+  // The trace copy's file was removed while the stream ran (its file or its folder deleted: a
+  // cleanup cron, `rm -rf traces/`). The open file still holds every byte written, so the copy
+  // is written again at the same path and goes on there; without these hooks it is not watched.
+  struct TraceRemovalHooks {
+    // Runs first, with the copy's path: make its folder exist again.
+    std::function<void(const std::string& path)> restore;
+    // How that went: the bytes written again (the whole copy), or why the copy is lost.
+    std::function<void(const std::string& path, const absl::StatusOr<uint64_t>& rewritten)>
+        rewritten;
+  };
+
   StreamSession(ModelOptions options, TracePathChooser choose_trace_path);
+  ~StreamSession();
   void set_failure_observer(FailureObserver observer) { on_failure_ = std::move(observer); }
+  // Watches the copy's file from the next copy opened (set before Run).
+  void set_trace_removal_hooks(TraceRemovalHooks hooks) { removal_hooks_ = std::move(hooks); }
 
   // Reads `reader` to its end. Every whole frame reaches the model, damaged tails included.
   StreamOutcome Run(FrameReader& reader);
@@ -60,6 +75,15 @@ class StreamSession {
   void FlushTraceCopy(StreamOutcome& outcome);
   // A write or flush of the copy failed: said in the outcome, and the copy stops.
   void StopTraceCopy(const absl::Status& error, StreamOutcome& outcome);
+  // With removal hooks: opens watch_fd_ on the copy just created, so that its removal shows (its
+  // link count falls to 0) and its bytes can be read back.
+  void WatchTraceCopy(StreamOutcome& outcome);
+  // At a flush: if the copy's file was removed, writes it again whole at trace_path_ (the
+  // removal hooks say so), or stops the copy saying what is lost.
+  void RestoreRemovedTraceCopy(StreamOutcome& outcome);
+  // Writes the frames of watch_fd_'s file into a new file at trace_path_ and moves writer_ and
+  // watch_fd_ there. The bytes written, or why not.
+  absl::StatusOr<uint64_t> RewriteTraceCopy();
 
   // The most frames Run applies under one holding of mu_.
   static constexpr int kFramesPerLock = 64;
@@ -74,6 +98,8 @@ class StreamSession {
   bool chose_ = false;
   std::string trace_path_;
   std::optional<FrameWriter> writer_;
+  TraceRemovalHooks removal_hooks_;
+  int watch_fd_ = -1;  // the copy's file, read-only, while removal hooks watch it
 };
 
 }  // namespace fragscope
