@@ -1,7 +1,9 @@
 // fragscope-collector: a daemon that collects from many processes at once (every rank of a
 // multi-GPU job), keeps one model per process, writes each stream to a trace file, writes each
 // OOM post-mortem as it happens (text and JSON next to the trace, announced on stderr, so a job
-// that dies at 3 a.m. leaves its explanation behind), and answers `fragscope top`.
+// that dies at 3 a.m. leaves its explanation behind), and answers `fragscope top`. A folder
+// removed while it runs is made again and said once (output_dir.h), and the traces of running
+// streams are written there again whole.
 //
 //   fragscope-collector [--socket PATH] [--dir DIR] [--no-traces]
 //   agents: FRAGSCOPE_SOCKET=PATH LD_PRELOAD=.../libfragscope.so CMD
@@ -31,6 +33,7 @@
 #include "fragscope/server/socket_listener.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
 #include "fragscope/trace/output_file.h"
+#include "output_dir.h"
 #include "stream_file_names.h"
 
 namespace {
@@ -47,6 +50,14 @@ constexpr char kUsage[] =
     "Point agents at it: FRAGSCOPE_SOCKET=PATH LD_PRELOAD=.../libfragscope.so CMD\n";
 
 std::mutex g_log_mu;  // one line at a time on stderr from many stream threads
+
+// The output folder's mode, at start and when it is made again after a removal.
+constexpr mode_t kDirMode = 0755;
+
+void Say(const std::string& line) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  std::fprintf(stderr, "fragscope-collector: %s\n", line.c_str());
+}
 
 // `rank`: the rank the model knows now, which the program may have set after its Hello
 // (fragscope_set_rank, e.g. an mp.spawn worker's init_process_group); nullopt: the Hello's.
@@ -73,12 +84,13 @@ std::string StreamName(const fragscope::v1::Hello& h, pid_t peer,
 // 0644 at most whatever the umask (fragscope::WriteOutputFile): reports may hold paths and
 // stacks of a user's job, and must never be writable by others. A failure is said on stderr
 // with the path and the reason (a file that could not be written whole is not left behind).
-bool WriteFile(const std::string& path, const std::string& text) {
+// `path` is in `dir`, which is made again first if it was removed.
+bool WriteFile(fragscope::OutputDir& dir, const std::string& path, const std::string& text) {
+  dir.Ensure();
   absl::Status written = fragscope::WriteOutputFile(path, text);
-  if (!written.ok()) {
-    std::lock_guard<std::mutex> lock(g_log_mu);
-    std::fprintf(stderr, "fragscope-collector: %s\n", std::string(written.message()).c_str());
-  }
+  // Removed between the check and the write: made again, so the write is worth another try.
+  if (!written.ok() && dir.Ensure()) written = fragscope::WriteOutputFile(path, text);
+  if (!written.ok()) Say(std::string(written.message()));
   return written.ok();
 }
 
@@ -123,7 +135,7 @@ int main(int argc, char** argv) {
     }
     socket_path = *runtime + "/collector.sock";
   }
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+  if (mkdir(dir.c_str(), kDirMode) != 0 && errno != EEXIST) {
     std::fprintf(stderr, "fragscope-collector: %s: cannot create output directory: %s\n",
                  dir.c_str(), std::strerror(errno));
     return 3;
@@ -136,6 +148,16 @@ int main(int argc, char** argv) {
                  std::string(st.message()).c_str());
     return 3;
   }
+
+  // A folder removed later (a cleanup cron, `rm -rf`) is made again at the next file, and each
+  // running stream's trace, still whole in its open file, is written there again.
+  fragscope::OutputDir out_dir(
+      dir, kDirMode,
+      traces ? "new streams' traces, post-mortems and reports go there from now on, and each "
+               "running stream's trace is written there again whole at its next pause (a line "
+               "each); the files it held before are gone"
+             : "post-mortems and reports go there from now on; the files it held before are gone",
+      Say);
 
   // Post-mortems already written, per stream, so each OOM is announced once.
   std::mutex written_mu;
@@ -154,13 +176,26 @@ int main(int argc, char** argv) {
   options.ended_streams_shown = 16;  // `fragscope top` still shows the ranks that ended
   options.make_symbolizer = fragscope::MakeDwarfSymbolizer;  // `fragscope top` names functions
   if (traces) {
-    options.trace_path = [&names, dir](const fragscope::StreamSession& session,
-                                       const fragscope::v1::Frame& first, pid_t peer) {
+    options.trace_path = [&names, &out_dir, dir](const fragscope::StreamSession& session,
+                                                 const fragscope::v1::Frame& first, pid_t peer) {
+      out_dir.Ensure();  // a stream starting after the folder was removed: its trace goes there
       fragscope::v1::Hello h = first.has_hello() ? first.hello() : fragscope::v1::Hello();
       return dir + "/" +
              names.NameFor(&session, StreamName(h, peer), h.realtime_at_start_ns() / 1'000'000'000,
                            /*reserve_trace=*/true) +
              ".fst";
+    };
+    options.trace_removal.restore = [&out_dir](const std::string&) { out_dir.Ensure(); };
+    options.trace_removal.rewritten = [](const std::string& path,
+                                         const absl::StatusOr<uint64_t>& rewritten) {
+      if (!rewritten.ok()) {
+        Say(std::string(rewritten.status().message()));
+        return;
+      }
+      Say(absl::StrFormat(
+          "%s was removed while its stream ran; written there again whole from the open file "
+          "(%d bytes), and the trace goes on there",
+          path, *rewritten));
     };
   }
   // Writes the post-mortems of `summary` not written yet. A sub-allocator's OOM is final when
@@ -176,8 +211,8 @@ int main(int argc, char** argv) {
         if (!written.insert({stream, oom.failure.seq}).second) continue;
       }
       std::string base = absl::StrFormat("%s/%s.oom-%d", dir, name, oom.failure.seq);
-      bool ok = WriteFile(base + ".txt", Render(summary, false)) &&
-                WriteFile(base + ".json", Render(summary, true));
+      bool ok = WriteFile(out_dir, base + ".txt", Render(summary, false)) &&
+                WriteFile(out_dir, base + ".json", Render(summary, true));
       std::lock_guard<std::mutex> lock(g_log_mu);
       std::fprintf(stderr, "fragscope-collector: %s: %s -> %s.txt%s\n", name.c_str(),
                    oom.headline.c_str(), base.c_str(), ok ? "" : " (not written, see above)");
@@ -229,8 +264,8 @@ int main(int argc, char** argv) {
     }
     const std::string name = names.Find(stream);
     write_postmortems(stream, name, summary, /*final_only=*/false);
-    bool ok = WriteFile(dir + "/" + name + ".report.txt", Render(summary, false)) &&
-              WriteFile(dir + "/" + name + ".report.json", Render(summary, true));
+    bool ok = WriteFile(out_dir, dir + "/" + name + ".report.txt", Render(summary, false)) &&
+              WriteFile(out_dir, dir + "/" + name + ".report.json", Render(summary, true));
     names.Forget(stream);
     {
       std::lock_guard<std::mutex> lock(written_mu);

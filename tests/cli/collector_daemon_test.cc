@@ -534,6 +534,115 @@ TEST_F(CollectorDaemon, AnotherUsersAgentIsToldWhyAndTheRefusalIsLoggedOnce) {
   EXPECT_EQ(Occurrences(log, "refused a stream"), 1) << log;  // one line for all connections
 }
 
+// The files of `dir` whose names end with `suffix`.
+std::vector<std::string> FilesEndingWith(const std::string& dir, const std::string& suffix) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename();
+    if (name.ends_with(suffix)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A cleanup cron or a user's `rm -rf traces/` removes the daemon's folder while it runs: every
+// later trace, post-mortem and report was lost, each with only "cannot create: No such file or
+// directory". The daemon makes the folder again with the mode it had at start, says so once,
+// naming it, and the next program's files are written there whole.
+TEST_F(CollectorDaemon, ARemovedFolderIsMadeAgainAndSaidOnce) {
+  const std::string out_dir = dir_ + "/out";
+  struct stat at_start;
+  ASSERT_EQ(stat(out_dir.c_str(), &at_start), 0);
+  std::string out;
+  ShellStatus("FAKECUDA_CAPACITY=4G " + AgentEnv() + FRAGSCOPE_DEMO_BIN + " >/dev/null", &out);
+  WaitForLog(" ended ", 1);
+  ASSERT_EQ(ShellStatus("rm -rf " + out_dir, &out), 0) << out;
+  ShellStatus("FAKECUDA_CAPACITY=4G " + AgentEnv() + FRAGSCOPE_DEMO_BIN + " >/dev/null", &out);
+  WaitForLog(" ended ", 2);
+  const std::string log = Slurp(log_);
+  struct stat again;
+  ASSERT_EQ(stat(out_dir.c_str(), &again), 0) << log;
+  EXPECT_TRUE(S_ISDIR(again.st_mode));
+  EXPECT_EQ(again.st_mode & 07777, at_start.st_mode & 07777);
+  EXPECT_EQ(Occurrences(log, "the output folder " + out_dir +
+                                 " was removed while the daemon ran (stat: No such file or "
+                                 "directory); created it again"),
+            1)
+      << log;
+  EXPECT_EQ(Occurrences(log, "was removed"), 1) << log;
+  EXPECT_EQ(log.find("cannot create"), std::string::npos) << log;
+  // The second program's files: its trace, its report and its two post-mortems.
+  const std::vector<std::string> traces = FilesEndingWith(out_dir, ".fst");
+  ASSERT_EQ(traces.size(), 1u) << log;
+  const std::string name = traces[0].substr(0, traces[0].size() - 4);
+  EXPECT_TRUE(fs::exists(out_dir + "/" + name + ".report.txt")) << log;
+  auto report = nlohmann::json::parse(Slurp(out_dir + "/" + name + ".report.json"));
+  EXPECT_EQ(report["ooms"].size(), 2u);
+  EXPECT_EQ(FilesEndingWith(out_dir, ".txt").size(), 3u) << "a report and two post-mortems";
+  std::string text;
+  EXPECT_EQ(
+      ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " report " + out_dir + "/" + traces[0], &text),
+      0)
+      << text;
+  EXPECT_NE(text.find("stream ended"), std::string::npos) << text;
+}
+
+// A program whose stream began before its folder was removed keeps its whole trace: the
+// daemon's open file still held every byte, and it is written again at the same path in the
+// folder made again, then goes on there.
+TEST_F(CollectorDaemon, AStreamSpanningTheRemovalKeepsItsWholeTrace) {
+  const std::string out_dir = dir_ + "/out";
+  int holder_stdin = -1;
+  const pid_t app = StartHolder(socket_, 1 << 20, &holder_stdin);
+  ASSERT_GT(app, 0);
+  const std::string name = "hold_memory_app-" + std::to_string(app);
+  const std::string trace = out_dir + "/" + name + ".fst";
+  // Its Hello and its allocation are in the file before the folder goes.
+  std::string dump;
+  for (int i = 0; i < 500 && dump.find("size=1048576") == std::string::npos; ++i) {
+    dump.clear();
+    ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + "-dump " + trace, &dump);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(dump.find("size=1048576"), std::string::npos) << dump << Slurp(log_);
+  // Renamed, then removed: the folder is gone at once, whatever the stream does meanwhile (a
+  // file made again in it during a plain `rm -rf` would leave the folder there).
+  std::string out;
+  ASSERT_EQ(
+      ShellStatus("mv " + out_dir + " " + dir_ + "/removed && rm -rf " + dir_ + "/removed", &out),
+      0)
+      << out;
+  ShellStatus("FAKECUDA_CAPACITY=4G " + AgentEnv() + FRAGSCOPE_DEMO_BIN + " >/dev/null", &out);
+  WaitForLog(" ended ", 1);
+  close(holder_stdin);
+  ASSERT_EQ(waitpid(app, nullptr, 0), app);
+  WaitForLog(" ended ", 2);
+  const std::string log = Slurp(log_);
+  EXPECT_EQ(Occurrences(log, "the output folder " + out_dir + " was removed"), 1) << log;
+  EXPECT_EQ(
+      Occurrences(log, trace + " was removed while its stream ran; written there again whole"), 1)
+      << log;
+  EXPECT_EQ(log.find("the trace is incomplete"), std::string::npos) << log;
+  // Whole: every frame the daemon applied, from the Hello on, as its final report counts them.
+  auto live = nlohmann::json::parse(Slurp(out_dir + "/" + name + ".report.json"));
+  std::string saved_json;
+  ASSERT_EQ(
+      ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " report --format json " + trace, &saved_json),
+      0)
+      << saved_json;
+  auto saved = nlohmann::json::parse(saved_json);
+  EXPECT_EQ(saved["frames"], live["frames"]);
+  EXPECT_EQ(saved["events"], live["events"]);
+  std::string text;
+  ASSERT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " report " + trace, &text), 0) << text;
+  EXPECT_NE(text.find("pid " + std::to_string(app)), std::string::npos) << text;
+  EXPECT_NE(text.find("peak 1.00 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("stream ended"), std::string::npos) << text;
+  // The program started after the removal has its files there too.
+  EXPECT_EQ(FilesEndingWith(out_dir, ".fst").size(), 2u) << log;
+  EXPECT_EQ(FilesEndingWith(out_dir, ".report.json").size(), 2u) << log;
+}
+
 std::string HttpGet(int port, const std::string& path) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
