@@ -7,19 +7,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "agent_log.h"
 #include "control.h"
 
 namespace fragscope::agent {
 namespace {
 
 void Warn(const char* name, const char* value) {
-  char line[256];
-  int n = snprintf(line, sizeof(line), "fragscope: ignoring %s=%.64s (not a valid value)\n", name,
-                   value);
-  if (n > 0) {
-    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
-    (void)ignored;
-  }
+  AgentLog("ignoring %s=%.64s (not a valid value)", name, value);
 }
 
 // Parses a non-negative decimal integer in [min, max]; false if absent or invalid.

@@ -13,17 +13,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include "agent_log.h"
+
 namespace fragscope::agent {
 namespace {
 
 void Warn(const char* what, const char* path, int error) {
-  char line[512];
-  int n = snprintf(line, sizeof(line), "fragscope: control socket: %s %.300s: %s\n", what, path,
-                   strerror(error));
-  if (n > 0) {
-    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
-    (void)ignored;
-  }
+  AgentLog("control socket: %s %.300s: %s", what, path, strerror(error));
 }
 
 bool StartsWith(const char* line, size_t length, const char* word) {

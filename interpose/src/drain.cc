@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "agent.h"
+#include "agent_log.h"
 #include "control.h"
 #include "flight_recorder.h"
 #include "frame_encoder.h"
@@ -466,15 +467,10 @@ void MaybeReconnect(bool at_exit = false) {
   d.reported_ring_drops = ring_drops;
   BeginSegment(SnapshotReason::kStreamStart, &info);
   FlushWriter();
-  char line[512];
-  int n = snprintf(line, sizeof(line),
-                   "fragscope: reconnected to %.300s; %llu events were lost while disconnected, "
-                   "the stream resumes with a snapshot of the live memory\n",
-                   a.config.socket_path, static_cast<unsigned long long>(info.dropped_events));
-  if (n > 0) {
-    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
-    (void)ignored;
-  }
+  AgentLog(
+      "reconnected to %.300s; %llu events were lost while disconnected, the stream resumes with "
+      "a snapshot of the live memory",
+      a.config.socket_path, static_cast<unsigned long long>(info.dropped_events));
 }
 
 // Creates the folders above `path` that are missing (mode 0755 less the umask, as mkdir -p).
@@ -510,27 +506,17 @@ void MaybeRecreateFile() {
   const bool folders = MakeParentFolders(d.path);
   const int folder_error = errno;
   const bool reopened = folders && d.output.Open(d.path, "");
-  char line[Config::kPathCapacity + 512];
-  int n;
   if (reopened) {
-    n = snprintf(line, sizeof(line),
-                 "fragscope: the trace file %s was deleted while the program ran (%llu events "
-                 "written to it are lost); made it again: it goes on from a snapshot of the live "
-                 "memory\n",
-                 d.path, static_cast<unsigned long long>(lost));
+    AgentLog(
+        "the trace file %s was deleted while the program ran (%llu events written to it are "
+        "lost); made it again: it goes on from a snapshot of the live memory",
+        d.path, static_cast<unsigned long long>(lost));
   } else if (!folders) {
-    n = snprintf(line, sizeof(line),
-                 "fragscope: the trace file %s was deleted while the program ran, and its folder "
-                 "cannot be made again: %s; the program continues, events are counted as "
-                 "dropped\n",
-                 d.path, strerror(folder_error));
-  } else {
-    n = 0;  // Open said why
-  }
-  if (n > 0) {
-    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
-    (void)ignored;
-  }
+    AgentLog(
+        "the trace file %s was deleted while the program ran, and its folder cannot be made "
+        "again: %s; the program continues, events are counted as dropped",
+        d.path, strerror(folder_error));
+  }                       // else Open said why
   if (!reopened) return;  // closed: later events count as undeliverable
   ++d.reconnects;         // Hello.resumed: the file begins in the middle of the run
   const uint64_t ring_drops = a.ring_drops.load(std::memory_order_acquire);

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "agent_log.h"
+
 namespace fragscope::agent {
 namespace {
 
@@ -19,13 +21,7 @@ uint64_t ReadFromEnvironment() {
   const char* text = getenv("FRAGSCOPE_FLIGHT_MB");
   const uint64_t mb = ParseFlightMb(text);
   if (mb == 0 && text != nullptr && strcmp(text, "0") != 0 && text[0] != '\0') {
-    char line[160];
-    int n = snprintf(line, sizeof(line),
-                     "fragscope: ignoring FRAGSCOPE_FLIGHT_MB=%.64s (not a valid value)\n", text);
-    if (n > 0) {
-      ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
-      (void)ignored;
-    }
+    AgentLog("ignoring FRAGSCOPE_FLIGHT_MB=%.64s (not a valid value)", text);
   }
   const uint64_t bytes = mb * (uint64_t{1} << 20) / 2;
   g_segment_bytes.store(bytes, std::memory_order_release);

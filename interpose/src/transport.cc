@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "agent_log.h"
+
 namespace fragscope::agent {
 namespace {
 
@@ -24,18 +26,10 @@ void Output::Fail(const char* what, int error) {
   failed_ = true;
   if (warned_) return;
   warned_ = true;
-  char line[512];
-  int n = snprintf(line, sizeof(line),
-                   "fragscope: cannot %s %.300s: %s; the program continues, events are counted "
-                   "as dropped%s\n",
-                   what, path_, strerror(error),
-                   is_socket_ ? " until a collector accepts the stream again (retried every few "
-                                "seconds)"
-                              : "");
-  if (n > 0) {
-    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
-    (void)ignored;
-  }
+  AgentLog(
+      "cannot %s %.300s: %s; the program continues, events are counted as dropped%s", what, path_,
+      strerror(error),
+      is_socket_ ? " until a collector accepts the stream again (retried every few seconds)" : "");
 }
 
 void Output::FailOtherUser(unsigned collector_uid, unsigned own_uid) {
@@ -43,19 +37,12 @@ void Output::FailOtherUser(unsigned collector_uid, unsigned own_uid) {
   if (warned_other_user_) return;
   warned_other_user_ = true;
   warned_ = true;  // this is the reason; a later "cannot connect" would only blur it
-  char line[768];
-  int n = snprintf(line, sizeof(line),
-                   "fragscope: the collector at %.300s runs as uid %u and takes streams of its own "
-                   "user only; this program runs as uid %u, so nothing is sent there (the program "
-                   "continues, events are counted as dropped): run fragscope-collector as uid %u, "
-                   "or point FRAGSCOPE_SOCKET at a collector of your own\n",
-                   path_, collector_uid, own_uid, own_uid);
-  if (n > 0) {
-    ssize_t ignored =
-        write(STDERR_FILENO, line,
-              static_cast<size_t>(n) < sizeof(line) ? static_cast<size_t>(n) : sizeof(line) - 1);
-    (void)ignored;
-  }
+  AgentLog(
+      "the collector at %.300s runs as uid %u and takes streams of its own user only; this "
+      "program runs as uid %u, so nothing is sent there (the program continues, events are "
+      "counted as dropped): run fragscope-collector as uid %u, or point FRAGSCOPE_SOCKET at a "
+      "collector of your own",
+      path_, collector_uid, own_uid, own_uid);
 }
 
 bool Output::Open(const char* file_path, const char* socket_path) {
