@@ -645,6 +645,25 @@ void DrainAllLocked() {
   }
 }
 
+// The End frame of a preloaded stream (exit, _exit, exec), written out. Under lock.
+void WriteEndLocked(int exit_status, bool exec) {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  EndData end;
+  end.seq = a.seq.load(std::memory_order_acquire);
+  end.time_ns = NowNs();
+  end.events_recorded = end.seq - d.stream_start_seq;
+  // Undeliverable events are not zero only on a stream that lost its output for a while (a
+  // collector restart, a deleted file), which counted them in a Drops frame too.
+  end.total_dropped = a.ring_drops.load(std::memory_order_acquire) + d.undeliverable;
+  end.events_in_snapshots = d.in_snapshots;
+  end.exit_status = exit_status;
+  end.exec = exec;
+  Put([&](WireWriter& w) { return EncodeEnd(w, end); });
+  FlushWriter();
+  d.ended = true;
+}
+
 // --- attach: wake / sleep through the control socket (drain thread only) ---
 
 // Ends a stream that `wake` opened: ships what is in the ring, writes End, closes. Under lock.
@@ -942,31 +961,18 @@ void DrainAtExit() {
 }
 
 void DrainWriteEnd(int exit_status) {
-  AgentState& a = Agent();
   if (g_drain.thread_state.load() == 0 && !g_drain.stream_started) return;  // never used
   DrainAtExit();
   pthread_mutex_lock(&g_drain.lock);
   if (g_drain.stream_started) MaybeReconnect(/*at_exit=*/true);
   DrainAllLocked();
   if (!g_drain.ended && g_drain.stream_started && g_drain.output.is_open()) {
-    EndData end;
-    end.seq = a.seq.load(std::memory_order_acquire);
-    end.time_ns = NowNs();
-    end.events_recorded = end.seq - g_drain.stream_start_seq;
-    // Undeliverable events are not zero only on a stream that resumed (reconnect), which
-    // counted them in its Drops frame too.
-    end.total_dropped = a.ring_drops.load(std::memory_order_acquire) + g_drain.undeliverable;
-    end.events_in_snapshots = g_drain.in_snapshots;
-    end.exit_status = exit_status;
-    Put([&](WireWriter& w) { return EncodeEnd(w, end); });
-    FlushWriter();
-    g_drain.ended = true;
+    WriteEndLocked(exit_status, /*exec=*/false);
   }
   pthread_mutex_unlock(&g_drain.lock);
 }
 
 bool DrainBeforeExec() {
-  AgentState& a = Agent();
   DrainState& d = g_drain;
   pthread_mutex_lock(&d.lock);
   d.exec_end_written = false;
@@ -982,16 +988,7 @@ bool DrainBeforeExec() {
   if (!d.stream_started) return false;
   if (d.ended || !d.output.is_open()) return true;
   d.exec_end_at = d.segment_bytes;  // DrainLocked left the write buffer empty
-  EndData end;
-  end.seq = a.seq.load(std::memory_order_acquire);
-  end.time_ns = NowNs();
-  end.events_recorded = end.seq - d.stream_start_seq;
-  end.total_dropped = a.ring_drops.load(std::memory_order_acquire) + d.undeliverable;
-  end.events_in_snapshots = d.in_snapshots;
-  end.exec = true;
-  Put([&](WireWriter& w) { return EncodeEnd(w, end); });
-  FlushWriter();
-  d.ended = true;
+  WriteEndLocked(/*exit_status=*/-1, /*exec=*/true);
   d.exec_end_written = true;
   return true;
 }

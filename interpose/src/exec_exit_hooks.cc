@@ -136,6 +136,24 @@ char** CollectArgs(const char* arg0, va_list ap, char* const** envp_out, size_t*
   return argv;
 }
 
+// execl, execlp, execle: their argument list as an array, then `exec(argv, envp)`, envp being
+// the list's own (after its null) with `with_env`, else environ.
+template <typename Exec>
+int ExecArgList(const char* arg0, va_list ap, bool with_env, Exec exec) {
+  size_t bytes = 0;
+  char* const* envp = environ;
+  char** argv = CollectArgs(arg0, ap, with_env ? &envp : nullptr, &bytes);
+  if (argv == nullptr) {
+    errno = ENOMEM;
+    return -1;
+  }
+  const int r = exec(argv, envp);
+  const int saved_errno = errno;
+  munmap(argv, bytes);
+  errno = saved_errno;
+  return r;
+}
+
 int CallExecve(const char* path, char* const argv[], char* const envp[]) {
   ExecveFn real = Real(g_execve, "execve");
   if (real == nullptr) {
@@ -159,7 +177,7 @@ int CallExecvpe(const char* file, char* const argv[], char* const envp[]) {
 
 using fragscope::agent::CallExecve;
 using fragscope::agent::CallExecvpe;
-using fragscope::agent::CollectArgs;
+using fragscope::agent::ExecArgList;
 
 extern "C" FRAGSCOPE_HIDDEN int fs_execve(const char* path, char* const argv[], char* const envp[]);
 FRAGSCOPE_EXPORT_AS("fs_execve", "execve");
@@ -204,17 +222,10 @@ FRAGSCOPE_EXPORT_AS("fs_execl", "execl");
 extern "C" int fs_execl(const char* path, const char* arg, ...) {
   va_list ap;
   va_start(ap, arg);
-  size_t bytes = 0;
-  char** argv = CollectArgs(arg, ap, nullptr, &bytes);
+  const int r = ExecArgList(arg, ap, /*with_env=*/false, [&](char* const* argv, char* const* env) {
+    return CallExecve(path, argv, env);
+  });
   va_end(ap);
-  if (argv == nullptr) {
-    errno = ENOMEM;
-    return -1;
-  }
-  const int r = CallExecve(path, argv, environ);
-  const int saved_errno = errno;
-  munmap(argv, bytes);
-  errno = saved_errno;
   return r;
 }
 
@@ -223,17 +234,10 @@ FRAGSCOPE_EXPORT_AS("fs_execlp", "execlp");
 extern "C" int fs_execlp(const char* file, const char* arg, ...) {
   va_list ap;
   va_start(ap, arg);
-  size_t bytes = 0;
-  char** argv = CollectArgs(arg, ap, nullptr, &bytes);
+  const int r = ExecArgList(arg, ap, /*with_env=*/false, [&](char* const* argv, char* const* env) {
+    return CallExecvpe(file, argv, env);
+  });
   va_end(ap);
-  if (argv == nullptr) {
-    errno = ENOMEM;
-    return -1;
-  }
-  const int r = CallExecvpe(file, argv, environ);
-  const int saved_errno = errno;
-  munmap(argv, bytes);
-  errno = saved_errno;
   return r;
 }
 
@@ -242,18 +246,10 @@ FRAGSCOPE_EXPORT_AS("fs_execle", "execle");
 extern "C" int fs_execle(const char* path, const char* arg, ...) {
   va_list ap;
   va_start(ap, arg);
-  size_t bytes = 0;
-  char* const* envp = nullptr;
-  char** argv = CollectArgs(arg, ap, &envp, &bytes);
+  const int r = ExecArgList(arg, ap, /*with_env=*/true, [&](char* const* argv, char* const* env) {
+    return CallExecve(path, argv, env);
+  });
   va_end(ap);
-  if (argv == nullptr) {
-    errno = ENOMEM;
-    return -1;
-  }
-  const int r = CallExecve(path, argv, envp);
-  const int saved_errno = errno;
-  munmap(argv, bytes);
-  errno = saved_errno;
   return r;
 }
 
