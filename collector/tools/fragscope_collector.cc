@@ -75,6 +75,8 @@ std::string StreamName(const fragscope::v1::Hello& h, pid_t peer,
   std::string name =
       absl::StrFormat("%s%s-%d", exe, rank_part, h.pid() ? static_cast<int>(h.pid()) : peer);
   if (h.stream_index() > 0) name += absl::StrFormat(".%d", h.stream_index());
+  // An image after an exec in place (same pid): named apart from the image before it.
+  if (h.exec_image() > 0) name += absl::StrFormat(".exec-%d", h.exec_image());
   // A stream resumed after a collector restart: a file of its own, never over the trace the
   // previous collector wrote for the same process into the same directory.
   if (h.resumed() > 0) name += absl::StrFormat(".resumed-%d", h.resumed());

@@ -549,6 +549,22 @@ std::vector<std::string> FilesEndingWith(const std::string& dir, const std::stri
 // later trace, post-mortem and report was lost, each with only "cannot create: No such file or
 // directory". The daemon makes the folder again with the mode it had at start, says so once,
 // naming it, and the next program's files are written there whole.
+// A program that execs in place (after an exec that failed): each image's stream, and the
+// stream resumed after the failed exec, get files of their own, named for what they are.
+TEST_F(CollectorDaemon, EveryImageOfAProgramThatExecsInPlaceGetsItsOwnFile) {
+  std::string out;
+  ASSERT_EQ(ShellStatus(AgentEnv() + FRAGSCOPE_RUNTIME_APP_BIN + " exec_in_place", &out), 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("exec_in_place ([0-9]+)"))) << out;
+  WaitForLog(" ended ", 3);
+  const std::string stem = "agent_runtime_app-" + m[1].str();
+  for (const std::string suffix : {"", ".resumed-1", ".exec-1"}) {
+    EXPECT_TRUE(fs::exists(dir_ + "/out/" + stem + suffix + ".fst")) << suffix << "\n"
+                                                                     << Slurp(log_);
+  }
+  EXPECT_EQ(FilesEndingWith(dir_ + "/out", ".fst").size(), 3u) << Slurp(log_);
+}
+
 TEST_F(CollectorDaemon, ARemovedFolderIsMadeAgainAndSaidOnce) {
   const std::string out_dir = dir_ + "/out";
   struct stat at_start;
