@@ -32,6 +32,7 @@ bool LiveTable::Init(size_t slots) {
   slots_mem_ = static_cast<Slot*>(mem);  // zero pages: every state is kEmpty
   cold_ = static_cast<Cold*>(cold);
   slots_ = n;
+  insert_probes_ = n < kMaxInsertProbes ? n : kMaxInsertProbes;
   return true;
 }
 
@@ -70,7 +71,9 @@ LiveTable::Slot* LiveTable::ClaimLive(LiveClass cls, uint64_t key, uint64_t* cla
   if (slots_mem_ == nullptr) return nullptr;
   const Chain chain = ChainOf(cls, key);
   const void* const outer = t_live_slot_held;
-  for (int probe = 0; probe < kMaxProbe; ++probe) {
+  // Relaxed: the raise this lookup must see happened before it (probe_limit_).
+  const uint64_t limit = probe_limit_.load(std::memory_order_relaxed);
+  for (uint64_t probe = 0; probe < limit; ++probe) {
     Slot& slot = slots_mem_[SlotOf(chain, probe)];
     if (&slot == outer) continue;  // held by the code a signal handler interrupted
     for (int spin = 0;; ++spin) {
@@ -101,7 +104,7 @@ bool LiveTable::InsertWithSeq(const LiveEntry& entry, uint64_t seq, size_t* inde
   // One pass: the first free slot (empty, or a tombstone nobody needs) takes the entry, unless
   // the same key is met live on the way (an allocation whose release we never saw): then that
   // entry is replaced. Not looking further keeps inserts short however many tombstones pile up.
-  for (int probe = 0; probe < kMaxProbe; ++probe) {
+  for (uint64_t probe = 0; probe < insert_probes_; ++probe) {
     Slot& slot = slots_mem_[SlotOf(chain, probe)];
     if (&slot == outer) continue;  // held by the code a signal handler interrupted
     for (int spin = 0;; ++spin) {
@@ -126,13 +129,34 @@ bool LiveTable::InsertWithSeq(const LiveEntry& entry, uint64_t seq, size_t* inde
       // benchmark: about -4 ns per call).
       __builtin_prefetch(&slots_mem_[(at + 1) & (slots_ - 1)], 1);
       if (index != nullptr) *index = at;
+      if (probe >= kRunSlots && probe >= probe_limit_.load(std::memory_order_relaxed)) {
+        RaiseProbeLimit(probe + 1);
+      }
       slot.state.store(Next(Next(s, kBusy), kLive), std::memory_order_release);
       t_live_slot_held = outer;
       return true;
     }
   }
-  overflows_.fetch_add(1, std::memory_order_relaxed);
+  if (overflows_.fetch_add(1, std::memory_order_relaxed) == 0) {
+    // Once: what a warning reports. Every slot's state word up to 2^18 slots (a few ms), every
+    // k-th one beyond, scaled: a hook (or a signal handler) pays this, on a path that has just
+    // lost an entry, and a walk over 2^26 slots would take about a second.
+    constexpr size_t kCountedSlots = size_t{1} << 18;
+    const size_t step = slots_ > kCountedSlots ? slots_ / kCountedSlots : 1;
+    size_t live = 0;
+    for (size_t i = 0; i < slots_; i += step) {
+      live += (slots_mem_[i].state.load(std::memory_order_relaxed) & 3) == kLive ? 1 : 0;
+    }
+    live_at_first_overflow_.store(live * step, std::memory_order_relaxed);
+  }
   return false;
+}
+
+void LiveTable::RaiseProbeLimit(uint64_t limit) {
+  uint64_t seen = probe_limit_.load(std::memory_order_relaxed);
+  while (seen < limit &&
+         !probe_limit_.compare_exchange_weak(seen, limit, std::memory_order_relaxed)) {
+  }
 }
 
 bool LiveTable::Erase(LiveClass cls, uint64_t key, LiveEntry* out, size_t* index) {
@@ -192,11 +216,11 @@ bool LiveTable::Reusable(const Slot& slot) const {
   // (an address freed and allocated again during the scan, which is common: a scan takes
   // milliseconds and the program reuses the same few addresses thousands of times meanwhile).
   // Keeping those too made every reuse take one slot further down its probe chain, until
-  // inserts ran past kMaxProbe and were lost, and with them entries of later snapshots.
+  // inserts ran past their probe bound and were lost, and with them entries of later snapshots.
   // S is 0 while not published yet (just after the scan is announced, and as it ends). Then
   // only what was removed at or below the scan's floor may go: S is at least that. (Nothing at
   // all, as before, let a scanner preempted in that window stop every reuse for a time slice;
-  // churning writers then ran their probe chains past kMaxProbe and lost entries: a flaky
+  // churning writers then ran their probe chains past their bound and lost entries: a flaky
   // ConcurrentWritersAndScanner under load.)
   const uint64_t at = scan_at_.load(std::memory_order_seq_cst);
   if (at == 0) return removed <= scan_floor_.load(std::memory_order_seq_cst);
@@ -241,12 +265,25 @@ bool LiveTable::Find(LiveClass cls, uint64_t key, LiveEntry* out) const {
   return true;
 }
 
-size_t LiveTable::CountLive() const {
-  size_t n = 0;
+LiveTable::Occupancy LiveTable::Count() const {
+  Occupancy o;
+  o.slots = slots_;
   for (size_t i = 0; i < slots_; ++i) {
-    n += (slots_mem_[i].state.load(std::memory_order_relaxed) & 3) == kLive ? 1 : 0;
+    switch (slots_mem_[i].state.load(std::memory_order_relaxed) & 3) {
+      case kLive:
+        ++o.live;
+        break;
+      case kTombstone:
+        ++o.tombstones;
+        break;
+      case kBusy:
+        ++o.busy;
+        break;
+      default:
+        break;
+    }
   }
-  return n;
+  return o;
 }
 
 void LiveTable::Clear() {
@@ -261,6 +298,8 @@ void LiveTable::Clear() {
   scan_at_.store(0, std::memory_order_relaxed);
   scan_floor_.store(0, std::memory_order_relaxed);
   overflows_.store(0, std::memory_order_relaxed);
+  live_at_first_overflow_.store(0, std::memory_order_relaxed);
+  probe_limit_.store(kRunSlots, std::memory_order_relaxed);
 }
 
 }  // namespace fragscope::agent

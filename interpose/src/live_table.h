@@ -97,8 +97,15 @@ inline thread_local constinit const void* t_live_slot_held
 
 class LiveTable {
  public:
-  // Probe limit: a table this full is treated as full (counted in overflows()).
-  static constexpr int kMaxProbe = 128;
+  // Maximum load: an insert is refused (counted in overflows()) only when the first
+  // kMaxInsertProbes slots of its probe chain are all taken. The chain visits the table's slots
+  // in an order hashed per key (ChainOf), so that comes at 98 % of the slots live or more:
+  // measured 98.4 to 99.9 % for 2^12 to 2^22 slots with keys 512 B to 2 MiB apart or random,
+  // and 99.5 % or more after allocate/free churn at 90 % (LiveTableTest.AcceptsInsertsUpTo*).
+  // A table of at most this many slots refuses only when none is free. The bound keeps a
+  // refused insert, which a program past its table's size makes at every allocation, to about
+  // 10 us (128 KiB of slots) instead of a walk of the whole table.
+  static constexpr uint64_t kMaxInsertProbes = 2048;
 
   LiveTable() = default;
   LiveTable(const LiveTable&) = delete;
@@ -169,12 +176,29 @@ class LiveTable {
   }
 
   void Clear();
-  // Live entries, counted by reading every state word: O(slots), for status and tests. Exact
-  // when no writer runs. (No counter is kept: an atomic add on a shared line at every insert
-  // and erase cost the hook about 12 ns per call.)
-  size_t CountLive() const;
+  // What the slots hold, counted by reading every state word: O(slots), for status, warnings
+  // and tests. Exact when no writer runs. (No counter is kept: an atomic add on a shared line at
+  // every insert and erase cost the hook about 12 ns per call.)
+  struct Occupancy {
+    size_t live = 0;        // entries live now
+    size_t tombstones = 0;  // removed entries whose slots are free again, unless a scan needs them
+    size_t busy = 0;        // slots a writer is changing this instant
+    size_t slots = 0;       // slots()
+  };
+  Occupancy Count() const;
+  size_t CountLive() const { return Count().live; }
   size_t slots() const { return slots_; }
+  // Inserts refused so far (the table full; FRAGSCOPE_LIVE_SLOTS too small).
   uint64_t overflows() const { return overflows_.load(std::memory_order_relaxed); }
+  // Live entries when the first insert was refused (counted then, once; exact up to 2^18 slots,
+  // estimated from a sample of the slots beyond), 0 while none was: what a warning about a full
+  // table reports beside slots(), since the load may have fallen since.
+  size_t live_at_first_overflow() const {
+    return live_at_first_overflow_.load(std::memory_order_relaxed);
+  }
+  // How far lookups look: one more than the furthest probe an insert has needed so far, at
+  // least kRunSlots. A sign of how full the table has been.
+  uint64_t probe_limit() const { return probe_limit_.load(std::memory_order_relaxed); }
 
   // Waits a little before attempt `attempt` at a slot another thread is changing: spins, then
   // yields, then sleeps (that thread may have been preempted). Also the allocation logs' wait
@@ -215,15 +239,18 @@ class LiveTable {
   // successive inserts touch neighbouring lines the hardware prefetcher has already loaded,
   // instead of one cold line in a table of tens of MiB per allocation (about 65 ns per call on
   // the overhead benchmark, tests/bench/RESULTS.md). The chain walks the run once (wrapping),
-  // then continues at a place hashed from the whole key: a window with more live keys than its
-  // run (256-byte allocations side by side) spills them over the table like a plain hash
-  // would, instead of piling them into its neighbours' runs past kMaxProbe. Keys without
-  // locality (handles, 2 MiB-aligned segments) spread over the runs as a plain hash spreads them.
+  // then other runs' blocks of kRunSlots slots, each walked the same way, in an order hashed
+  // from the whole key (double hashing over blocks: block j is the run's plus j times an odd
+  // step). So a window with more live keys than its run (256-byte allocations side by side)
+  // spills its keys over the table as a plain hash would, and the chain visits every slot of
+  // the table exactly once in its first slots() probes. (It used to go on linearly from one
+  // hashed place for 112 slots: full runs lie next to each other in clusters, and at 44 % of
+  // the slots live, keys 4 KiB apart already met a cluster longer than that and were refused.)
   static constexpr uint64_t kRunSlots = 16;  // 2 KiB of slots per 64 KiB window
   struct Chain {
-    uint64_t run;         // first slot of the window's run
+    uint64_t run;         // first slot of the window's run (a multiple of kRunSlots)
     uint64_t page;        // the key's slot in the run
-    uint64_t spill_seed;  // hashed (Mix) into where the chain goes after the run
+    uint64_t spill_seed;  // hashed (Mix) into the step between the blocks after the run
   };
   static uint64_t Mix(uint64_t h) {
     h ^= h >> 33;
@@ -236,13 +263,15 @@ class LiveTable {
     return Chain{Mix((key >> 16) ^ salt) * kRunSlots, (key >> 12) & (kRunSlots - 1),
                  key ^ salt ^ 0xc2b2ae3d27d4eb4full};
   }
-  // Slot index of probe `probe` (0 .. kMaxProbe-1) of `chain`.
-  size_t SlotOf(const Chain& chain, int probe) const {
-    const uint64_t p = static_cast<uint64_t>(probe);
-    // The spill place is hashed only when the run is full: nearly every chain ends in its run.
-    const uint64_t i = p < kRunSlots ? chain.run + ((chain.page + p) & (kRunSlots - 1))
-                                     : Mix(chain.spill_seed) + p;
-    return static_cast<size_t>(i & (slots_ - 1));
+  // Slot index of probe `probe` (0 .. slots()-1, each slot once) of `chain`.
+  size_t SlotOf(const Chain& chain, uint64_t probe) const {
+    uint64_t block = chain.run;
+    // The step is hashed only when the run is full: nearly every chain ends in its run. Odd,
+    // so that j * step runs through every block of the power-of-two table once.
+    if (probe >= kRunSlots) {
+      block += (probe / kRunSlots) * ((Mix(chain.spill_seed) | 1) * kRunSlots);
+    }
+    return static_cast<size_t>((block + ((chain.page + probe) & (kRunSlots - 1))) & (slots_ - 1));
   }
   static uint64_t Next(uint64_t state, uint64_t kind) { return ((state | 3) + 1) | kind; }
   static uint64_t WithDevice(uint64_t header, int32_t device) {
@@ -286,14 +315,27 @@ class LiveTable {
   // true and *out filled if the entry was live at `at`.
   bool LiveAt(const Slot& slot, uint64_t at, LiveEntry* out) const;
 
+  // Raises probe_limit_ to `limit` if it is below (rare: only an insert that went further down
+  // its chain than any before).
+  void RaiseProbeLimit(uint64_t limit);
+
   Slot* slots_mem_ = nullptr;
   Cold* cold_ = nullptr;
   size_t slots_ = 0;
+  uint64_t insert_probes_ = 0;  // min(slots_, kMaxInsertProbes)
+  // One more than the furthest probe any insert took since Init or Clear, at least kRunSlots.
+  // Lookups (ClaimLive) stop there, or at an empty slot before: once tombstones have taken
+  // every empty slot of a chain, a lookup of an absent key (a release the table never held)
+  // would otherwise walk the whole chain. Only raised, and before the insert returns, so a
+  // lookup of that key, which comes after it, sees the raise: the program learns the address
+  // from the call that inserted it.
+  std::atomic<uint64_t> probe_limit_{kRunSlots};
   std::atomic<int> scans_{0};         // scans in progress (at most one)
   std::atomic<uint64_t> scan_at_{0};  // its snapshot seq once known, else 0
   // A lower bound of the running scan's snapshot seq, known before the scan is announced.
   std::atomic<uint64_t> scan_floor_{0};
   mutable std::atomic<uint64_t> overflows_{0};
+  std::atomic<size_t> live_at_first_overflow_{0};
 };
 
 inline void LiveTable::SetSeq(size_t index, uint64_t seq) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -181,8 +182,18 @@ TEST(LiveTableTest, ClearEmptiesAndFullTableIsCounted) {
   for (uint64_t i = 1; i <= 100; ++i) inserted += t.Insert(Alloc(i * 64, 1, i)) ? 1 : 0;
   EXPECT_EQ(inserted, 64u);
   EXPECT_EQ(t.overflows(), 36u);
+  EXPECT_EQ(t.live_at_first_overflow(), 64u);  // what a "table full" warning reports
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(t.Erase(LiveClass::kAllocation, i * 64, nullptr));
+  const LiveTable::Occupancy o = t.Count();
+  EXPECT_EQ(o.live, 54u);
+  EXPECT_EQ(o.tombstones, 10u);
+  EXPECT_EQ(o.busy, 0u);
+  EXPECT_EQ(o.slots, 64u);
+  EXPECT_EQ(t.live_at_first_overflow(), 64u);  // the load when it happened, not now
   t.Clear();
   EXPECT_EQ(t.CountLive(), 0u);
+  EXPECT_EQ(t.Count().tombstones, 0u);
+  EXPECT_EQ(t.live_at_first_overflow(), 0u);
   std::atomic<uint64_t> seq{1000};
   uint64_t at = 0;
   EXPECT_EQ(t.ForEachAt(seq, &at, [](const LiveEntry&) {}), 0u);
@@ -308,6 +319,107 @@ TEST(LiveTableTest, ConcurrentWritersAndScanner) {
   EXPECT_EQ(t.CountLive(), kWriters * kKeys / 2);
   uint64_t at = 0;
   EXPECT_EQ(t.ForEachAt(seq, &at, [](const LiveEntry&) {}), kWriters * kKeys / 2);
+}
+
+// The live table's maximum load (live_table.h, kMaxInsertProbes): no insert is refused below
+// 98 % of the slots live. Keys as allocators hand them out, ascending: 2 MiB apart (segments,
+// VMM granules), 4 KiB apart (a window's run filled exactly: full runs used to lie side by side
+// in clusters longer than the chain's bound, refused at 44 % of 2^18 slots), and 512 B apart
+// (more keys than a window's run: most spill; refused at 50 %). Every key inserted is then found
+// and an absent one is not, however far down its chain the insert went.
+constexpr double kMinLoadAtFirstRefusal = 0.98;
+
+struct FillResult {
+  size_t accepted = 0;  // inserts before the first refusal
+  double load = 0;      // live / slots at the first refusal
+};
+
+// Inserts distinct keys base, base + stride, ... until the first refusal (or slots() + 1 keys).
+FillResult FillUntilRefused(LiveTable& t, uint64_t base, uint64_t stride, uint64_t* seq) {
+  FillResult r;
+  for (uint64_t k = 0; k <= t.slots(); ++k) {
+    if (!t.Insert(Alloc(base + k * stride, 1, ++*seq))) break;
+    ++r.accepted;
+  }
+  r.load = static_cast<double>(t.CountLive()) / static_cast<double>(t.slots());
+  return r;
+}
+
+TEST(LiveTableTest, AcceptsInsertsUpToItsLoadLimit) {
+  const uint64_t base = uint64_t{0x7f3a} << 32;
+  for (size_t slots : {size_t{4096}, size_t{1} << 18}) {
+    for (uint64_t stride : {uint64_t{2} << 20, uint64_t{4096}, uint64_t{512}}) {
+      SCOPED_TRACE(testing::Message() << slots << " slots, keys " << stride << " B apart");
+      LiveTable t;
+      ASSERT_TRUE(t.Init(slots));
+      uint64_t seq = 0;
+      const FillResult r = FillUntilRefused(t, base, stride, &seq);
+      EXPECT_GE(r.load, kMinLoadAtFirstRefusal) << "first refusal after " << r.accepted;
+      EXPECT_EQ(t.overflows(), 1u);
+      EXPECT_EQ(t.live_at_first_overflow(), t.CountLive());
+      LiveEntry out;
+      for (uint64_t k = 0; k < r.accepted; ++k) {
+        ASSERT_TRUE(t.Find(LiveClass::kAllocation, base + k * stride, &out)) << "key " << k;
+        ASSERT_EQ(out.seq, k + 1);
+      }
+      EXPECT_FALSE(t.Find(LiveClass::kAllocation, base - stride, &out));
+      EXPECT_FALSE(t.Erase(LiveClass::kAllocation, base + r.accepted * stride, nullptr));
+    }
+  }
+}
+
+// The same under an allocator's churn: the live set held near 90 % of the slots while addresses
+// are freed and handed out again or new (tombstones take the empty slots), then filled with new
+// addresses until the first refusal. Nothing may be refused during the churn, and the first
+// refusal comes at the same maximum load. (Before, 2^18 slots with 512-byte keys refused at
+// 50 % on the way up; 4096 slots refused at 84 %.)
+TEST(LiveTableTest, AcceptsInsertsUpToItsLoadLimitUnderChurn) {
+  const uint64_t base = uint64_t{0x7f3a} << 32;
+  for (size_t slots : {size_t{4096}, size_t{1} << 18}) {
+    for (uint64_t stride : {uint64_t{2} << 20, uint64_t{512}}) {
+      SCOPED_TRACE(testing::Message() << slots << " slots, keys " << stride << " B apart");
+      LiveTable t;
+      ASSERT_TRUE(t.Init(slots));
+      std::mt19937_64 random(slots ^ stride);  // the same sequence everywhere
+      std::vector<uint64_t> live, freed;
+      uint64_t next = base, seq = 0;
+      const size_t target = t.slots() * 9 / 10;
+      for (size_t op = 0; op < 3 * t.slots(); ++op) {
+        if (live.size() < target) {
+          uint64_t address = next;
+          if (!freed.empty() && random() % 2 == 0) {  // a freed address handed out again
+            const size_t k = random() % freed.size();
+            address = freed[k];
+            freed[k] = freed.back();
+            freed.pop_back();
+          } else {
+            next += stride;
+          }
+          ASSERT_TRUE(t.Insert(Alloc(address, 1, ++seq)))
+              << "refused during churn at " << live.size() << " live, operation " << op;
+          live.push_back(address);
+        } else {
+          const size_t k = random() % live.size();
+          ASSERT_TRUE(t.Erase(LiveClass::kAllocation, live[k], nullptr));
+          freed.push_back(live[k]);
+          live[k] = live.back();
+          live.pop_back();
+        }
+      }
+      EXPECT_EQ(t.overflows(), 0u);
+      EXPECT_EQ(t.CountLive(), live.size());
+      EXPECT_GT(t.Count().tombstones, 0u);
+      const FillResult r = FillUntilRefused(t, next, stride, &seq);
+      EXPECT_GE(r.load, kMinLoadAtFirstRefusal) << "first refusal after " << r.accepted;
+      LiveEntry out;
+      for (uint64_t address : live) {
+        ASSERT_TRUE(t.Find(LiveClass::kAllocation, address, &out)) << address;
+      }
+      for (size_t k = 0; k < freed.size(); k += 97) {
+        EXPECT_FALSE(t.Find(LiveClass::kAllocation, freed[k], &out)) << freed[k];
+      }
+    }
+  }
 }
 
 LiveEntry Deferred(uint64_t address, uint64_t seq) {
