@@ -483,10 +483,13 @@ void EnterRecords(const uint64_t* words, size_t count, FragscopeTorchImport* out
         devices_left_out, kFragscopeTorchMaxDevices);
   }
   if (out->table_full > 0) {
+    // The load at the first refusal says whether the table was really full (live_table.h: at
+    // 98 % of its slots or more) and how much larger it must be.
+    const LiveTable& live = Agent().live;
     Say(out,
-        "the live table refused %u entries (raise FRAGSCOPE_LIVE_SLOTS in the program's "
-        "environment before it starts); ",
-        out->table_full);
+        "the live table refused %u entries (full at %zu of its %zu slots live; set "
+        "FRAGSCOPE_LIVE_SLOTS=%zu or more in the program's environment before it starts); ",
+        out->table_full, live.live_at_first_overflow(), live.slots(), 2 * live.slots());
   }
 }
 
