@@ -1,4 +1,4 @@
-// The `fragscope` command's exit codes (DESIGN.md "Command line"). `run` passes the traced
+// The `fragscope` command's exit codes (viewer-cli/README.md). `run` passes the traced
 // program's own status through instead.
 #ifndef FRAGSCOPE_VIEWER_CLI_EXIT_CODES_H_
 #define FRAGSCOPE_VIEWER_CLI_EXIT_CODES_H_

@@ -1,5 +1,5 @@
 // PyTorch snapshot -> fragscope frames. Field names and meanings follow PyTorch's
-// CUDACachingAllocator snapshot (see DESIGN.md, "PyTorch, the main user").
+// CUDACachingAllocator snapshot (see scripts/adapter/README.md).
 #include "fragscope/torch/snapshot_importer.h"
 
 #include <algorithm>

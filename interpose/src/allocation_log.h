@@ -2,7 +2,7 @@
 //
 // Why: a dormant agent keeps only the live table, yet its insert and erase (a compare-and-swap
 // on a shared slot, a global seq, ~240 instructions each) made a cudaMalloc/cudaFree pair ~30 %
-// slower on the null fake driver, where DESIGN.md asks for 2 % (tests/bench/RESULTS.md). Here
+// slower on the null fake driver, where the target asks for 2 % (tests/bench/RESULTS.md). Here
 // an allocation costs its owner thread a few plain stores into its own log, and a release of an
 // allocation still in that log cancels it in place; what remains is folded into the live table
 // by the background thread (every poll, ~100 ms) and by a wake before its snapshot, so the

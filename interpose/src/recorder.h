@@ -235,7 +235,7 @@ void MaybeSampleMemInfo(int32_t device, uint64_t now_ns = 0);
 
 // --- The dormant fast path ---
 //
-// A dormant agent must cost next to nothing (DESIGN.md: within 2 % of no agent), and a dormant
+// A dormant agent must cost next to nothing (the target: within 2 % of no agent), and a dormant
 // hook's whole job on the usual call is one entry in this thread's allocation log (an
 // allocation) or one taken out of it (the release of one made since the last fold). The hooks of
 // the hottest runtime calls (cudaMalloc, cudaFree, cudaFreeAsync) do that inline, without a

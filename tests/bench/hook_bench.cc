@@ -317,7 +317,7 @@ void BM_BlockAllocFree(benchmark::State& state, bool direct) {
   state.SetItemsProcessed(state.iterations() * 2);
 }
 
-// Depth 30 is the workload DESIGN.md compares with heaptrack; 64 fills a 64-frame stack.
+// Depth 30 is the workload tests/bench/README.md compares with heaptrack; 64 fills a 64-frame stack.
 BENCHMARK_CAPTURE(BM_MallocFree, direct, true)->Arg(30)->Arg(64);
 BENCHMARK_CAPTURE(BM_MallocFree, intercepted, false)->Arg(30)->Arg(64);
 BENCHMARK(BM_MallocFreePaired)->Arg(30)->Arg(64);

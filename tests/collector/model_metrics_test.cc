@@ -1,5 +1,5 @@
 // Metrics of the collector model against hand-computed layouts. Each test builds a layout by
-// feeding synthetic frames and checks the DESIGN.md definitions byte for byte.
+// feeding synthetic frames and checks collector/REPORT.md's definitions byte for byte.
 #include <gtest/gtest.h>
 
 #include <map>

@@ -1,4 +1,4 @@
-// OOM analysis: one test per class (DESIGN.md definitions, rules in collector/REPORT.md),
+// OOM analysis: one test per class (definitions and rules in collector/REPORT.md),
 // recovery, and what a post-mortem carries. Device: 16 GiB total in every test.
 #include <gtest/gtest.h>
 

@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fragscope::ProcessModel model(options);
   fragscope::v1::Frame frame;
   while (reader->Next(&frame) == fragscope::FrameReader::Result::kFrame) model.Apply(frame);
-  // A truncated or malformed tail still gets a report of what came before (DESIGN.md).
+  // A truncated or malformed tail still gets a report of what came before (tests/RELIABILITY.md).
   const std::string framed = fragscope::fuzz::SummarizeAndRender(model);
 
   absl::StatusOr<fragscope::FrameReader> again =

@@ -536,10 +536,10 @@ TEST(ReliabilityFaults, DlopenedLlvmOpenMpRunsUnchanged) {
   EXPECT_EQ(r.events + r.end_dropped, r.end_recorded);
 }
 
-// Issue 10: "no file is created world-writable", even under a umask of 0: the agent's trace
-// file, everything the collector writes (socket, its directory, traces, reports), and every
-// file the `fragscope` command writes (report -o in each format, export, import, gate --junit,
-// run -o and --report).
+// tests/RELIABILITY.md: "no file is created world-writable", even under a umask of 0: the
+// agent's trace file, everything the collector writes (socket, its directory, traces,
+// reports), and every file the `fragscope` command writes (report -o in each format, export,
+// import, gate --junit, run -o and --report).
 //
 // This failed until every writer created its file through fragscope::CreateOutputFile
 // (collector/trace/output_file.h), mode 0644 at most: std::ofstream gave 0666 under umask 0 to

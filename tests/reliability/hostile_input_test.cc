@@ -104,7 +104,7 @@ TEST(ReliabilityHostileInput, BitFlippedTracesThroughReportCommand) {
   }
 }
 
-// DESIGN.md: "a truncated trace is read up to the last whole frame". For every cut in the first
+// tests/RELIABILITY.md: "a truncated trace is read up to the last whole frame". For every cut in the first
 // 16 KiB and 300 more across the file, the reader returns exactly the frames that end at or
 // before the cut, and says kTruncated unless the cut is a frame boundary.
 TEST(ReliabilityHostileInput, TruncatedTraceIsReadUpToTheLastWholeFrame) {

@@ -1,5 +1,5 @@
 // `fragscope export --torch-snapshot`: the memory snapshot format PyTorch writes with
-// torch.cuda.memory._dump_snapshot() (DESIGN.md "PyTorch, the main user"), so PyTorch's own
+// torch.cuda.memory._dump_snapshot() (scripts/adapter/README.md), so PyTorch's own
 // viewer (pytorch.org/memory_viz) and scripts written for snapshots read fragscope traces.
 //
 // Written with PickleWriter (protocol 2, builtin types only). What goes in:

@@ -34,7 +34,7 @@ struct PoolState {
   }
 };
 
-// The metrics of one device at one moment (DESIGN.md definitions), computed in O(1).
+// The metrics of one device at one moment (collector/REPORT.md, "Metrics"), computed in O(1).
 struct DeviceMetrics {
   uint64_t reserved = 0;
   uint64_t allocated = 0;
@@ -199,7 +199,7 @@ class DeviceState {
     }
     return &recent_.emplace_back();
   }
-  // The fragmentation ratio when it is reportable (DESIGN.md: cached at or above the floor and
+  // The fragmentation ratio when it is reportable (collector/REPORT.md: cached at or above the floor and
   // no opaque segment), else nullopt.
   std::optional<double> FragmentationValue(uint64_t cached, uint64_t largest_free) const {
     if (opaque_segments_ != 0 || cached == 0 || cached < options_->fragmentation_floor_bytes) {

@@ -71,7 +71,7 @@ struct DeviceSummary {
   Measured<uint64_t> device_free_bytes;  // latest MemInfo sample
   uint64_t device_free_sample_seq = 0;   // seq of that sample (0 if none)
 
-  // DESIGN.md "Collector model" definitions.
+  // Definitions: collector/REPORT.md, "Metrics".
   uint64_t reserved_bytes = 0;   // driver segments + non-imported VMM handles + pool reservations
   uint64_t allocated_bytes = 0;  // live blocks of exact and annotated segments + live pool blocks
   uint64_t opaque_bytes = 0;     // opaque segments (used part unknown; never counted free)

@@ -1,5 +1,5 @@
 // OOM analysis: which failed allocations were recovered, which deserve a post-mortem, and what
-// class of OOM each one is (DESIGN.md "Collector model"; rules in collector/REPORT.md).
+// class of OOM each one is (the classes and their rules: collector/REPORT.md).
 #ifndef FRAGSCOPE_MODEL_OOM_ANALYZER_H_
 #define FRAGSCOPE_MODEL_OOM_ANALYZER_H_
 

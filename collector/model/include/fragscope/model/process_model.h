@@ -9,7 +9,7 @@
 //   fragscope::RenderText(summary, symbolizer, std::cout);   // fragscope/report/report_text.h
 //
 // The model rebuilds, per device, the segments this process holds and the blocks inside them
-// exactly as DESIGN.md "Collector model" says, keeps gap summaries so metrics are O(log n) per
+// exactly as collector/REPORT.md defines it, keeps gap summaries so metrics are O(log n) per
 // event, and runs the OOM analysis inline: a failure's class is decided from the state at the
 // failure, not at the end. Memory is O(live blocks + distinct stacks + kept post-mortems), not
 // O(events). The rules it applies are written down in collector/REPORT.md.

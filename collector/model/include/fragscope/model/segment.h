@@ -18,7 +18,7 @@
 
 namespace fragscope {
 
-// DESIGN.md "Collector model": who carves the segment and so what is known about its inside.
+// collector/REPORT.md, "Segments and coverage": who carves the segment and so what is known about its inside.
 enum class Coverage {
   kExact,      // nobody carves it: one block filling the segment
   kAnnotated,  // a sub-allocator reports its blocks: blocks and free ranges known

@@ -3,7 +3,7 @@
 // The agent takes a global sequence number per event (before a release, after an acquire), but
 // threads push into its ring in whatever order the scheduler lets them, so frames can arrive
 // out of seq order: a free of a reused address may arrive before the alloc that preceded it.
-// The model must see them by seq (DESIGN.md "Nesting and order"), so this orderer holds events
+// The model must see them by seq (interpose/README.md, "What an event is"), so this orderer holds events
 // in a bounded min-heap and releases them when the sequence is contiguous, when the window is
 // full (a seq that will never come: a drop), or at a Snapshot / Drops / End / end of stream.
 //
