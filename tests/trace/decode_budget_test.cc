@@ -82,23 +82,25 @@ TEST(DecodeBudget, AFrameBiggerThanTheBudgetIsTakenAlone) {
 TEST(DecodeBudget, TakersAreServedInArrivalOrder) {
   DecodeBudget budget(100);
   DecodeBudget::Lease first = budget.Take(60);
-  std::atomic<int> order{0}, big_at{0}, small_at{0};
+  std::atomic<bool> big_took{false}, small_took{false};
   std::thread big([&] {
     DecodeBudget::Lease lease = budget.Take(60);
-    big_at = ++order;
+    big_took = true;
   });
   AwaitWaiting(budget, 1);
   std::thread small([&] {
     DecodeBudget::Lease lease = budget.Take(10);  // fits beside `first`, but comes later
-    small_at = ++order;
+    small_took = true;
   });
-  AwaitWaiting(budget, 2);
-  EXPECT_EQ(order, 0);
+  AwaitWaiting(budget, 2);  // waits behind `big`
+  EXPECT_FALSE(big_took);
+  EXPECT_FALSE(small_took);
   first.Release();
   big.join();
   small.join();
-  EXPECT_EQ(big_at, 1);
-  EXPECT_EQ(small_at, 2);
+  EXPECT_TRUE(big_took);
+  EXPECT_TRUE(small_took);
+  EXPECT_EQ(budget.waits(), 2u);
 }
 
 class TempDir {
