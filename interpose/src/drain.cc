@@ -788,12 +788,19 @@ void ServeControl(int timeout_ms) {
       }
       pthread_mutex_unlock(&d.lock);
       break;
-    case ControlCommandKind::kStatus:
+    case ControlCommandKind::kStatus: {
       if (!a.shipping.load()) a.logs.FoldAll(a.live);  // so that `live` counts them
-      snprintf(reply, sizeof(reply), "ok %s pid=%d seq=%llu live=%zu",
+      // The live table's load too: how full it is, and whether (and how full) it ever refused.
+      const LiveTable::Occupancy o = a.live.Count();
+      snprintf(reply, sizeof(reply),
+               "ok %s pid=%d seq=%llu live=%zu slots=%zu tombstones=%zu refused=%llu "
+               "full_at=%zu",
                a.shipping.load() ? "streaming" : "dormant", static_cast<int>(getpid()),
-               static_cast<unsigned long long>(a.seq.load()), a.live.CountLive());
+               static_cast<unsigned long long>(a.seq.load()), o.live, o.slots, o.tombstones,
+               static_cast<unsigned long long>(a.live.overflows()),
+               a.live.live_at_first_overflow());
       break;
+    }
     case ControlCommandKind::kSyncTorch:
       // The snapshot diff of a PyTorch process (the adapter's fallback, or an injected
       // import's), while the stream runs. Bounded by wait_ms for the GIL; the ring holds the
@@ -823,6 +830,20 @@ void ServeControl(int timeout_ms) {
   d.control.Reply(reply);
 }
 
+// Once, when the live table first refuses an insert: snapshots from then on lack entries, so the
+// figures of any reader that starts from one may undercount. The trace says it too (Snapshot.
+// entries_not_held); this line is for whoever watches the program.
+void WarnOnceIfTableFull() {
+  static constinit std::atomic<bool> warned{false};
+  const LiveTable& live = Agent().live;
+  if (live.overflows() == 0 || warned.exchange(true)) return;
+  AgentLog(
+      "the live table is full: an insert was refused at %zu of its %zu slots live, so snapshots "
+      "lack what it could not hold and figures may undercount; set FRAGSCOPE_LIVE_SLOTS=%zu or "
+      "more in the program's environment",
+      live.live_at_first_overflow(), live.slots(), 2 * live.slots());
+}
+
 void* DrainThreadMain(void*) {
   AgentCodeScope agent_code;  // CUDA calls on this thread (none expected) are not events
   pthread_setname_np(pthread_self(), "fragscope");
@@ -836,6 +857,7 @@ void* DrainThreadMain(void*) {
     g_drain.wake_pending.store(false, std::memory_order_release);
     ServeControl(0);
     size_t popped = DrainNow();
+    WarnOnceIfTableFull();
     if (g_drain.attached && g_drain.output.failed()) {
       // The collector went away (attach killed): back to dormant, quietly.
       pthread_mutex_lock(&g_drain.lock);
@@ -963,6 +985,7 @@ void DrainAtExit() {
 void DrainWriteEnd(int exit_status) {
   if (g_drain.thread_state.load() == 0 && !g_drain.stream_started) return;  // never used
   DrainAtExit();
+  WarnOnceIfTableFull();
   pthread_mutex_lock(&g_drain.lock);
   if (g_drain.stream_started) MaybeReconnect(/*at_exit=*/true);
   DrainAllLocked();

@@ -86,7 +86,11 @@ TEST_P(AttachTest, WokenStreamIsExactAndFollowsCachedDriverPointers) {
   std::string answer = Control(control, "wake " + sink.path());
   ASSERT_EQ(answer.substr(0, 12), "ok streaming") << answer << app.err();
   EXPECT_NE(answer.find("live=4"), std::string::npos) << answer;  // a[0], a[2], a[3], d1
-  EXPECT_EQ(Control(control, "status").substr(0, 12), "ok streaming");
+  const std::string status = Control(control, "status");
+  EXPECT_EQ(status.substr(0, 12), "ok streaming");
+  // The live table's load: the 4 live entries of the default 2^18 slots, none ever refused.
+  EXPECT_NE(status.find(" live=4 slots=262144 "), std::string::npos) << status;
+  EXPECT_NE(status.find(" refused=0 full_at=0"), std::string::npos) << status;
   EXPECT_EQ(Control(control, "wake " + sink.path()).substr(0, 5), "error");  // already
   app.Send("go");
   ASSERT_TRUE(app.WaitForLine("ready 2"));

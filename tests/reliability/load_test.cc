@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "reliability_support.h"
@@ -245,10 +246,16 @@ TEST(ReliabilityLoad, LiveTableTooSmallIsReportedNotHidden) {
                                             RunOptions{false, {}});
     EXPECT_EQ(text.exit_code, 0) << text.err;
     EXPECT_EQ(json.exit_code, 0) << json.err;
-    return std::make_pair(text.out, nlohmann::json::parse(json.out, nullptr, false));
+    return std::make_tuple(text.out, nlohmann::json::parse(json.out, nullptr, false), r.err);
   };
   TempDir dir;
-  auto [small_text, small_json] = run({{"FRAGSCOPE_LIVE_SLOTS", "64"}}, dir.File("small.fst"));
+  auto [small_text, small_json, small_err] =
+      run({{"FRAGSCOPE_LIVE_SLOTS", "64"}}, dir.File("small.fst"));
+  // The program's stderr says it once, with the load it filled at and the size to set.
+  EXPECT_EQ(Count(small_err, "fragscope: the live table is full: an insert was refused at "), 1)
+      << small_err;
+  EXPECT_NE(small_err.find(" of its 64 slots live"), std::string::npos) << small_err;
+  EXPECT_NE(small_err.find("FRAGSCOPE_LIVE_SLOTS=128 or more"), std::string::npos) << small_err;
   ASSERT_FALSE(small_json.is_discarded());
   const uint64_t not_held = small_json.value("live_entries_not_held", uint64_t{0});
   EXPECT_GT(not_held, 0u);
@@ -260,7 +267,8 @@ TEST(ReliabilityLoad, LiveTableTooSmallIsReportedNotHidden) {
       << small_text;
   EXPECT_NE(small_text.find("FRAGSCOPE_LIVE_SLOTS"), std::string::npos) << small_text;
 
-  auto [full_text, full_json] = run({}, dir.File("default.fst"));
+  auto [full_text, full_json, full_err] = run({}, dir.File("default.fst"));
+  EXPECT_EQ(full_err.find("live table is full"), std::string::npos) << full_err;
   ASSERT_FALSE(full_json.is_discarded());
   EXPECT_EQ(full_json.value("live_entries_not_held", uint64_t{1}), 0u);
   EXPECT_EQ(full_text.find("live table was full"), std::string::npos) << full_text;
