@@ -7,6 +7,9 @@
 #define FRAGSCOPE_INTERPOSE_DRIVER_API_H_
 
 #include <cuda.h>
+#include <dlfcn.h>
+
+#include <atomic>
 
 namespace fragscope::agent {
 
@@ -14,6 +17,19 @@ using DlsymFn = void* (*)(void*, const char*);
 
 // libc's dlsym (dlvsym(RTLD_NEXT, "dlsym", GLIBC_2.2.5 / GLIBC_2.17)). Resolved on first use.
 DlsymFn RealDlsym();
+
+// The definition of `name` after the agent's own (the libc function an interposed one wraps:
+// sigaction, execve, _exit), looked up with RealDlsym on first use and kept in `cache`.
+// nullptr if there is none.
+template <typename Fn>
+Fn NextDefinition(std::atomic<Fn>& cache, const char* name) {
+  Fn f = cache.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = reinterpret_cast<Fn>(RealDlsym()(RTLD_NEXT, name));
+    cache.store(f, std::memory_order_release);
+  }
+  return f;
+}
 
 // A handle of the loaded libcuda: the one the program looked symbols up in, else
 // dlopen("libcuda.so.1", RTLD_NOLOAD). nullptr while libcuda is not loaded.

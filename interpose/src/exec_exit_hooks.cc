@@ -13,7 +13,6 @@
 // Neither runs in a child that shares its parent's memory (vfork, posix_spawn: Python's
 // subprocess): the stream and its lock are the parent's. Nor over a hook the calling thread is
 // inside (a signal handler that execs or exits): the drain lock may be the interrupted code's.
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <sys/mman.h>
@@ -38,16 +37,6 @@ using ExecveFn = int (*)(const char*, char* const[], char* const[]);
 using ExecvpeFn = int (*)(const char*, char* const[], char* const[]);
 using FexecveFn = int (*)(int, char* const[], char* const[]);
 using ExitFn = void (*)(int);
-
-template <typename Fn>
-Fn Real(std::atomic<Fn>& cache, const char* name) {
-  Fn f = cache.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    f = reinterpret_cast<Fn>(RealDlsym()(RTLD_NEXT, name));
-    cache.store(f, std::memory_order_release);
-  }
-  return f;
-}
 
 constinit std::atomic<ExecveFn> g_execve{nullptr};
 constinit std::atomic<ExecvpeFn> g_execvpe{nullptr};
@@ -114,7 +103,7 @@ int ExecImage(char* const envp[], Exec exec) {
     AgentCodeScope agent_code;
     DrainWriteEnd(status);
   }
-  ExitFn real = Real(cache, name);
+  ExitFn real = NextDefinition(cache, name);
   if (real != nullptr) real(status);
   for (;;) syscall(SYS_exit_group, status);  // no libc _exit found: leave all the same
 }
@@ -155,7 +144,7 @@ int ExecArgList(const char* arg0, va_list ap, bool with_env, Exec exec) {
 }
 
 int CallExecve(const char* path, char* const argv[], char* const envp[]) {
-  ExecveFn real = Real(g_execve, "execve");
+  ExecveFn real = NextDefinition(g_execve, "execve");
   if (real == nullptr) {
     errno = ENOSYS;
     return -1;
@@ -164,7 +153,7 @@ int CallExecve(const char* path, char* const argv[], char* const envp[]) {
 }
 
 int CallExecvpe(const char* file, char* const argv[], char* const envp[]) {
-  ExecvpeFn real = Real(g_execvpe, "execvpe");
+  ExecvpeFn real = NextDefinition(g_execvpe, "execvpe");
   if (real == nullptr) {
     errno = ENOSYS;
     return -1;
@@ -208,7 +197,7 @@ extern "C" FRAGSCOPE_HIDDEN int fs_fexecve(int fd, char* const argv[], char* con
 FRAGSCOPE_EXPORT_AS("fs_fexecve", "fexecve");
 extern "C" int fs_fexecve(int fd, char* const argv[], char* const envp[]) {
   using fragscope::agent::g_fexecve;
-  auto real = fragscope::agent::Real(g_fexecve, "fexecve");
+  auto real = fragscope::agent::NextDefinition(g_fexecve, "fexecve");
   if (real == nullptr) {
     errno = ENOSYS;
     return -1;

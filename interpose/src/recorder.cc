@@ -625,24 +625,10 @@ struct ProgramHandler {
 };
 constinit ProgramHandler g_handlers[_NSIG] = {};
 
-SigactionFn RealSigaction() {
-  SigactionFn f = g_real_sigaction.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    // First use is the program's first sigaction call, not a signal handler.
-    f = reinterpret_cast<SigactionFn>(RealDlsym()(RTLD_NEXT, "sigaction"));
-    g_real_sigaction.store(f, std::memory_order_release);
-  }
-  return f;
-}
+// First use is the program's first sigaction call, not a signal handler.
+SigactionFn RealSigaction() { return NextDefinition(g_real_sigaction, "sigaction"); }
 
-SignalFn RealSignal() {
-  SignalFn f = g_real_signal.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    f = reinterpret_cast<SignalFn>(RealDlsym()(RTLD_NEXT, "signal"));
-    g_real_signal.store(f, std::memory_order_release);
-  }
-  return f;
-}
+SignalFn RealSignal() { return NextDefinition(g_real_signal, "signal"); }
 
 void Dispatch(int sig, siginfo_t* info, void* context) {
   ThreadState& t = CurrentThread();
