@@ -426,6 +426,30 @@ void BeginSegment(SnapshotReason reason, const DropsData* drops) {
   d.segment_head = d.segment_bytes;
 }
 
+// Starts the stream over on an output opened again (a collector that accepts after a restart, a
+// trace file made again after it was deleted): Hello (resumed = one more), the devices, a Drops
+// frame (REASON_DISCONNECTED) counting what was lost since the last one (undeliverable events
+// not yet reported, and ring drops), then a STREAM_START snapshot with its stacks. Returns the
+// events that Drops frame counts. Under lock.
+uint64_t ResumeOnNewOutput() {
+  AgentState& a = Agent();
+  DrainState& d = g_drain;
+  ++d.reconnects;
+  const uint64_t ring_drops = a.ring_drops.load(std::memory_order_acquire);
+  DropsData info;
+  info.seq = a.seq.load(std::memory_order_acquire);
+  info.time_ns = NowNs();
+  info.dropped_events =
+      (d.undeliverable - d.undeliverable_reported) + (ring_drops - d.reported_ring_drops);
+  info.total_dropped = d.undeliverable + ring_drops;
+  info.reason = DropReason::kDisconnected;
+  d.undeliverable_reported = d.undeliverable;
+  d.reported_ring_drops = ring_drops;
+  BeginSegment(SnapshotReason::kStreamStart, &info);
+  FlushWriter();
+  return info.dropped_events;
+}
+
 // FRAGSCOPE_SOCKET: a collector that went away (restarted, upgraded, crashed) or was not up yet
 // when the program started. While the output is failed the stream is tried again with a
 // back-off; once a collector accepts, the stream resumes as Hello (resumed = k) + devices +
@@ -454,23 +478,11 @@ void MaybeReconnect(bool at_exit = false) {
   d.output.Close();
   if (!d.output.Open(nullptr, a.config.socket_path)) return;  // quiet: warned at the failure
   d.reconnect_at_ns = 0;
-  ++d.reconnects;
-  const uint64_t ring_drops = a.ring_drops.load(std::memory_order_acquire);
-  const uint64_t lost = d.undeliverable - d.undeliverable_reported;
-  DropsData info;
-  info.seq = a.seq.load(std::memory_order_acquire);
-  info.time_ns = NowNs();
-  info.dropped_events = lost + (ring_drops - d.reported_ring_drops);
-  info.total_dropped = d.undeliverable + ring_drops;
-  info.reason = DropReason::kDisconnected;
-  d.undeliverable_reported = d.undeliverable;
-  d.reported_ring_drops = ring_drops;
-  BeginSegment(SnapshotReason::kStreamStart, &info);
-  FlushWriter();
+  const uint64_t lost = ResumeOnNewOutput();
   AgentLog(
       "reconnected to %.300s; %llu events were lost while disconnected, the stream resumes with "
       "a snapshot of the live memory",
-      a.config.socket_path, static_cast<unsigned long long>(info.dropped_events));
+      a.config.socket_path, static_cast<unsigned long long>(lost));
 }
 
 // Creates the folders above `path` that are missing (mode 0755 less the umask, as mkdir -p).
@@ -494,7 +506,6 @@ bool MakeParentFolders(const char* path) {
 // stream does: Hello (resumed), a Drops frame counting the events the deleted file held, then a
 // snapshot of the live table, so the model is exact again from there. Under lock.
 void MaybeRecreateFile() {
-  AgentState& a = Agent();
   DrainState& d = g_drain;
   if (d.attached || !d.output.is_open() || !d.output.is_file() || !d.output.Unlinked()) return;
   const uint64_t lost = d.in_file + d.in_writer;  // the buffer would only follow them
@@ -518,17 +529,7 @@ void MaybeRecreateFile() {
         d.path, strerror(folder_error));
   }                       // else Open said why
   if (!reopened) return;  // closed: later events count as undeliverable
-  ++d.reconnects;         // Hello.resumed: the file begins in the middle of the run
-  const uint64_t ring_drops = a.ring_drops.load(std::memory_order_acquire);
-  DropsData info;
-  info.seq = a.seq.load(std::memory_order_acquire);
-  info.time_ns = NowNs();
-  info.dropped_events = lost + (ring_drops - d.reported_ring_drops);
-  info.total_dropped = d.undeliverable + ring_drops;
-  info.reason = DropReason::kDisconnected;
-  d.reported_ring_drops = ring_drops;
-  BeginSegment(SnapshotReason::kStreamStart, &info);
-  FlushWriter();
+  ResumeOnNewOutput();    // Hello.resumed: the file begins in the middle of the run
 }
 
 // Flight recorder: the current file becomes "<path>.prev" and a new one starts at `path` with
