@@ -19,6 +19,15 @@ namespace {
 
 using InvariantsTest = RuntimeTest;
 
+// The second word of the output line that begins with `first` (a pid the app printed), "" if
+// there is none.
+std::string SecondWordOfLine(const RunResult& run, const std::string& first) {
+  for (const auto& line : Lines(run.out)) {
+    if (line.size() > 1 && line[0] == first) return line[1];
+  }
+  return "";
+}
+
 RunOptions Traced(const std::string& path, std::map<std::string, std::string> env = {}) {
   env["FRAGSCOPE_OUTPUT"] = path;
   return RunOptions{true, env};
@@ -150,10 +159,7 @@ TEST_P(InvariantsTest, ForkedChildStartsItsOwnStreamWhenFollowed) {
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"fork"},
                              Traced(dir.File("t.fst"), {{"FRAGSCOPE_FOLLOW_FORK", "1"}}));
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  std::string child_pid;
-  for (const auto& line : Lines(run.out)) {
-    if (line[0] == "child") child_pid = line[1];
-  }
+  const std::string child_pid = SecondWordOfLine(run, "child");
   ASSERT_FALSE(child_pid.empty());
   EXPECT_EQ(dir.List(), (std::vector<std::string>{"t.fst", "t.fst." + child_pid}));
   Trace parent = ReadTrace(dir.File("t.fst"));
@@ -179,10 +185,7 @@ TEST_P(InvariantsTest, FollowedChildWithPidPatternGetsItsOwnFile) {
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"fork"},
                              Traced(dir.File("t.%p.fst"), {{"FRAGSCOPE_FOLLOW_FORK", "1"}}));
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  std::string child_pid;
-  for (const auto& line : Lines(run.out)) {
-    if (line[0] == "child") child_pid = line[1];
-  }
+  const std::string child_pid = SecondWordOfLine(run, "child");
   ASSERT_FALSE(child_pid.empty());
   Trace child = ReadTrace(dir.File("t." + child_pid + ".fst"));
   ASSERT_TRUE(child.clean) << child.error;
@@ -218,14 +221,6 @@ TEST_P(InvariantsTest, ExecdProgramIsTracedByItsOwnPreload) {
                                           "free cudaFree size=1048576 dev=0",
                                       }));
   }
-}
-
-// The pid an exec_in_place run printed ("" if none).
-std::string ExecInPlacePid(const RunResult& run) {
-  for (const auto& line : Lines(run.out)) {
-    if (line.size() > 1 && line[0] == "exec_in_place") return line[1];
-  }
-  return "";
 }
 
 // An exec in place ends the image's stream: every event of the first image is in its file,
@@ -268,7 +263,7 @@ TEST_P(InvariantsTest, ExecInPlaceEndsTheStreamAndTheNextImageGetsItsOwnFile) {
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   EXPECT_NE(run.out.find("failed_exec -1 2"), std::string::npos)
       << run.out;  // ENOENT, as without us
-  const std::string pid = ExecInPlacePid(run);
+  const std::string pid = SecondWordOfLine(run, "exec_in_place");
   ASSERT_FALSE(pid.empty()) << run.out;
   EXPECT_EQ(dir.List(),
             (std::vector<std::string>{"t." + pid + ".exec-1.fst", "t." + pid + ".fst"}));
@@ -280,7 +275,7 @@ TEST_P(InvariantsTest, ExecInPlaceWithAPlainOutputKeepsBothImages) {
   RunResult run =
       RunProgram(AppPath("agent_runtime_app"), {"exec_in_place"}, Traced(dir.File("t.fst")));
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
-  const std::string pid = ExecInPlacePid(run);
+  const std::string pid = SecondWordOfLine(run, "exec_in_place");
   ASSERT_FALSE(pid.empty()) << run.out;
   EXPECT_EQ(dir.List(), (std::vector<std::string>{"t." + pid + ".exec-1.fst", "t.fst"}));
   ExpectImagesOfExecInPlace(dir.File("t.fst"), dir.File("t." + pid + ".exec-1.fst"));
@@ -293,10 +288,7 @@ TEST_P(InvariantsTest, FollowedChildLeavingWithUnderscoreExitKeepsItsStream) {
   RunResult run = RunProgram(AppPath("agent_runtime_app"), {"fork_exit"},
                              Traced(dir.File("t.%p.fst"), {{"FRAGSCOPE_FOLLOW_FORK", "1"}}));
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  std::string child_pid;
-  for (const auto& line : Lines(run.out)) {
-    if (line[0] == "child") child_pid = line[1];
-  }
+  const std::string child_pid = SecondWordOfLine(run, "child");
   ASSERT_FALSE(child_pid.empty());
   EXPECT_NE(run.out.find("child_status 7"), std::string::npos) << run.out;
   Trace child = ReadTrace(dir.File("t." + child_pid + ".fst"));
