@@ -12,7 +12,7 @@
 //   only, and memory from before it is reported as unknown (`untracked`). At detach the original
 //   bytes of libcuda are put back; the agent stays loaded and dormant (dlclose is not safe), and
 //   a later attach patches again. In a CPython process with torch and CUDA initialized, the
-//   agent first imports PyTorch's caching-allocator state (interpose/src/python_state.h), so
+//   agent first imports PyTorch's caching-allocator state (interpose/src/python/python_state.h), so
 //   PyTorch's segments and blocks are exact from the first snapshot; memory from before the
 //   attach outside it stays `untracked`.
 #include <signal.h>
@@ -38,13 +38,13 @@
 
 #include "absl/strings/str_format.h"
 #include "arg_reader.h"
+#include "attach/inject_abi.h"
 #include "commands.h"
 #include "exit_codes.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/server/session_server.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
 #include "fragscope/trace/output_file.h"
-#include "inject_abi.h"
 #include "install_layout.h"
 #include "ptrace_injector.h"
 #include "report_output.h"

@@ -27,7 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "inject_abi.h"
+#include "attach/inject_abi.h"
 
 namespace fragscope::cli {
 namespace {

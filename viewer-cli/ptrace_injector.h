@@ -3,8 +3,8 @@
 //
 // Load: one thread that waits in a system call (so it holds no allocator or loader lock in
 // user code) is stopped with PTRACE_SEIZE + PTRACE_INTERRUPT and made to call
-// dlopen(agent, RTLD_NOW) and then fragscope_inject_start() (interpose/src/inject_abi.h): its
-// registers are saved, the call is set up on its stack below the red zone with return address
+// dlopen(agent, RTLD_NOW) and then fragscope_inject_start() (interpose/src/attach/inject_abi.h):
+// its registers are saved, the call is set up on its stack below the red zone with return address
 // 0, and the SIGSEGV at address 0 ends the call; then its registers are restored, so an
 // interrupted system call restarts. dlopen is found in the process's libc from the ELF file on
 // disk plus the load address in /proc/PID/maps. The other threads keep running meanwhile.
@@ -26,7 +26,7 @@
 
 #include "absl/status/status.h"
 
-struct FragscopeTorchImport;  // interpose/src/inject_abi.h
+struct FragscopeTorchImport;  // interpose/src/attach/inject_abi.h
 
 namespace fragscope::cli {
 
@@ -53,8 +53,8 @@ std::string PtraceRestriction(pid_t pid);
 absl::Status InjectAgent(pid_t pid, const std::string& agent_path, InjectedAgent* out);
 
 // After InjectAgent: makes the agent import PyTorch's caching-allocator state (a CPython process
-// with torch and CUDA initialized; interpose/src/python_state.h) into its live table before the
-// stream starts. A borrowed thread waits in the agent at most `wait_ms` for the GIL (taken by a
+// with torch and CUDA initialized; interpose/src/python/python_state.h) into its live table before
+// the stream starts. A borrowed thread waits in the agent at most `wait_ms` for the GIL (taken by a
 // thread of the agent's own). `adapter_dir` (the PyTorch adapter's folder, "" for none) gives
 // it the snapshot diff its OOM observer uses. *out says what was imported, or why nothing was;
 // an error status only when the call itself could not be made.

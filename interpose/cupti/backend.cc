@@ -29,10 +29,10 @@
 #include <unordered_map>
 
 #include "config.h"
-#include "frame_encoder.h"
+#include "shipping/frame_encoder.h"
+#include "shipping/transport.h"
+#include "shipping/wire_encoder.h"
 #include "translate.h"
-#include "transport.h"
-#include "wire_encoder.h"
 
 namespace fragscope::cupti {
 namespace {

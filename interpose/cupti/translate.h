@@ -1,8 +1,8 @@
 // CUPTI backend, the pure part: what one CUPTI callback or activity record means as the agent's
-// event records (interpose/src/event_record.h), so libfragscope_cupti.so writes the same frames
-// as the preloaded agent. Nothing here calls CUPTI or the driver: inputs are the structures CUPTI
-// hands over (CUpti_CallbackData with the generated *_params structs, CUpti_Activity* records),
-// which the unit tests build by hand (tests/cupti/).
+// event records (interpose/src/recording/event_record.h), so libfragscope_cupti.so writes the same
+// frames as the preloaded agent. Nothing here calls CUPTI or the driver: inputs are the structures
+// CUPTI hands over (CUpti_CallbackData with the generated *_params structs, CUpti_Activity*
+// records), which the unit tests build by hand (tests/cupti/).
 //
 // What the backend still fills in itself: seq, time, tid, stack; the device when a callback
 // record says -1 (it asks cuCtxGetDevice); the size of a release (from its own live table); the
@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "event_record.h"
+#include "recording/event_record.h"
 
 namespace fragscope::cupti {
 

@@ -9,11 +9,11 @@
 
 #include <new>
 
-#include "drain.h"
-#include "hook_table.h"
-#include "inject_attach.h"
-#include "recorder.h"
-#include "stack_capture.h"
+#include "attach/inject_attach.h"
+#include "hooks/hook_table.h"
+#include "recording/recorder.h"
+#include "recording/stack_capture.h"
+#include "shipping/drain.h"
 
 extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso_handle);
 

@@ -12,13 +12,13 @@
 #include <atomic>
 #include <cstdint>
 
-#include "allocation_log.h"
 #include "config.h"
-#include "event_record.h"
-#include "live_table.h"
-#include "ring_buffer.h"
-#include "source_stack_table.h"
-#include "stack_table.h"
+#include "recording/allocation_log.h"
+#include "recording/event_record.h"
+#include "recording/live_table.h"
+#include "recording/ring_buffer.h"
+#include "recording/source_stack_table.h"
+#include "recording/stack_table.h"
 
 namespace fragscope::agent {
 

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "agent_log.h"
-#include "control.h"
+#include "attach/control.h"
+#include "recording/agent_log.h"
 
 namespace fragscope::agent {
 namespace {

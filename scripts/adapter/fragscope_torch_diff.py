@@ -4,7 +4,7 @@ SnapshotForwarder diffs torch.cuda.memory_snapshot() against the blocks it forwa
 sends the difference to the agent's annotate API (interpose/include/fragscope/annotate.h)
 through ctypes. Two users:
 - the adapter's fallback path (sitecustomize.py), at marks, OOMs and exit;
-- the agent injected by `fragscope attach` (interpose/src/python_state.cc), which imports
+- the agent injected by `fragscope attach` (interpose/src/python/python_state.cc), which imports
   PyTorch's state into its live table and then keeps this module's forwarder, primed with that
   same state, for PyTorch's OOM observer (at an OOM the blocks are brought up to date before the
   failure is judged) and for the detach's last sync.

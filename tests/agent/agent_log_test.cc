@@ -1,6 +1,6 @@
 // AgentLog: one whole line per call on stderr, prefixed, cut but still a line when too long,
 // errno as it was.
-#include "agent_log.h"
+#include "recording/agent_log.h"
 
 #include <errno.h>
 #include <gtest/gtest.h>

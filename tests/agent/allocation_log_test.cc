@@ -3,7 +3,7 @@
 // a wake's Close), logs of exited threads given back, and exactness under threads that free
 // each other's allocations while folds and wakes run. Each test runs with membarrier (where the
 // kernel has it) and with the locked-exchange protocol.
-#include "allocation_log.h"
+#include "recording/allocation_log.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

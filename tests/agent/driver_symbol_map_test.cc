@@ -1,6 +1,6 @@
 // cuGetProcAddress version mapping: the newest ABI at or below the requested version, the
 // per-thread export only when asked for, never blindly the newest.
-#include "driver_symbol_map.h"
+#include "hooks/driver_symbol_map.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // keeps CLOCK_MONOTONIC on it. Whatever source answers, a reading must fall between two
 // clock_gettime calls around it (with a little slack for the counter mapping), before and after
 // calibration and across re-anchors, from many threads at once.
-#include "event_clock.h"
+#include "recording/event_clock.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Every frame type the agent writes, parsed back with libprotobuf, field by field.
-#include "frame_encoder.h"
+#include "shipping/frame_encoder.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The agent's live table: insert/erase/update by (class, key), snapshots filtered by seq, and
 // concurrent writers with a concurrent scanner.
-#include "live_table.h"
+#include "recording/live_table.h"
 
 #include <gtest/gtest.h>
 

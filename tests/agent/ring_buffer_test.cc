@@ -1,6 +1,6 @@
 // The MPSC ring under concurrent producers: nothing lost or duplicated, order kept per producer,
 // a full ring refuses pushes so every record is either delivered or counted as dropped.
-#include "ring_buffer.h"
+#include "recording/ring_buffer.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "event_record.h"
+#include "recording/event_record.h"
 
 namespace fragscope::agent {
 namespace {

@@ -14,12 +14,12 @@ using RouteTest = RuntimeTest;
 
 const char* const kDriverSymbols[] = {
 #define FRAGSCOPE_DRIVER_HOOK(symbol, base, api, kind) #symbol,
-#include "driver_hook_list.inc"
+#include "hooks/driver_hook_list.inc"
 #undef FRAGSCOPE_DRIVER_HOOK
 };
 const char* const kRuntimeSymbols[] = {
 #define FRAGSCOPE_RUNTIME_HOOK(symbol, api, kind) #symbol,
-#include "runtime_hook_list.inc"
+#include "hooks/runtime_hook_list.inc"
 #undef FRAGSCOPE_RUNTIME_HOOK
 };
 

@@ -1,6 +1,6 @@
 // Source-level stacks (annotate.h fragscope_source_stack): one id per distinct stack, above the
 // pc table's ids, bounded text, shipped once per stream as a SymbolizedStack libprotobuf reads.
-#include "source_stack_table.h"
+#include "recording/source_stack_table.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fragscope.pb.h"
-#include "frame_encoder.h"
+#include "shipping/frame_encoder.h"
 
 namespace fragscope::agent {
 namespace {

@@ -1,7 +1,7 @@
 // Frame-pointer stack capture: sees its callers, honours the skipped range and the depth limit.
-#include "stack_capture.h"
+#include "recording/stack_capture.h"
 
-#include "stack_table.h"
+#include "recording/stack_table.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Stack interning: one id per distinct stack, stable across threads, frames readable once.
-#include "stack_table.h"
+#include "recording/stack_table.h"
 
 #include <gtest/gtest.h>
 

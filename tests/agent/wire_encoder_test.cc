@@ -1,6 +1,6 @@
 // The agent's protobuf wire writer against libprotobuf's parser, and the agent's copies of the
 // proto enums against the proto descriptor.
-#include "wire_encoder.h"
+#include "shipping/wire_encoder.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
-#include "api.h"
 #include "fragscope.pb.h"
+#include "recording/api.h"
 
 namespace fragscope::agent {
 namespace {

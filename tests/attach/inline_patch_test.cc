@@ -1,4 +1,4 @@
-// The in-place patcher (interpose/src/inline_patch.h) on functions of this test: patch, call
+// The in-place patcher (interpose/src/attach/inline_patch.h) on functions of this test: patch, call
 // through the jump, call the original through the trampoline, restore the bytes; and the
 // prologues it must refuse. The functions are written in assembly so their first bytes are
 // exactly the cases under test (rip-relative operands, relative call/jcc, loops back into the
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "inline_patch.h"
+#include "attach/inline_patch.h"
 
 #if defined(__x86_64__)
 extern "C" {

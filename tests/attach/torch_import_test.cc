@@ -1,6 +1,6 @@
 // `fragscope attach PID` injected into a Python process: with torch loaded and CUDA
 // initialized, the agent imports PyTorch's caching-allocator state before its first snapshot
-// (interpose/src/python_state.h), so PyTorch's segments and blocks are exact from the start,
+// (interpose/src/python/python_state.h), so PyTorch's segments and blocks are exact from the start,
 // while memory from before the attach outside PyTorch stays `untracked`.
 //
 // The program is tests/attach/apps/torch_state_app.py: CI has python3 but not torch, so a

@@ -81,8 +81,8 @@ std::atomic<int> g_wrapped{0};  // lookups answered with a hook here
 
 #ifdef FRAGSCOPE_BENCH_MINIMAL_LOG
 // A per-thread log of (address, size) with no synchronization at all: a lower bound for the
-// dormant agent's allocation log (interpose/src/allocation_log.h), which a wake must also be
-// able to fold from another thread. An allocation the log cannot take is simply not kept here.
+// dormant agent's allocation log (interpose/src/recording/allocation_log.h), which a wake must also
+// be able to fold from another thread. An allocation the log cannot take is simply not kept here.
 struct MinimalLog {
   static constexpr uint32_t kCapacity = 1024;
   struct Entry {

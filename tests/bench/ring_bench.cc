@@ -1,5 +1,5 @@
-// The agent's event ring (interpose/src/ring_buffer.h) on its own: N producer threads push
-// EventRecords while one consumer thread pops them, as hooks and the drain thread do. The ring
+// The agent's event ring (interpose/src/recording/ring_buffer.h) on its own: N producer threads
+// push EventRecords while one consumer thread pops them, as hooks and the drain thread do. The ring
 // has the agent's default size (FRAGSCOPE_RING_MB=8).
 //
 // Counters: events_per_s = records through the ring per second of wall time, all producers
@@ -13,8 +13,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include "event_record.h"
-#include "ring_buffer.h"
+#include "recording/event_record.h"
+#include "recording/ring_buffer.h"
 
 namespace fragscope::bench {
 namespace {

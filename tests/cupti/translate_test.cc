@@ -7,9 +7,9 @@
 
 #include <vector>
 
-#include "frame_encoder.h"
 #include "parse_frames.h"
-#include "wire_encoder.h"
+#include "shipping/frame_encoder.h"
+#include "shipping/wire_encoder.h"
 
 namespace fragscope::cupti {
 namespace {

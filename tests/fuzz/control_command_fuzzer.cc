@@ -1,5 +1,5 @@
-// Fuzz target: the agent's control-socket protocol (interpose/src/control.h), which any process
-// of the same user can speak to a traced job.
+// Fuzz target: the agent's control-socket protocol (interpose/src/attach/control.h), which any
+// process of the same user can speak to a traced job.
 //
 // The bytes go two ways:
 //   - straight to ParseControlCommand, compared with an independent reading of the protocol
@@ -22,7 +22,7 @@
 #include <string_view>
 #include <thread>
 
-#include "control.h"
+#include "attach/control.h"
 #include "fuzz_util.h"
 
 namespace {

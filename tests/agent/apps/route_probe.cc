@@ -21,13 +21,13 @@ struct DriverHook {
 };
 const DriverHook kDriverHooks[] = {
 #define FRAGSCOPE_DRIVER_HOOK(symbol, base, api, kind) {#symbol, #base},
-#include "driver_hook_list.inc"
+#include "hooks/driver_hook_list.inc"
 #undef FRAGSCOPE_DRIVER_HOOK
 };
 
 const char* const kRuntimeHooks[] = {
 #define FRAGSCOPE_RUNTIME_HOOK(symbol, api, kind) #symbol,
-#include "runtime_hook_list.inc"
+#include "hooks/runtime_hook_list.inc"
 #undef FRAGSCOPE_RUNTIME_HOOK
 };
 
