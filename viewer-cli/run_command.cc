@@ -20,6 +20,8 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -147,17 +149,36 @@ bool SocketExists(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
-}  // namespace
+// What `fragscope run` was asked to do, parsed and checked before anything starts.
+struct RunOptions {
+  enum class Mode {
+    kEmbeddedCollector,  // collect here, report when the program ends
+    kDaemon,             // exec in place, streaming to a running fragscope-collector
+    kDormant,            // exec in place, agent dormant until `fragscope attach`
+  };
+  Mode mode = Mode::kEmbeddedCollector;
+  AgentSetup setup;         // what the program's environment gets (socket filled later)
+  std::string backend;      // as given: auto, preload or cupti
+  std::string socket_path;  // --socket; empty: the collector's default (kDaemon)
+  std::string trace_path;   // -o; empty: no trace kept
+  std::string report_path;  // --report; empty: stderr, "-": stdout
+  ReportFormat format = ReportFormat::kText;
+  bool quiet = false;
+  long linger_ms = 2000;
+  std::vector<std::string> command;  // CMD ARGS after `--`
+};
 
-int RunCommand(const std::vector<std::string>& args) {
+// Fills `options` from the arguments. Returns the exit code to stop with (a usage error, a
+// missing agent library, --help), or nullopt to go on.
+std::optional<int> ParseRunOptions(const std::vector<std::string>& args, RunOptions* options) {
   // Empty: not given (the embedded collector's defaults apply: text, 2000 ms).
-  std::string trace_path, format_name, report_path, stack_depth, ring_mb, agent, linger,
-      backend = "auto", socket_path;
-  bool quiet = false, no_adapter = false, no_free_stacks = false, daemon = false, dormant = false;
+  std::string format_name, stack_depth, ring_mb, agent, linger, backend = "auto";
+  bool no_adapter = false, no_free_stacks = false, daemon = false, dormant = false;
+  RunOptions& o = *options;
   ArgReader reader("run", args);
-  reader.Option("output", "o", &trace_path);
+  reader.Option("output", "o", &o.trace_path);
   reader.Option("format", "f", &format_name);
-  reader.Option("report", "", &report_path);
+  reader.Option("report", "", &o.report_path);
   reader.Option("stack-depth", "", &stack_depth);
   reader.Option("ring-mb", "", &ring_mb);
   reader.Option("agent", "", &agent);
@@ -165,22 +186,21 @@ int RunCommand(const std::vector<std::string>& args) {
   reader.Option("backend", "", &backend);
   reader.Flag("no-adapter", &no_adapter);
   reader.Flag("no-free-stacks", &no_free_stacks);
-  reader.Flag("quiet", &quiet);
+  reader.Flag("quiet", &o.quiet);
   reader.Flag("daemon", &daemon);
-  reader.Option("socket", "", &socket_path);
+  reader.Option("socket", "", &o.socket_path);
   reader.Flag("dormant", &dormant);
-  if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
-  if (!socket_path.empty()) daemon = true;
-  const bool in_place = daemon || dormant;
+  if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return exit;
+  if (!o.socket_path.empty()) daemon = true;
   if (daemon && dormant) {
     return Usage(
         "--dormant and --daemon/--socket exclude each other (a dormant agent is woken by "
         "`fragscope attach`, which brings its own collector)");
   }
-  if (in_place) {
+  if (daemon || dormant) {
     for (auto [given, flag] :
-         {std::pair{!trace_path.empty(), "-o"}, std::pair{!format_name.empty(), "--format"},
-          std::pair{!report_path.empty(), "--report"}, std::pair{quiet, "--quiet"},
+         {std::pair{!o.trace_path.empty(), "-o"}, std::pair{!format_name.empty(), "--format"},
+          std::pair{!o.report_path.empty(), "--report"}, std::pair{o.quiet, "--quiet"},
           std::pair{!linger.empty(), "--linger-ms"}}) {
       if (!given) continue;
       return Usage(absl::StrFormat(
@@ -189,16 +209,19 @@ int RunCommand(const std::vector<std::string>& args) {
           dormant ? "`fragscope attach` that wakes the agent" : "fragscope-collector"));
     }
   }
+  o.mode = daemon    ? RunOptions::Mode::kDaemon
+           : dormant ? RunOptions::Mode::kDormant
+                     : RunOptions::Mode::kEmbeddedCollector;
   if (format_name.empty()) format_name = "text";
   if (linger.empty()) linger = "2000";
-  ReportFormat format;
-  if (!ParseReportFormat(format_name, &format)) {
+  if (!ParseReportFormat(format_name, &o.format)) {
     return Usage("unknown --format '" + format_name + "' (text or json)");
   }
   if (!reader.positionals().empty() || reader.after_dashdash().empty()) {
     return Usage("put the command after '--'");
   }
-  long value = 0, linger_ms = 2000;
+  o.command = reader.after_dashdash();
+  long value = 0;
   // The agent keeps at most 64 frames (and ignores a larger FRAGSCOPE_STACK_DEPTH, falling back
   // to its default): refuse here rather than run with a depth nobody asked for.
   if (!stack_depth.empty() && !ParseInt(stack_depth, 0, 64, &value)) {
@@ -209,13 +232,14 @@ int RunCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "fragscope run: --ring-mb '%s' must be 1..4096\n", ring_mb.c_str());
     return kExitUsage;
   }
-  if (!ParseInt(linger, 0, 600000, &linger_ms)) {
+  if (!ParseInt(linger, 0, 600000, &o.linger_ms)) {
     std::fprintf(stderr, "fragscope run: --linger-ms '%s' must be 0..600000\n", linger.c_str());
     return kExitUsage;
   }
   if (backend != "preload" && backend != "cupti" && backend != "auto") {
     return Usage("--backend '" + backend + "' must be preload, cupti or auto");
   }
+  o.backend = backend;
   const bool use_cupti = backend == "cupti";
   if (dormant && use_cupti) {
     // The CUPTI library has no control socket to be woken through.
@@ -241,67 +265,64 @@ int RunCommand(const std::vector<std::string>& args) {
       free(abs);
     }
   }
+  o.setup.agent = agent;
+  o.setup.use_cupti = use_cupti;
+  o.setup.adapter = !no_adapter;
+  o.setup.stack_depth = stack_depth;
+  o.setup.ring_mb = ring_mb;
+  o.setup.no_free_stacks = no_free_stacks;
+  o.setup.dormant = dormant;
+  return std::nullopt;
+}
 
-  AgentSetup setup;
-  setup.agent = agent;
-  setup.use_cupti = use_cupti;
-  setup.adapter = !no_adapter;
-  setup.stack_depth = stack_depth;
-  setup.ring_mb = ring_mb;
-  setup.no_free_stacks = no_free_stacks;
-  if (in_place) {
-    if (daemon) {
-      // fragscope-collector's own default when no --socket is given.
-      absl::StatusOr<std::string> runtime = PrivateRuntimeDir();
-      const std::string default_socket = runtime.ok() ? *runtime + "/collector.sock" : "";
-      if (socket_path.empty()) {
-        if (!runtime.ok()) {
-          std::fprintf(stderr, "fragscope run: %s\n",
-                       std::string(runtime.status().message()).c_str());
-          return kExitBadInput;
-        }
-        socket_path = default_socket;
+// --daemon and --dormant: sets up the program's environment and execs it in place of this
+// command. Returns only on failure.
+int ExecWithAgent(RunOptions& o) {
+  if (o.mode == RunOptions::Mode::kDaemon) {
+    // fragscope-collector's own default when no --socket is given.
+    absl::StatusOr<std::string> runtime = PrivateRuntimeDir();
+    const std::string default_socket = runtime.ok() ? *runtime + "/collector.sock" : "";
+    if (o.socket_path.empty()) {
+      if (!runtime.ok()) {
+        std::fprintf(stderr, "fragscope run: %s\n",
+                     std::string(runtime.status().message()).c_str());
+        return kExitBadInput;
       }
-      if (!SocketExists(socket_path)) {
-        const std::string start = socket_path == default_socket ? "" : " --socket " + socket_path;
-        std::fprintf(stderr,
-                     "fragscope run: warning: no fragscope-collector socket at %s yet; the agent "
-                     "keeps trying, so start one (fragscope-collector --dir DIR%s) before the "
-                     "program's memory matters\n",
-                     socket_path.c_str(), start.c_str());
-      }
-      setup.socket = socket_path;
-    } else {
-      setup.dormant = true;
-      std::fprintf(stderr,
-                   "fragscope run: the agent in pid %d is dormant; `fragscope attach %d` wakes "
-                   "it\n",
-                   static_cast<int>(getpid()), static_cast<int>(getpid()));
+      o.socket_path = default_socket;
     }
-    SetAgentEnvironment(setup);
-    return ExecInPlace(reader.after_dashdash());
+    if (!SocketExists(o.socket_path)) {
+      const std::string start = o.socket_path == default_socket ? "" : " --socket " + o.socket_path;
+      std::fprintf(stderr,
+                   "fragscope run: warning: no fragscope-collector socket at %s yet; the agent "
+                   "keeps trying, so start one (fragscope-collector --dir DIR%s) before the "
+                   "program's memory matters\n",
+                   o.socket_path.c_str(), start.c_str());
+    }
+    o.setup.socket = o.socket_path;
+  } else {
+    std::fprintf(stderr,
+                 "fragscope run: the agent in pid %d is dormant; `fragscope attach %d` wakes "
+                 "it\n",
+                 static_cast<int>(getpid()), static_cast<int>(getpid()));
   }
+  SetAgentEnvironment(o.setup);
+  return ExecInPlace(o.command);
+}
 
-  // Before CMD runs: both files are written at its end, maybe hours later, and a bad path
-  // found then would cost the report or the trace of the whole run.
-  if (!OutputsWritable("run", {{"--report", &report_path}, {"-o", &trace_path}})) {
-    return kExitBadInput;
-  }
-
-  ModelOptions options;
-  if (const char* conf = getenv("PYTORCH_CUDA_ALLOC_CONF")) {
-    options.expandable_segments = std::strstr(conf, "expandable_segments:True") != nullptr;
-  }
-  // The program's own stream goes to TRACE, any other process's to TRACE.<pid>[.<stream>]; an
-  // image after an exec in place adds .exec-<k>, a resumed stream .resumed-<k>, so that no stream
-  // of a run writes over another. The program is our direct child: its Hello names us as parent
-  // (no race with fork returning; an exec keeps the parent).
+// The embedded collector, on a private socket. The program's own stream goes to TRACE, any other
+// process's to TRACE.<pid>[.<stream>]; an image after an exec in place adds .exec-<k>, a resumed
+// stream .resumed-<k>, so that no stream of a run writes over another. The program is our direct
+// child: its Hello names us as parent (no race with fork returning; an exec keeps the parent).
+absl::StatusOr<std::unique_ptr<SessionServer>> StartEmbeddedCollector(const RunOptions& o) {
   SessionServerOptions server_options;
-  server_options.model = options;
+  if (const char* conf = getenv("PYTORCH_CUDA_ALLOC_CONF")) {
+    server_options.model.expandable_segments =
+        std::strstr(conf, "expandable_segments:True") != nullptr;
+  }
   server_options.make_symbolizer = MakeDwarfSymbolizer;  // `fragscope top --socket` on it
-  if (!trace_path.empty()) {
-    server_options.trace_path = [&trace_path, self = getpid()](const StreamSession&,
-                                                               const v1::Frame& first, pid_t) {
+  if (!o.trace_path.empty()) {
+    server_options.trace_path = [trace_path = o.trace_path, self = getpid()](
+                                    const StreamSession&, const v1::Frame& first, pid_t) {
       if (!first.has_hello()) return trace_path + ".unknown";
       const v1::Hello& h = first.hello();
       std::string path = trace_path;
@@ -314,62 +335,65 @@ int RunCommand(const std::vector<std::string>& args) {
       return path;
     };
   }
-  auto runtime_dir = PrivateRuntimeDir();
-  if (!runtime_dir.ok()) {
-    std::fprintf(stderr, "fragscope run: %s\n",
-                 std::string(runtime_dir.status().message()).c_str());
-    return kExitBadInput;
-  }
-  auto collector = SessionServer::Start(absl::StrFormat("%s/run-%d.sock", *runtime_dir, getpid()),
-                                        std::move(server_options));
-  if (!collector.ok()) {
-    std::fprintf(stderr, "fragscope run: %s\n", std::string(collector.status().message()).c_str());
-    return kExitBadInput;
-  }
+  absl::StatusOr<std::string> runtime_dir = PrivateRuntimeDir();
+  if (!runtime_dir.ok()) return runtime_dir.status();
+  return SessionServer::Start(absl::StrFormat("%s/run-%d.sock", *runtime_dir, getpid()),
+                              std::move(server_options));
+}
 
-  std::vector<std::string> cmd = reader.after_dashdash();
+// Forks and execs the program with the agent pointed at `socket`; -1 if fork failed (said).
+pid_t StartProgram(const RunOptions& o, const std::string& socket) {
   pid_t child = fork();
   if (child < 0) {
     std::perror("fragscope run: fork");
-    return kExitBadInput;
+    return -1;
   }
   if (child == 0) {
-    setup.socket = (*collector)->socket_path();
+    AgentSetup setup = o.setup;
+    setup.socket = socket;
     SetAgentEnvironment(setup);
-    _exit(ExecInPlace(cmd));
+    _exit(ExecInPlace(o.command));
   }
+  return child;
+}
+
+// Waits for the program, staying alive through Ctrl-C (which reaches the whole process group)
+// to print the report; TERM and HUP are passed on to the program, which decides. Returns its
+// exit status as a shell gives it (128+N for signal N).
+int WaitForProgram(pid_t child) {
   g_child_pid = child;
-  // Ctrl-C reaches the whole process group; we stay to print the report. TERM/HUP are passed
-  // on to the program, which decides.
   signal(SIGINT, SIG_IGN);
   signal(SIGQUIT, SIG_IGN);
   struct sigaction sa {};
   sa.sa_handler = ForwardSignal;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
-
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   g_child_pid = 0;
-  int exit_code =
-      WIFEXITED(status) ? WEXITSTATUS(status) : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1);
+  return WIFEXITED(status) ? WEXITSTATUS(status)
+                           : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1);
+}
 
-  std::vector<CollectedStream> streams = (*collector)->Finish(static_cast<int>(linger_ms));
-  if (streams.empty()) {
-    if (use_cupti) {
-      std::fprintf(stderr,
-                   "fragscope run: no agent connected, nothing was measured: the CUPTI backend "
-                   "needs a real CUDA driver and a program that initialises CUDA\n");
-    } else {
-      std::fprintf(stderr,
-                   "fragscope run: no agent connected, nothing was measured: '%s' did not load "
-                   "%s (a statically linked or setuid program ignores LD_PRELOAD%s)\n",
-                   cmd[0].c_str(), agent.c_str(),
-                   backend == "auto" ? "; on a real GPU try --backend cupti" : "");
-    }
-    return exit_code;
+// Says that nothing was measured, and the likely reason.
+void SayNothingConnected(const RunOptions& o) {
+  if (o.setup.use_cupti) {
+    std::fprintf(stderr,
+                 "fragscope run: no agent connected, nothing was measured: the CUPTI backend "
+                 "needs a real CUDA driver and a program that initialises CUDA\n");
+  } else {
+    std::fprintf(stderr,
+                 "fragscope run: no agent connected, nothing was measured: '%s' did not load "
+                 "%s (a statically linked or setuid program ignores LD_PRELOAD%s)\n",
+                 o.command[0].c_str(), o.setup.agent.c_str(),
+                 o.backend == "auto" ? "; on a real GPU try --backend cupti" : "");
   }
+}
+
+// The report of the run's streams (one process's report, or a job's for several), the warnings
+// about streams that ended early, and where the traces went.
+void ReportStreams(std::vector<CollectedStream> streams, const RunOptions& o, pid_t child) {
   // A connection that never said Hello (a process killed before its agent's first write) has
   // nothing to report: said once, and left out rather than shown as a process 0 with 0 events.
   std::erase_if(streams, [](const CollectedStream& s) {
@@ -380,16 +404,16 @@ int RunCommand(const std::vector<std::string>& args) {
                  static_cast<int>(s.peer_pid));
     return true;
   });
-  if (streams.empty()) return exit_code;
+  if (streams.empty()) return;
   // The program's own stream first, then any other process, in connection order.
   std::stable_partition(streams.begin(), streams.end(), [&](const CollectedStream& s) {
     return s.session->hello() && static_cast<pid_t>(s.session->hello()->pid()) == child;
   });
   std::ostringstream report_file;  // written at the end by WriteOutputFile (0644 at most)
   std::ostream* out = &std::cerr;
-  if (report_path == "-") {
+  if (o.report_path == "-") {
     out = &std::cout;
-  } else if (!report_path.empty()) {
+  } else if (!o.report_path.empty()) {
     out = &report_file;
   }
   std::vector<JobReportInput> job;  // several processes: one report with the job summary
@@ -405,21 +429,21 @@ int RunCommand(const std::vector<std::string>& args) {
                    s.outcome.error.empty() ? "process ended without closing its stream"
                                            : s.outcome.error.c_str());
     }
-    if (quiet) continue;
+    if (o.quiet) continue;
     if (streams.size() == 1) {
-      WriteReport(s.session->Summarize(), format, *out);
+      WriteReport(s.session->Summarize(), o.format, *out);
     } else {
       job.push_back({s.session->trace_path(), s.session->Summarize(), ""});
     }
   }
-  if (!job.empty()) WriteJobReport(job, format, *out);
+  if (!job.empty()) WriteJobReport(job, o.format, *out);
   if (out == &report_file) {
-    if (absl::Status st = WriteOutputFile(report_path, report_file.str()); !st.ok()) {
+    if (absl::Status st = WriteOutputFile(o.report_path, report_file.str()); !st.ok()) {
       std::fprintf(stderr, "fragscope run: cannot write report: %s\n",
                    std::string(st.message()).c_str());
     }
   }
-  if (!trace_path.empty()) {
+  if (!o.trace_path.empty()) {
     for (const CollectedStream& s : streams) {
       if (!s.session->trace_path().empty()) {
         std::fprintf(stderr, "fragscope run: trace written to %s\n",
@@ -427,7 +451,42 @@ int RunCommand(const std::vector<std::string>& args) {
       }
     }
   }
+}
+
+// The embedded-collector mode: runs the program as a child, then reports. Returns the
+// program's exit status (or kExitBadInput when it could not be started).
+int RunUnderEmbeddedCollector(RunOptions& o) {
+  // Before CMD runs: both files are written at its end, maybe hours later, and a bad path
+  // found then would cost the report or the trace of the whole run.
+  if (!OutputsWritable("run", {{"--report", &o.report_path}, {"-o", &o.trace_path}})) {
+    return kExitBadInput;
+  }
+  auto collector = StartEmbeddedCollector(o);
+  if (!collector.ok()) {
+    std::fprintf(stderr, "fragscope run: %s\n", std::string(collector.status().message()).c_str());
+    return kExitBadInput;
+  }
+  const pid_t child = StartProgram(o, (*collector)->socket_path());
+  if (child < 0) return kExitBadInput;
+  const int exit_code = WaitForProgram(child);
+  std::vector<CollectedStream> streams = (*collector)->Finish(static_cast<int>(o.linger_ms));
+  if (streams.empty()) {
+    SayNothingConnected(o);
+  } else {
+    ReportStreams(std::move(streams), o, child);
+  }
   return exit_code;
+}
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& args) {
+  RunOptions options;
+  if (std::optional<int> exit = ParseRunOptions(args, &options)) return *exit;
+  if (options.mode == RunOptions::Mode::kEmbeddedCollector) {
+    return RunUnderEmbeddedCollector(options);
+  }
+  return ExecWithAgent(options);
 }
 
 }  // namespace fragscope::cli
