@@ -292,30 +292,40 @@ bool ImportTorch(pid_t pid, const InjectedAgent& agent, uint32_t wait_ms) {
   return a.oom_observer != 0;
 }
 
-}  // namespace
+// What `fragscope attach` was asked to do, parsed and checked.
+struct AttachOptions {
+  pid_t pid = 0;
+  long duration_s = 0;  // 0: until Ctrl-C or the process ends
+  std::string trace_path, report_path;
+  ReportFormat format = ReportFormat::kText;
+  uint32_t torch_wait_ms = 5000;
+};
 
-int AttachCommand(const std::vector<std::string>& args) {
-  std::string duration_text, trace_path, format_name = "text", report_path, torch_wait_text;
+// Fills `options`. Returns the exit code to stop with (usage error, --help), or nullopt.
+std::optional<int> ParseAttachOptions(const std::vector<std::string>& args,
+                                      AttachOptions* options) {
+  std::string duration_text, format_name = "text", torch_wait_text;
+  AttachOptions& o = *options;
   ArgReader reader("attach", args);
   reader.Option("duration", "", &duration_text);
-  reader.Option("output", "o", &trace_path);
+  reader.Option("output", "o", &o.trace_path);
   reader.Option("format", "f", &format_name);
-  reader.Option("report", "", &report_path);
+  reader.Option("report", "", &o.report_path);
   reader.Option("torch-wait", "", &torch_wait_text);
-  if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
-  ReportFormat format;
-  if (!ParseReportFormat(format_name, &format)) {
+  if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return exit;
+  if (!ParseReportFormat(format_name, &o.format)) {
     std::fprintf(stderr, "fragscope attach: unknown --format '%s' (text or json)\n%s",
                  format_name.c_str(), kUsage);
     return kExitUsage;
   }
-  long pid_value = 0, duration_s = 0;
+  long pid_value = 0;
   if (reader.positionals().size() != 1 ||
       !ParsePositive(reader.positionals()[0], 1L << 22, &pid_value)) {
     std::fprintf(stderr, "fragscope attach: give exactly one process id\n%s", kUsage);
     return kExitUsage;
   }
-  if (!duration_text.empty() && !ParsePositive(duration_text, 365L * 24 * 3600, &duration_s)) {
+  o.pid = static_cast<pid_t>(pid_value);
+  if (!duration_text.empty() && !ParsePositive(duration_text, 365L * 24 * 3600, &o.duration_s)) {
     std::fprintf(stderr,
                  "fragscope attach: --duration '%s' must be a whole number of seconds > 0\n",
                  duration_text.c_str());
@@ -328,7 +338,13 @@ int AttachCommand(const std::vector<std::string>& args) {
         torch_wait_text.c_str());
     return kExitUsage;
   }
-  const pid_t pid = static_cast<pid_t>(pid_value);
+  o.torch_wait_ms = static_cast<uint32_t>(torch_wait_s * 1000);
+  return std::nullopt;
+}
+
+// Refuses a process that does not exist or is another user's. Returns the exit code to stop
+// with, or nullopt.
+std::optional<int> CheckTarget(pid_t pid) {
   struct stat proc;
   if (!ProcessExists(pid) || stat(absl::StrFormat("/proc/%d", pid).c_str(), &proc) != 0) {
     std::fprintf(stderr, "fragscope attach: no process with pid %d\n", pid);
@@ -343,32 +359,20 @@ int AttachCommand(const std::vector<std::string>& args) {
                  pid, proc.st_uid, geteuid(), proc.st_uid, pid);
     return kExitBadInput;
   }
-  // Before the process is touched: an attach can run for hours, and a path found unwritable
-  // only at its end would cost the report or the trace.
-  if (!OutputsWritable("attach", {{"--report", &report_path}, {"-o", &trace_path}})) {
-    return kExitBadInput;
-  }
-  std::string control = FindControlSocket(pid, geteuid());
-  std::optional<InjectedAgent> injected;
-  bool torch_synced = false;  // the import left a snapshot diff for the detach
-  if (!AgentMapped(pid) || !AgentPreloaded(pid)) {
-    // No agent, or one an earlier attach injected (dormant, its patches removed).
-    injected.emplace();
-    control = Inject(pid, &*injected);
-    if (control.empty()) return kExitBadInput;
-    // After the patches (PyTorch's segments taken or given back from now on are seen by the
-    // hooks) and before the wake (whose snapshot then holds what PyTorch had).
-    torch_synced = ImportTorch(pid, *injected, static_cast<uint32_t>(torch_wait_s * 1000));
-  } else if (control.empty()) {
-    std::fprintf(stderr,
-                 "fragscope attach: pid %d has the agent loaded but no control socket: it was "
-                 "not started with FRAGSCOPE_DORMANT=1 (an agent that streams from the start "
-                 "already has an output), or it has not used CUDA memory yet\n",
-                 pid);
-    return kExitBadInput;
-  }
-  // Undoes the injection's patches (detach, or an error after the injection).
-  auto unpatch = [&]() -> std::string {
+  return std::nullopt;
+}
+
+// The agent in the target, reached through its control socket: a dormant preloaded one, or one
+// injected now (whose patches the detach removes).
+struct ReachedAgent {
+  pid_t pid = 0;
+  std::string control;                    // its control socket
+  std::optional<InjectedAgent> injected;  // set while our patches are in the process
+  bool torch_synced = false;              // the import left a snapshot diff for the detach
+
+  // Undoes the injection's patches (detach, or an error after the injection). Returns what to
+  // say about it, "" when there was nothing to undo.
+  std::string Unpatch() {
     if (!injected || !ProcessExists(pid)) return "";
     absl::Status s = RemovePatches(pid, *injected);
     injected.reset();
@@ -377,73 +381,107 @@ int AttachCommand(const std::vector<std::string>& args) {
                              s.message());
     }
     return "libcuda's original bytes are restored; the agent stays loaded, dormant";
-  };
+  }
+};
 
-  std::atomic<bool> stream_ended{false};
+// Finds the preloaded agent's control socket, or injects the agent (and imports PyTorch's
+// state). Returns the exit code to stop with (said), or nullopt.
+std::optional<int> ReachAgent(const AttachOptions& o, ReachedAgent* agent) {
+  agent->pid = o.pid;
+  agent->control = FindControlSocket(o.pid, geteuid());
+  if (!AgentMapped(o.pid) || !AgentPreloaded(o.pid)) {
+    // No agent, or one an earlier attach injected (dormant, its patches removed).
+    agent->injected.emplace();
+    agent->control = Inject(o.pid, &*agent->injected);
+    if (agent->control.empty()) return kExitBadInput;
+    // After the patches (PyTorch's segments taken or given back from now on are seen by the
+    // hooks) and before the wake (whose snapshot then holds what PyTorch had).
+    agent->torch_synced = ImportTorch(o.pid, *agent->injected, o.torch_wait_ms);
+  } else if (agent->control.empty()) {
+    std::fprintf(stderr,
+                 "fragscope attach: pid %d has the agent loaded but no control socket: it was "
+                 "not started with FRAGSCOPE_DORMANT=1 (an agent that streams from the start "
+                 "already has an output), or it has not used CUDA memory yet\n",
+                 o.pid);
+    return kExitBadInput;
+  }
+  return std::nullopt;
+}
+
+// The embedded collector the agent streams to; sets *stream_ended when its stream ends.
+absl::StatusOr<std::unique_ptr<SessionServer>> StartAttachCollector(
+    const AttachOptions& o, std::atomic<bool>* stream_ended) {
   SessionServerOptions server_options;
   server_options.make_symbolizer = MakeDwarfSymbolizer;  // `fragscope top --socket` on it
-  if (!trace_path.empty()) {
-    server_options.trace_path = [&trace_path](const StreamSession&, const v1::Frame&, pid_t) {
-      return trace_path;
-    };
+  if (!o.trace_path.empty()) {
+    server_options.trace_path = [trace_path = o.trace_path](const StreamSession&, const v1::Frame&,
+                                                            pid_t) { return trace_path; };
   }
-  server_options.on_stream_end = [&stream_ended](const CollectedStream&, const ModelSummary&) {
-    stream_ended = true;
+  server_options.on_stream_end = [stream_ended](const CollectedStream&, const ModelSummary&) {
+    *stream_ended = true;
   };
-  auto runtime_dir = PrivateRuntimeDir();
-  if (!runtime_dir.ok()) {
-    std::fprintf(stderr, "fragscope attach: %s\n",
-                 std::string(runtime_dir.status().message()).c_str());
-    unpatch();
-    return kExitBadInput;
-  }
-  auto collector = SessionServer::Start(
-      absl::StrFormat("%s/attach-%d.sock", *runtime_dir, getpid()), std::move(server_options));
-  if (!collector.ok()) {
-    std::fprintf(stderr, "fragscope attach: %s\n",
-                 std::string(collector.status().message()).c_str());
-    unpatch();
-    return kExitBadInput;
-  }
+  absl::StatusOr<std::string> runtime_dir = PrivateRuntimeDir();
+  if (!runtime_dir.ok()) return runtime_dir.status();
+  return SessionServer::Start(absl::StrFormat("%s/attach-%d.sock", *runtime_dir, getpid()),
+                              std::move(server_options));
+}
+
+// How the collection ended.
+struct Detach {
+  bool detached = false;  // the agent went back to dormant (false: the process or stream ended)
+  std::string unpatched;  // what Unpatch said
+};
+
+// Wakes the agent towards `collector_socket`, collects until --duration, Ctrl-C or the end of
+// the process or its stream, then detaches. Returns the exit code to stop with when the agent
+// did not start streaming (said), or nullopt with *detach filled.
+std::optional<int> Collect(const AttachOptions& o, const std::string& collector_socket,
+                           const std::atomic<bool>& stream_ended, ReachedAgent* agent,
+                           Detach* detach) {
   struct sigaction sa {};
   sa.sa_handler = OnInterrupt;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
 
-  const std::string answer = AskAgent(control, "wake " + (*collector)->socket_path());
+  const std::string answer = AskAgent(agent->control, "wake " + collector_socket);
   if (answer.rfind("ok", 0) != 0) {
-    std::fprintf(stderr, "fragscope attach: the agent of pid %d did not start streaming: %s\n", pid,
-                 (answer.empty() ? "no answer on its control socket " + control : answer).c_str());
-    unpatch();
+    std::fprintf(
+        stderr, "fragscope attach: the agent of pid %d did not start streaming: %s\n", o.pid,
+        (answer.empty() ? "no answer on its control socket " + agent->control : answer).c_str());
+    agent->Unpatch();
     return kExitBadInput;
   }
   std::fprintf(
-      stderr, "fragscope attach: collecting from pid %d (%s); %s\n", pid, answer.c_str(),
-      duration_s > 0 ? absl::StrFormat("for %d s", duration_s).c_str() : "Ctrl-C to detach");
-  const uint32_t torch_wait_ms = static_cast<uint32_t>(torch_wait_s * 1000);
+      stderr, "fragscope attach: collecting from pid %d (%s); %s\n", o.pid, answer.c_str(),
+      o.duration_s > 0 ? absl::StrFormat("for %d s", o.duration_s).c_str() : "Ctrl-C to detach");
   // A dormant agent's table holds the blocks of the adapter's last diff, maybe long ago; an
   // injected one's are the import's, just taken.
-  if (!injected) SyncTorchBlocks(control, torch_wait_ms, "attach", /*injected=*/false);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(duration_s);
-  while (!g_interrupted && !stream_ended && ProcessExists(pid) &&
-         (duration_s == 0 || std::chrono::steady_clock::now() < deadline)) {
+  if (!agent->injected) {
+    SyncTorchBlocks(agent->control, o.torch_wait_ms, "attach", /*injected=*/false);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.duration_s);
+  while (!g_interrupted && !stream_ended && ProcessExists(o.pid) &&
+         (o.duration_s == 0 || std::chrono::steady_clock::now() < deadline)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  bool detached = false;
-  std::string unpatched;
-  if (!stream_ended && ProcessExists(pid)) {
+  if (!stream_ended && ProcessExists(o.pid)) {
     // PyTorch's blocks as they are now, while the stream still runs.
-    if (!injected || torch_synced) {
-      SyncTorchBlocks(control, torch_wait_ms, "detach", injected.has_value());
+    if (!agent->injected || agent->torch_synced) {
+      SyncTorchBlocks(agent->control, o.torch_wait_ms, "detach", agent->injected.has_value());
     }
     // Detach: the agent writes End, closes the stream and goes back to dormant.
-    detached = AskAgent(control, "sleep").rfind("ok", 0) == 0;
-    unpatched = unpatch();
+    detach->detached = AskAgent(agent->control, "sleep").rfind("ok", 0) == 0;
+    detach->unpatched = agent->Unpatch();
   }
-  std::vector<CollectedStream> streams = (*collector)->Finish(2000);
+  return std::nullopt;
+}
+
+// The report of the collected stream, and where the trace went. Returns the exit code.
+int ReportAttach(const AttachOptions& o, std::vector<CollectedStream> streams,
+                 const Detach& detach) {
   if (streams.empty()) {
-    std::fprintf(stderr, "fragscope attach: pid %d never connected to the collector\n", pid);
+    std::fprintf(stderr, "fragscope attach: pid %d never connected to the collector\n", o.pid);
     return kExitBadInput;
   }
   const CollectedStream& s = streams.front();
@@ -451,30 +489,63 @@ int AttachCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr,
                  "fragscope attach: warning: the stream of pid %d ended early (%s); the report "
                  "covers what arrived\n",
-                 pid,
+                 o.pid,
                  s.outcome.error.empty() ? "process ended without closing its stream"
                                          : s.outcome.error.c_str());
   }
   const ModelSummary summary = s.session->Summarize();
   bool report_failed = false;
-  if (absl::Status st = WriteReportFile(summary, format, report_path.empty() ? "-" : report_path);
+  if (absl::Status st =
+          WriteReportFile(summary, o.format, o.report_path.empty() ? "-" : o.report_path);
       !st.ok()) {
     // The attach's findings are not lost for a file that went bad since the start: stdout.
     std::fprintf(stderr, "fragscope attach: cannot write report: %s; writing it to stdout\n",
                  std::string(st.message()).c_str());
-    WriteReport(summary, format, std::cout);
+    WriteReport(summary, o.format, std::cout);
     report_failed = true;
   }
   if (!s.outcome.trace_error.empty()) {
     std::fprintf(stderr, "fragscope attach: trace copy failed: %s\n",
                  s.outcome.trace_error.c_str());
-  } else if (!trace_path.empty()) {
-    std::fprintf(stderr, "fragscope attach: trace written to %s\n", trace_path.c_str());
+  } else if (!o.trace_path.empty()) {
+    std::fprintf(stderr, "fragscope attach: trace written to %s\n", o.trace_path.c_str());
   }
-  if (!unpatched.empty()) std::fprintf(stderr, "fragscope attach: %s\n", unpatched.c_str());
+  if (!detach.unpatched.empty()) {
+    std::fprintf(stderr, "fragscope attach: %s\n", detach.unpatched.c_str());
+  }
   std::fprintf(stderr, "fragscope attach: %s\n",
-               detached ? "detached; the agent is dormant again" : "the process ended");
+               detach.detached ? "detached; the agent is dormant again" : "the process ended");
   return report_failed ? kExitBadInput : kExitOk;
+}
+
+}  // namespace
+
+int AttachCommand(const std::vector<std::string>& args) {
+  AttachOptions options;
+  if (std::optional<int> exit = ParseAttachOptions(args, &options)) return *exit;
+  if (std::optional<int> exit = CheckTarget(options.pid)) return *exit;
+  // Before the process is touched: an attach can run for hours, and a path found unwritable
+  // only at its end would cost the report or the trace.
+  if (!OutputsWritable("attach",
+                       {{"--report", &options.report_path}, {"-o", &options.trace_path}})) {
+    return kExitBadInput;
+  }
+  ReachedAgent agent;
+  if (std::optional<int> exit = ReachAgent(options, &agent)) return *exit;
+  std::atomic<bool> stream_ended{false};
+  auto collector = StartAttachCollector(options, &stream_ended);
+  if (!collector.ok()) {
+    std::fprintf(stderr, "fragscope attach: %s\n",
+                 std::string(collector.status().message()).c_str());
+    agent.Unpatch();
+    return kExitBadInput;
+  }
+  Detach detach;
+  if (std::optional<int> exit =
+          Collect(options, (*collector)->socket_path(), stream_ended, &agent, &detach)) {
+    return *exit;
+  }
+  return ReportAttach(options, (*collector)->Finish(2000), detach);
 }
 
 }  // namespace fragscope::cli
