@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,8 +15,8 @@
 #include "fragscope/export/site_names.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/report/free_range_sizes.h"
+#include "fragscope/report/json_writer.h"
 #include "fragscope/report/report_caveats.h"
-#include "nlohmann/json.hpp"
 
 namespace fragscope::exporter {
 namespace {
@@ -547,18 +548,37 @@ void HtmlReport::Oom(const OomPostMortem& o, std::size_t index) {
 }
 
 std::string HtmlReport::DataJson() const {
-  nlohmann::json devices = nlohmann::json::object();
+  std::ostringstream json;
+  JsonWriter w(json, /*pretty=*/false);
+  w.BeginObject();
+  w.Key("devices");
+  w.BeginObject();
   for (const DeviceSummary& d : s_.devices) {
-    nlohmann::json points = nlohmann::json::array();
+    w.Key(std::to_string(d.ordinal));
+    w.BeginObject();
+    w.Key("timeline");
+    w.BeginArray();
     for (const TimelinePoint& p : d.timeline) {
-      points.push_back({p.seq, p.time_ns, p.reserved_bytes, p.allocated_bytes, p.cached_bytes,
-                        p.fragmentation ? nlohmann::json(*p.fragmentation) : nlohmann::json()});
+      w.BeginArray();
+      w.Uint(p.seq);
+      w.Uint(p.time_ns);
+      w.Uint(p.reserved_bytes);
+      w.Uint(p.allocated_bytes);
+      w.Uint(p.cached_bytes);
+      if (p.fragmentation) {
+        w.DoubleExact(*p.fragmentation);
+      } else {
+        w.Null();
+      }
+      w.EndArray();
     }
-    devices[std::to_string(d.ordinal)] = {{"timeline", std::move(points)}};
+    w.EndArray();
+    w.EndObject();
   }
+  w.EndObject();
+  w.EndObject();
   // Strings from the trace are not in here, but keep "</" out of the script element anyway.
-  std::string text = nlohmann::json{{"devices", std::move(devices)}}.dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string text = json.str();
   std::string safe;
   safe.reserve(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {

@@ -8,13 +8,11 @@
 #include "absl/strings/str_format.h"
 #include "fragscope/export/site_names.h"
 #include "fragscope/model/format_bytes.h"
+#include "fragscope/report/json_writer.h"
 #include "fragscope/report/report_caveats.h"
-#include "nlohmann/json.hpp"
 
 namespace fragscope::exporter {
 namespace {
-
-using nlohmann::json;
 
 int TidOf(int device) { return device < 0 ? 0 : device + 1; }
 
@@ -24,13 +22,44 @@ std::string DeviceName(int device) {
 
 double Micros(uint64_t time_ns) { return static_cast<double>(time_ns) / 1000.0; }
 
-json MeasuredBytes(const Measured<uint64_t>& m) { return m.value ? json(*m.value) : json(nullptr); }
+void FieldMeasuredBytes(JsonWriter& w, std::string_view key, const Measured<uint64_t>& m) {
+  w.FieldOrNull(key, m.value);
+}
 
-// The events of one process into `events`: its name, a thread per device, the counter tracks,
-// the failed allocations and OOMs. `pid` is the id the viewer groups them by, `shift_ns` is added
-// to every time (0: the process's own CLOCK_MONOTONIC), `sort_index` orders processes.
-void AppendProcessEvents(const ModelSummary& s, Symbolizer& symbolizer, int pid, int64_t shift_ns,
-                         std::optional<int64_t> sort_index, json& events) {
+void FieldStrings(JsonWriter& w, std::string_view key, const std::vector<std::string>& values) {
+  w.Key(key);
+  w.BeginArray();
+  for (const std::string& v : values) w.String(v);
+  w.EndArray();
+}
+
+// The start of one trace event: its phase, name, process and thread. The caller adds the rest
+// and ends the object.
+void BeginEvent(JsonWriter& w, const char* phase, std::string_view name, int pid, int tid) {
+  w.BeginObject();
+  w.Field("ph", phase);
+  w.Field("name", name);
+  w.Field("pid", pid);
+  w.Field("tid", tid);
+}
+
+// A metadata event ("M") whose args hold one string.
+void MetadataEvent(JsonWriter& w, const char* name, int pid, int tid, const char* arg,
+                   std::string_view value) {
+  BeginEvent(w, "M", name, pid, tid);
+  w.Key("args");
+  w.BeginObject();
+  w.Field(arg, value);
+  w.EndObject();
+  w.EndObject();
+}
+
+// The events of one process, as elements of the open traceEvents array: its name, a thread per
+// device, the counter tracks, the failed allocations and OOMs. `pid` is the id the viewer groups
+// them by, `shift_ns` is added to every time (0: the process's own CLOCK_MONOTONIC),
+// `sort_index` orders processes.
+void WriteProcessEvents(const ModelSummary& s, Symbolizer& symbolizer, int pid, int64_t shift_ns,
+                        std::optional<int64_t> sort_index, JsonWriter& w) {
   SiteNames sites(s, symbolizer);
   auto Ts = [shift_ns](uint64_t time_ns) {
     return Micros(time_ns + static_cast<uint64_t>(shift_ns));
@@ -38,149 +67,167 @@ void AppendProcessEvents(const ModelSummary& s, Symbolizer& symbolizer, int pid,
   std::string process = s.exe.empty() ? "traced process" : s.exe;
   if (s.pid != 0) process += absl::StrFormat(" (pid %d)", s.pid);
   if (s.rank) process = absl::StrFormat("rank %d: %s", *s.rank, process);
-  events.push_back({{"ph", "M"},
-                    {"name", "process_name"},
-                    {"pid", pid},
-                    {"tid", 0},
-                    {"args", {{"name", "fragscope: " + process}}}});
+  MetadataEvent(w, "process_name", pid, 0, "name", "fragscope: " + process);
   if (sort_index) {
-    events.push_back({{"ph", "M"},
-                      {"name", "process_sort_index"},
-                      {"pid", pid},
-                      {"tid", 0},
-                      {"args", {{"sort_index", *sort_index}}}});
+    BeginEvent(w, "M", "process_sort_index", pid, 0);
+    w.Key("args");
+    w.BeginObject();
+    w.Key("sort_index");
+    w.Int(*sort_index);
+    w.EndObject();
+    w.EndObject();
   }
 
   std::set<int> devices;
   for (const DeviceSummary& d : s.devices) devices.insert(d.ordinal);
   for (const FailedAllocation& f : s.failed_allocations) devices.insert(f.device);
   for (int device : devices) {
-    events.push_back({{"ph", "M"},
-                      {"name", "thread_name"},
-                      {"pid", pid},
-                      {"tid", TidOf(device)},
-                      {"args", {{"name", DeviceName(device)}}}});
+    MetadataEvent(w, "thread_name", pid, TidOf(device), "name", DeviceName(device));
   }
 
   for (const DeviceSummary& d : s.devices) {
     const std::string prefix = DeviceName(d.ordinal);
     for (const TimelinePoint& p : d.timeline) {
       const double ts = Ts(p.time_ns);
-      auto counter = [&](const char* figure, const char* key, json value) {
-        events.push_back({{"ph", "C"},
-                          {"name", prefix + " " + figure},
-                          {"pid", pid},
-                          {"tid", 0},
-                          {"ts", ts},
-                          {"args", {{key, std::move(value)}}}});
+      // One counter event; `value` writes its one arg.
+      auto counter = [&](const char* figure, const char* key, auto value) {
+        BeginEvent(w, "C", prefix + " " + figure, pid, 0);
+        w.FieldDoubleExact("ts", ts);
+        w.Key("args");
+        w.BeginObject();
+        w.Key(key);
+        value();
+        w.EndObject();
+        w.EndObject();
       };
-      counter("reserved", "bytes", p.reserved_bytes);
-      counter("allocated", "bytes", p.allocated_bytes);
-      counter("cached", "bytes", p.cached_bytes);
-      if (p.fragmentation) counter("fragmentation", "ratio", *p.fragmentation);
+      counter("reserved", "bytes", [&] { w.Uint(p.reserved_bytes); });
+      counter("allocated", "bytes", [&] { w.Uint(p.allocated_bytes); });
+      counter("cached", "bytes", [&] { w.Uint(p.cached_bytes); });
+      if (p.fragmentation) {
+        counter("fragmentation", "ratio", [&] { w.DoubleExact(*p.fragmentation); });
+      }
     }
   }
   for (const FailedAllocation& f : s.failed_allocations) {
-    json args = {{"seq", f.seq},
-                 {"api", f.api_name},
-                 {"result", f.result},
-                 {"requested_bytes", f.requested_bytes},
-                 {"is_oom", f.is_oom},
-                 {"recovered", f.recovered},
-                 {"stream", f.stream},
-                 {"pool", f.pool},
-                 {"site", sites.Name(f.stack_id)}};
-    events.push_back(
-        {{"ph", "i"},
-         {"s", "t"},
-         {"cat", "failed_alloc"},
-         {"name", absl::StrFormat("failed %s %s", f.api_name, FormatBytes(f.requested_bytes))},
-         {"pid", pid},
-         {"tid", TidOf(f.device)},
-         {"ts", Ts(f.time_ns)},
-         {"args", std::move(args)}});
+    BeginEvent(w, "i", absl::StrFormat("failed %s %s", f.api_name, FormatBytes(f.requested_bytes)),
+               pid, TidOf(f.device));
+    w.Field("s", "t");
+    w.Field("cat", "failed_alloc");
+    w.FieldDoubleExact("ts", Ts(f.time_ns));
+    w.Key("args");
+    w.BeginObject();
+    w.Field("seq", f.seq);
+    w.Field("api", f.api_name);
+    w.Field("result", f.result);
+    w.Field("requested_bytes", f.requested_bytes);
+    w.Field("is_oom", f.is_oom);
+    w.Field("recovered", f.recovered);
+    w.Field("stream", f.stream);
+    w.Field("pool", f.pool);
+    w.Field("site", sites.Name(f.stack_id));
+    w.EndObject();
+    w.EndObject();
   }
 
   for (const OomPostMortem& o : s.ooms) {
     const OomFigures& f = o.figures;
-    json args = {{"seq", o.failure.seq},
-                 {"class", OomClassName(o.oom_class)},
-                 {"explanation", o.explanation},
-                 {"requested_bytes", f.requested_bytes},
-                 {"device_total_bytes", MeasuredBytes(f.device_total_bytes)},
-                 {"device_free_bytes", MeasuredBytes(f.device_free_bytes)},
-                 {"reserved_bytes", f.reserved_bytes},
-                 {"allocated_bytes", f.allocated_bytes},
-                 {"opaque_bytes", f.opaque_bytes},
-                 {"cached_bytes", f.cached_bytes},
-                 {"largest_free_range_bytes", f.largest_free_range_bytes},
-                 {"advice", o.advice},
-                 {"site", sites.Name(o.failure.stack_id)}};
-    events.push_back({{"ph", "i"},
-                      {"s", "t"},
-                      {"cat", "oom"},
-                      {"name", o.headline},
-                      {"pid", pid},
-                      {"tid", TidOf(o.failure.device)},
-                      {"ts", Ts(o.failure.time_ns)},
-                      {"args", std::move(args)}});
+    BeginEvent(w, "i", o.headline, pid, TidOf(o.failure.device));
+    w.Field("s", "t");
+    w.Field("cat", "oom");
+    w.FieldDoubleExact("ts", Ts(o.failure.time_ns));
+    w.Key("args");
+    w.BeginObject();
+    w.Field("seq", o.failure.seq);
+    w.Field("class", OomClassName(o.oom_class));
+    w.Field("explanation", o.explanation);
+    w.Field("requested_bytes", f.requested_bytes);
+    FieldMeasuredBytes(w, "device_total_bytes", f.device_total_bytes);
+    FieldMeasuredBytes(w, "device_free_bytes", f.device_free_bytes);
+    w.Field("reserved_bytes", f.reserved_bytes);
+    w.Field("allocated_bytes", f.allocated_bytes);
+    w.Field("opaque_bytes", f.opaque_bytes);
+    w.Field("cached_bytes", f.cached_bytes);
+    w.Field("largest_free_range_bytes", f.largest_free_range_bytes);
+    FieldStrings(w, "advice", o.advice);
+    w.Field("site", sites.Name(o.failure.stack_id));
+    w.EndObject();
+    w.EndObject();
   }
-
 }
 
 }  // namespace
 
 void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostream& out) {
-  json events = json::array();
-  AppendProcessEvents(s, symbolizer, s.pid != 0 ? static_cast<int>(s.pid) : 1, 0, std::nullopt,
-                      events);
+  JsonWriter w(out, /*pretty=*/false);
+  w.BeginObject();
+  w.Key("traceEvents");
+  w.BeginArray();
+  WriteProcessEvents(s, symbolizer, s.pid != 0 ? static_cast<int>(s.pid) : 1, 0, std::nullopt, w);
+  w.EndArray();
+  w.Field("displayTimeUnit", "ms");
   // The limits of the figures, as the reports state them (the viewer shows otherData as the
   // trace's metadata): counters between two syncs of blocks, or before a mid-run start, are not
   // measurements of those moments.
-  json doc = {
-      {"traceEvents", std::move(events)},
-      {"displayTimeUnit", "ms"},
-      {"otherData",
-       {{"producer", "fragscope"}, {"exe", s.exe}, {"host", s.host}, {"notes", ReportCaveats(s)}}}};
-  // Paths and labels from the trace may hold bytes that are not UTF-8: replace, never throw.
-  out << doc.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  w.Key("otherData");
+  w.BeginObject();
+  w.Field("producer", "fragscope");
+  w.Field("exe", s.exe);
+  w.Field("host", s.host);
+  FieldStrings(w, "notes", ReportCaveats(s));
+  w.EndObject();
+  w.EndObject();
+  out << "\n";
 }
 
 void WritePerfettoJobTrace(const std::vector<PerfettoProcess>& processes, std::ostream& out) {
   // One clock for all: wall-clock time when every process has it (hosts then line up, to their
   // clocks' agreement), else each process's CLOCK_MONOTONIC (which lines up within one host).
-  const bool wall = !processes.empty() && std::all_of(processes.begin(), processes.end(),
-                                                     [](const PerfettoProcess& p) {
-                                                       return p.summary->realtime_minus_monotonic_ns
-                                                           .has_value();
-                                                     });
-  json events = json::array();
-  json members = json::array();
+  const bool wall = !processes.empty() &&
+                    std::all_of(processes.begin(), processes.end(), [](const PerfettoProcess& p) {
+                      return p.summary->realtime_minus_monotonic_ns.has_value();
+                    });
+  // Two streams of one pid (a resumed stream, two hosts) must stay two processes in the view.
+  std::vector<int> view_pids;
   std::set<int> pids;
+  for (const PerfettoProcess& p : processes) {
+    int pid = p.summary->pid != 0 ? static_cast<int>(p.summary->pid) : 1;
+    while (!pids.insert(pid).second) pid += 1 << 22;
+    view_pids.push_back(pid);
+  }
+  JsonWriter w(out, /*pretty=*/false);
+  w.BeginObject();
+  w.Key("traceEvents");
+  w.BeginArray();
   for (std::size_t i = 0; i < processes.size(); ++i) {
     const ModelSummary& s = *processes[i].summary;
-    // Two streams of one pid (a resumed stream, two hosts) must stay two processes in the view.
-    int pid = s.pid != 0 ? static_cast<int>(s.pid) : 1;
-    while (!pids.insert(pid).second) pid += 1 << 22;
     const int64_t shift = wall ? *s.realtime_minus_monotonic_ns : 0;
-    AppendProcessEvents(s, *processes[i].symbolizer, pid, shift,
-                        s.rank ? static_cast<int64_t>(*s.rank) : static_cast<int64_t>(i),
-                        events);
-    members.push_back({{"pid", s.pid},
-                       {"view_pid", pid},
-                       {"rank", s.rank ? json(*s.rank) : json(nullptr)},
-                       {"exe", s.exe},
-                       {"host", s.host},
-                       {"notes", ReportCaveats(s)}});
+    WriteProcessEvents(s, *processes[i].symbolizer, view_pids[i], shift,
+                       s.rank ? static_cast<int64_t>(*s.rank) : static_cast<int64_t>(i), w);
   }
-  json doc = {{"traceEvents", std::move(events)},
-              {"displayTimeUnit", "ms"},
-              {"otherData",
-               {{"producer", "fragscope"},
-                {"time_base", wall ? "wall clock (us since the Unix epoch)"
-                                   : "CLOCK_MONOTONIC of each process (aligned within one host)"},
-                {"processes", std::move(members)}}}};
-  out << doc.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  w.EndArray();
+  w.Field("displayTimeUnit", "ms");
+  w.Key("otherData");
+  w.BeginObject();
+  w.Field("producer", "fragscope");
+  w.Field("time_base", wall ? "wall clock (us since the Unix epoch)"
+                            : "CLOCK_MONOTONIC of each process (aligned within one host)");
+  w.Key("processes");
+  w.BeginArray();
+  for (std::size_t i = 0; i < processes.size(); ++i) {
+    const ModelSummary& s = *processes[i].summary;
+    w.BeginObject();
+    w.Field("pid", static_cast<uint64_t>(s.pid));
+    w.Field("view_pid", view_pids[i]);
+    w.FieldOrNull("rank", s.rank ? std::optional<uint64_t>(*s.rank) : std::nullopt);
+    w.Field("exe", s.exe);
+    w.Field("host", s.host);
+    FieldStrings(w, "notes", ReportCaveats(s));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  w.EndObject();
+  out << "\n";
 }
 
 }  // namespace fragscope::exporter

@@ -1,5 +1,6 @@
 #include "fragscope/report/json_writer.h"
 
+#include <charconv>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
@@ -176,6 +177,17 @@ void JsonWriter::Double(double value) {
   }
   // Shortest round-tripping form is not needed: ratios are reported to 6 digits.
   out_ << absl::StrFormat("%.6g", value);
+}
+
+void JsonWriter::DoubleExact(double value) {
+  BeforeValue();
+  if (!std::isfinite(value)) {
+    out_ << "null";
+    return;
+  }
+  char buffer[32];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  out_ << std::string_view(buffer, ec == std::errc() ? static_cast<std::size_t>(end - buffer) : 0);
 }
 
 void JsonWriter::Bool(bool value) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "fragscope/report/json_writer.h"
 #include "fragscope/report/report_json.h"
 #include "fragscope/trace/frame_reader.h"
 
@@ -35,21 +36,6 @@ void WriteAll(int fd, const std::string& s) {
     if (n <= 0) return;  // the client went away; nothing to do
     done += static_cast<std::size_t>(n);
   }
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
 }
 
 }  // namespace
@@ -223,17 +209,19 @@ std::vector<SessionServer::StreamState> SessionServer::Streams() const {
 
 std::string SessionServer::DescribeJson() const {
   std::lock_guard<std::mutex> query_lock(query_mu_);
-  std::string out = "{\"schema_version\":1,\"streams\":[";
-  bool first = true;
   std::vector<LiveState> states = LiveStates();
   {
     std::lock_guard<std::mutex> lock(mu_);
     states.insert(states.end(), ended_.begin(), ended_.end());
   }
+  std::ostringstream out;
+  JsonWriter w(out, /*pretty=*/false);
+  w.BeginObject();
+  w.Field("schema_version", 1);
+  w.Key("streams");
+  w.BeginArray();
   for (const LiveState& l : states) {
     const StreamState& s = l.state;
-    if (!first) out += ",";
-    first = false;
     std::ostringstream report;
     JsonReportOptions opts;
     opts.pretty = false;
@@ -249,13 +237,21 @@ std::string SessionServer::DescribeJson() const {
     } else {
       RenderJson(s.summary, report, opts);
     }
-    out += absl::StrFormat(
-        "{\"peer_pid\":%d,\"pid\":%d,\"exe\":%s,\"host\":%s,\"connected\":%s,\"frames\":%d,"
-        "\"report\":%s}",
-        s.peer_pid, s.hello.pid(), JsonString(s.hello.exe()), JsonString(s.hello.host()),
-        s.connected ? "true" : "false", s.frames, report.str());
+    w.BeginObject();
+    w.Field("peer_pid", static_cast<int>(s.peer_pid));
+    w.Field("pid", static_cast<uint64_t>(s.hello.pid()));
+    w.Field("exe", s.hello.exe());
+    w.Field("host", s.hello.host());
+    w.Field("connected", s.connected);
+    w.Field("frames", static_cast<uint64_t>(s.frames));
+    w.Key("report");
+    w.RawValue(report.str());
+    w.EndObject();
   }
-  return out + "]}\n";
+  w.EndArray();
+  w.EndObject();
+  out << "\n";
+  return out.str();
 }
 
 std::vector<CollectedStream> SessionServer::Finish(int linger_ms) {

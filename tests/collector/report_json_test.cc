@@ -346,6 +346,9 @@ TEST(JsonWriterTest, PrettyAndCompactParseTheSame) {
     w.Field("neg", -3);
     w.FieldDouble("ratio", 0.25);
     w.FieldDouble("inf", INFINITY);
+    // Microseconds with their nanoseconds: %.6g would give 1.23457e+09.
+    w.FieldDoubleExact("ts", 1234567890123.0 / 1000.0);
+    w.FieldDoubleExact("nan", NAN);
     w.Key("empty_array");
     w.BeginArray();
     w.EndArray();
@@ -364,6 +367,9 @@ TEST(JsonWriterTest, PrettyAndCompactParseTheSame) {
     EXPECT_EQ(v["neg"].text, "-3");
     EXPECT_DOUBLE_EQ(v["ratio"].number(), 0.25);
     EXPECT_TRUE(v["inf"].is_null());
+    EXPECT_EQ(v["ts"].number(), 1234567890123.0 / 1000.0);  // reads back as the same double
+    EXPECT_EQ(v["ts"].text, "1234567890.123");
+    EXPECT_TRUE(v["nan"].is_null());
     EXPECT_TRUE(v["empty_array"].items.empty());
     EXPECT_TRUE(v["empty_object"].keys.empty());
     EXPECT_EQ(v["list"].items.size(), 3u);

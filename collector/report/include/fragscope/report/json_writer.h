@@ -1,5 +1,8 @@
-// A small streaming JSON writer: correct escaping, valid UTF-8 out whatever bytes come in,
-// optional indentation. No dependency beyond the standard library.
+// The project's one JSON writer (reports, job summaries, trace-event exports, the collector's
+// status): streaming, so output of any size costs no document in memory; correct escaping,
+// valid UTF-8 out whatever bytes come in, optional indentation, keys in the order written.
+// No dependency beyond the standard library and Abseil's formatting. (nlohmann::json is used
+// only to read JSON: baselines, the collector's status.)
 #ifndef FRAGSCOPE_REPORT_JSON_WRITER_H_
 #define FRAGSCOPE_REPORT_JSON_WRITER_H_
 
@@ -27,7 +30,10 @@ class JsonWriter {
   void String(std::string_view value);
   void Uint(uint64_t value);
   void Int(int64_t value);
-  void Double(double value);  // non-finite values are written as null
+  void Double(double value);  // 6 significant digits; non-finite values are written as null
+  // The shortest form that reads back as the same double (times in microseconds with their
+  // nanoseconds); non-finite values are written as null.
+  void DoubleExact(double value);
   void Bool(bool value);
   void Null();
   // A value rendered elsewhere (one complete JSON value, e.g. another writer's object), copied
@@ -58,6 +64,10 @@ class JsonWriter {
   void FieldDouble(std::string_view key, double value) {
     Key(key);
     Double(value);
+  }
+  void FieldDoubleExact(std::string_view key, double value) {
+    Key(key);
+    DoubleExact(value);
   }
   void FieldNull(std::string_view key) {
     Key(key);
