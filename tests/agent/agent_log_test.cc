@@ -1,6 +1,10 @@
 // AgentLog: one whole line per call on stderr, prefixed, cut but still a line when too long,
-// errno as it was.
+// errno as it was. FRAGSCOPE_DCHECK: aborts with a line naming the check where tests run, and
+// costs nothing (the condition is not evaluated) in a Release build.
 #include "recording/agent_log.h"
+
+#include "recording/agent_check.h"
+#include "recording/live_table.h"
 
 #include <errno.h>
 #include <gtest/gtest.h>
@@ -58,6 +62,35 @@ TEST(AgentLogTest, KeepsErrno) {
     EXPECT_EQ(errno, EIO);
   });
 }
+
+#if FRAGSCOPE_DEBUG_CHECKS
+TEST(AgentCheckDeathTest, AFailedCheckNamesItselfAndAborts) {
+  EXPECT_DEATH(FRAGSCOPE_DCHECK(1 + 1 == 3),
+               "fragscope: internal check failed: 1 \\+ 1 == 3 \\(.*agent_log_test.cc:[0-9]+\\)");
+}
+
+// A real precondition: a removal is stamped once, by the thread that erased the entry.
+TEST(AgentCheckDeathTest, StampingATombstoneTwiceIsCaught) {
+  LiveTable table;
+  ASSERT_TRUE(table.Init(64));
+  LiveEntry e = ZeroLiveEntry();
+  e.cls = LiveClass::kAllocation;
+  e.address = 0x1000;
+  e.size = 4096;
+  e.seq = 1;
+  size_t index = 0;
+  ASSERT_TRUE(table.Insert(e, &index));
+  ASSERT_TRUE(table.Erase(LiveClass::kAllocation, 0x1000, nullptr, &index));
+  table.SetRemovedSeq(index, 2);
+  EXPECT_DEATH(table.SetRemovedSeq(index, 3), "internal check failed");
+}
+#else
+TEST(AgentCheckTest, OffTheConditionIsNotEvaluated) {
+  int evaluated = 0;
+  FRAGSCOPE_DCHECK(++evaluated == 0);
+  EXPECT_EQ(evaluated, 0);
+}
+#endif
 
 }  // namespace
 }  // namespace fragscope::agent

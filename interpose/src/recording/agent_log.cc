@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+
+#include "recording/agent_check.h"
 
 namespace fragscope::agent {
 
@@ -29,6 +32,11 @@ void AgentLog(const char* format, ...) {
     (void)ignored;
   }
   errno = saved_errno;
+}
+
+void AgentCheckFailed(const char* condition, const char* file, int line) {
+  AgentLog("internal check failed: %s (%s:%d)", condition, file, line);
+  abort();
 }
 
 }  // namespace fragscope::agent

@@ -184,6 +184,7 @@ void LiveTable::StoreResolved(size_t index, int32_t device, uint64_t pool) {
 }
 
 void LiveTable::SetResolved(size_t index, int32_t device, uint64_t pool) {
+  FRAGSCOPE_DCHECK(index < slots_);
   Slot& slot = slots_mem_[index];
   const void* const outer = t_live_slot_held;
   for (int spin = 0;; ++spin) {
@@ -204,6 +205,9 @@ void LiveTable::SetResolved(size_t index, int32_t device, uint64_t pool) {
 
 void LiveTable::SetErasedResolved(size_t index, int32_t device, uint64_t pool) {
   // Pending tombstone: nobody reuses it or reads its entry until SetRemovedSeq (release).
+  FRAGSCOPE_DCHECK(index < slots_);
+  FRAGSCOPE_DCHECK(__atomic_load_n(&slots_mem_[index].removed_seq, __ATOMIC_RELAXED) ==
+                   kSeqPending);
   StoreResolved(index, device, pool);
 }
 

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "recording/agent_check.h"
 #include "recording/api.h"
 
 namespace fragscope::agent {
@@ -339,10 +340,15 @@ class LiveTable {
 };
 
 inline void LiveTable::SetSeq(size_t index, uint64_t seq) {
+  FRAGSCOPE_DCHECK(index < slots_);
   __atomic_store_n(&slots_mem_[index].seq, seq, __ATOMIC_RELEASE);
 }
 
 inline void LiveTable::SetRemovedSeq(size_t index, uint64_t seq) {
+  FRAGSCOPE_DCHECK(index < slots_);
+  // Only the eraser stamps its own pending tombstone, once.
+  FRAGSCOPE_DCHECK(__atomic_load_n(&slots_mem_[index].removed_seq, __ATOMIC_RELAXED) ==
+                   kSeqPending);
   __atomic_store_n(&slots_mem_[index].removed_seq, seq, __ATOMIC_RELEASE);
 }
 

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "recording/agent_check.h"
+
 namespace fragscope::agent {
 
 template <typename T>
@@ -64,6 +66,7 @@ class MpscRing {
   // Copies `value` in. False when full (the caller counts the drop). On success `*position`
   // (optional) is the record's position, compared with consumed() to wait for a flush.
   bool TryPush(const T& value, uint64_t* position = nullptr) {
+    FRAGSCOPE_DCHECK(slots_ != nullptr);  // Init() first
     uint64_t pos = enqueue_.load(std::memory_order_relaxed);
     for (;;) {
       Slot& slot = slots_[pos & mask_];
@@ -87,6 +90,7 @@ class MpscRing {
   // Takes the oldest record. False when empty, or when the oldest slot is claimed by a producer
   // that has not finished writing it (try again later).
   bool TryPop(T* out) {
+    FRAGSCOPE_DCHECK(slots_ != nullptr);  // Init() first
     uint64_t pos = dequeue_.load(std::memory_order_relaxed);
     Slot& slot = slots_[pos & mask_];
     uint64_t seq = slot.sequence.load(std::memory_order_acquire) + (pos & mask_);
