@@ -63,11 +63,7 @@ AllocInfo AcquireInfo(const A& args, CUresult r) {
   constexpr const CallDescription& d = DescribeCall(kApi);
   AllocInfo info = AcquireOf<kApi>(args, r);
   if constexpr (d.kind == MemoryKind::kPool) {
-    if (StreamCapturing(reinterpret_cast<CUstream>(info.stream), PerThreadStream(kId))) {
-      info.kind = MemoryKind::kGraph;
-      info.in_capture = true;
-    }
-    if constexpr (d.args.pool == kNoArg) info.pool = CurrentPoolUnlessDormant();
+    ResolveStreamOrdered(info, PerThreadStream(kId), d.args.pool != kNoArg);
   }
   if constexpr (d.size_rule == SizeRule::kAddressRange) info.size = AddressRangeSize(info.address);
   return info;

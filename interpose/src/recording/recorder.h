@@ -173,6 +173,16 @@ inline uint64_t CurrentPoolUnlessDormant() {
   if (!Agent().shipping.load(std::memory_order_relaxed)) return kPoolDeferred;
   return DeviceCurrentPool(CurrentDevice());
 }
+// A stream-ordered acquire (kind kPool) as the driver has it now: a graph's allocation (kGraph,
+// in capture) when its stream is capturing (`per_thread_default`: a _ptsz ABI, whose null stream
+// is the thread's), and from the current pool when the call named none (`pool_given` false).
+inline void ResolveStreamOrdered(AllocInfo& info, bool per_thread_default, bool pool_given) {
+  if (StreamCapturing(reinterpret_cast<CUstream>(info.stream), per_thread_default)) {
+    info.kind = MemoryKind::kGraph;
+    info.in_capture = true;
+  }
+  if (!pool_given) info.pool = CurrentPoolUnlessDormant();
+}
 // Replaces a live allocation's deferred fields (kDeviceDeferred, kPoolDeferred) with what the
 // driver says of the allocation (-1 / 0 where it cannot say).
 void ResolveDeferred(LiveEntry& e);
