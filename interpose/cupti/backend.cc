@@ -29,6 +29,7 @@
 #include <unordered_map>
 
 #include "config.h"
+#include "recording/event_infos.h"
 #include "shipping/frame_encoder.h"
 #include "shipping/transport.h"
 #include "shipping/wire_encoder.h"
@@ -253,9 +254,7 @@ void SampleMemInfo(EventRecord& r) {
   const DriverApi& d = State().driver;
   size_t free_bytes = 0, total_bytes = 0;
   if (d.mem_get_info != nullptr && d.mem_get_info(&free_bytes, &total_bytes) == CUDA_SUCCESS) {
-    r.aux0 = free_bytes;
-    r.aux1 = total_bytes;
-    r.flags |= agent::kFlagHasMemInfo;
+    agent::SetFailureMemInfo(r, free_bytes, total_bytes);
   }
 }
 
@@ -282,8 +281,7 @@ void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
         d.mem_pool_get_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS) {
       return;
     }
-    r.aux2 = reserved;
-    r.aux3 = used;
+    agent::SetMemInfoPool(r, reserved, used);
     SampleMemInfo(r);
     r.flags = 0;  // kFlagHasMemInfo is FailedAlloc's; a MemInfo always carries its sample
     r.seq = b.seq.load(std::memory_order_acquire);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "hooks/hook_exports.h"
+#include "recording/block_recorder.h"
 #include "recording/recorder.h"
 
 namespace fragscope::agent {
@@ -16,57 +17,17 @@ uint64_t Address(const void* p) { return reinterpret_cast<uint64_t>(p); }
 void BlockRelease(void* ptr, int device, void* stream, BlockOp op) {
   HookCall hook;  // keeps errno as the program left it
   if (!hook.record()) return;
-  LiveTable& live = Agent().live;
-  LiveEntry entry = ZeroLiveEntry();  // not `{}`: see ZeroLiveEntry
-  size_t index = 0;
-  bool known;
-  bool erased = false;
-  if (op == BlockOp::kFree) {
-    known = erased = live.Erase(LiveClass::kBlock, Address(ptr), &entry, &index);
-  } else {
-    known = live.Update(LiveClass::kBlock, Address(ptr), [&](LiveEntry& e) {
-      e.flags |= kLivePendingFree;
-      entry = e;
-      return true;
-    });
-  }
-  EventRecord r = NewReleaseRecord(RecordType::kBlock, Api::k_fragscope_block_free);
-  r.op = static_cast<uint8_t>(op);
-  r.seq = NextSeq();
-  if (erased) live.SetRemovedSeq(index, r.seq);
-  r.address = Address(ptr);
-  r.size = known ? entry.size : 0;
-  r.device = device;
-  r.stream = Address(stream);
-  r.aux2 = known ? entry.pool : 0;
-  Submit(r);
+  RecordBlockRelease(
+      BlockInfo{Api::k_fragscope_block_free, op, Address(ptr), 0, device, Address(stream)});
 }
 
-// `with_stack`: the caller is where the block was allocated (a live report), not a reporter
-// after the fact (a snapshot diff), whose stack would name itself as the block's site.
+// `with_stack`: see RecordBlockAlloc.
 void BlockAlloc(void* ptr, size_t size, int device, void* stream, uint64_t pool, bool with_stack) {
   HookCall hook;
   if (!hook.record()) return;
-  EventRecord r = with_stack
-                      ? NewRecord(RecordType::kBlock, Api::k_fragscope_block_alloc)
-                      : NewRecordWithoutStack(RecordType::kBlock, Api::k_fragscope_block_alloc);
-  r.op = static_cast<uint8_t>(BlockOp::kAlloc);
-  r.address = Address(ptr);
-  r.size = size;
-  r.device = device;
-  r.stream = Address(stream);
-  r.aux2 = pool;
-  LiveEntry e = ZeroLiveEntry();  // not `{}`: see ZeroLiveEntry
-  e.cls = LiveClass::kBlock;
-  e.api = Api::k_fragscope_block_alloc;
-  e.device = device;
-  e.address = Address(ptr);
-  e.size = size;
-  e.stream = Address(stream);
-  e.pool = pool;
-  e.stack_id = r.stack_id;
-  r.seq = InsertLive(e);
-  Submit(r);
+  RecordBlockAlloc(BlockInfo{Api::k_fragscope_block_alloc, BlockOp::kAlloc, Address(ptr), size,
+                             device, Address(stream), pool},
+                   with_stack);
 }
 
 // A sub-allocator's own OOM: with `site` (a source-level stack id) as its site, or with the
@@ -151,30 +112,12 @@ extern "C" FRAGSCOPE_VISIBLE uint64_t fragscope_source_stack(const fragscope_sou
 extern "C" FRAGSCOPE_VISIBLE void fragscope_block_site(void* ptr, int device, uint64_t site) {
   HookCall hook;
   if (!hook.record() || !SourceStackTable::IsSourceId(site)) return;
-  // The live entry too: a snapshot taken later (a wake, a flight segment) names the new site.
-  Agent().live.Update(LiveClass::kBlock, Address(ptr), [&](LiveEntry& e) {
-    e.stack_id = site;
-    return true;
-  });
-  EventRecord r = NewRecordWithoutStack(RecordType::kBlock, Api::k_fragscope_block_alloc);
-  r.op = static_cast<uint8_t>(BlockOp::kSite);
-  r.stack_id = site;
-  r.address = Address(ptr);
-  r.device = device;
-  r.seq = NextSeq();
-  Submit(r);
+  RecordBlockSite(Address(ptr), device, site);
 }
 
 extern "C" FRAGSCOPE_VISIBLE void fragscope_freed_block_site(void* ptr, size_t size, int device,
                                                              uint64_t site) {
   HookCall hook;
   if (!hook.record() || !SourceStackTable::IsSourceId(site)) return;
-  EventRecord r = NewRecordWithoutStack(RecordType::kBlock, Api::k_fragscope_block_alloc);
-  r.op = static_cast<uint8_t>(BlockOp::kSiteFreed);
-  r.stack_id = site;
-  r.address = Address(ptr);
-  r.size = size;
-  r.device = device;
-  r.seq = NextSeq();
-  Submit(r);
+  RecordFreedBlockSite(Address(ptr), size, device, site);
 }

@@ -1,27 +1,29 @@
 // Wrappers of the failure-only driver functions (driver_hook_list.inc, kind kFailureOnly):
 // kernel launches, module/library loads, graph instantiation/upload and context creation can
 // fail with CUDA_ERROR_OUT_OF_MEMORY too. Only a failed call is recorded (FailedAlloc, size 0);
-// a successful one costs one comparison.
+// a successful one costs one comparison. Each one's description (call_description.h) says so.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include "hooks/call_description.h"
 #include "hooks/hook_exports.h"
 #include "hooks/hook_table.h"
 #include "recording/recorder.h"
 
 namespace fragscope::agent {
 
-#define FRAGSCOPE_FAILURE_ONLY_HOOK(symbol, params, args)                                   \
-  FRAGSCOPE_DRIVER_WRAPPER_NAMED(fs_drv_##symbol, "fs_drv_" #symbol, #symbol, params) {     \
-    HookCall hook;                                                                          \
-    auto real = reinterpret_cast<CUresult(*) params>(DriverReal(DriverHookId::k_##symbol)); \
-    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                                       \
-    CUresult r = real args;                                                                 \
-    hook.Returned(r, r != CUDA_SUCCESS);                                                    \
-    if (r != CUDA_SUCCESS && hook.record()) {                                               \
-      RecordFailure(FailureInfo{HookApi(DriverHookId::k_##symbol), r});                     \
-    }                                                                                       \
-    return r;                                                                               \
+#define FRAGSCOPE_FAILURE_ONLY_HOOK(symbol, params, args)                                          \
+  static_assert(DescribeCall(HookApi(DriverHookId::k_##symbol)).event == CallEvent::kFailureOnly); \
+  FRAGSCOPE_DRIVER_WRAPPER_NAMED(fs_drv_##symbol, "fs_drv_" #symbol, #symbol, params) {            \
+    HookCall hook;                                                                                 \
+    auto real = reinterpret_cast<CUresult(*) params>(DriverReal(DriverHookId::k_##symbol));        \
+    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                                              \
+    CUresult r = real args;                                                                        \
+    hook.Returned(r, r != CUDA_SUCCESS);                                                           \
+    if (r != CUDA_SUCCESS && hook.record()) {                                                      \
+      RecordFailure(FailureInfo{HookApi(DriverHookId::k_##symbol), r});                            \
+    }                                                                                              \
+    return r;                                                                                      \
   }
 
 #define FRAGSCOPE_LAUNCH_PARAMS                                                                 \

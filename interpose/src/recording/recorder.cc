@@ -184,18 +184,6 @@ namespace {
   return e;
 }
 
-// The AllocEvent fields of `r` from `info`, with the device and pool the caller settled on.
-inline void FillAllocRecord(EventRecord& r, const AllocInfo& info, int32_t device, uint64_t pool) {
-  r.device = device;
-  r.address = info.address;
-  r.size = info.size;
-  r.kind = info.kind;
-  r.stream = info.stream;
-  r.pool = pool;
-  r.aux0 = info.pitch;
-  if (info.in_capture) r.flags |= kFlagInCapture;
-}
-
 // RecordAlloc for an allocation a dormant hook entered just as a wake began. Out of line, like
 // the shipping path below: the dormant path's frame then holds no record or stack buffer.
 [[gnu::noinline]] void ShipWokenAlloc(const AllocInfo& info, LiveEntry& e, size_t index,
@@ -329,13 +317,9 @@ void RecordFailure(const FailureInfo& info) {
   EventRecord r = info.site != 0 ? NewRecordWithoutStack(RecordType::kFailed, info.api)
                                  : NewRecord(RecordType::kFailed, info.api);
   if (info.site != 0) r.stack_id = info.site;
-  r.result = info.result;
-  r.device = info.device >= 0 ? info.device : CurrentDevice();
-  r.size = info.size;
-  r.stream = info.stream;
-  r.pool = info.pool == kPoolDeferred ? DeviceCurrentPool(r.device) : info.pool;
-  r.kind = info.kind;
-  if (info.from_sub_allocator) r.flags |= kFlagSubAllocator;
+  const int32_t device = info.device >= 0 ? info.device : CurrentDevice();
+  FillFailureRecord(r, info, device,
+                    info.pool == kPoolDeferred ? DeviceCurrentPool(device) : info.pool);
   // A failed stream-ordered allocation is judged against its pool as the driver has it now,
   // sampled first: what the pool holds beyond its live blocks (reserve, frees the stream has
   // passed, which the agent cannot see) would otherwise pass for memory outside the process.
@@ -343,9 +327,7 @@ void RecordFailure(const FailureInfo& info) {
   uint64_t free_bytes = 0, total_bytes = 0;
   if (Agent().shipping.load(std::memory_order_relaxed) &&
       ReadMemInfo(r.device, &free_bytes, &total_bytes)) {
-    r.flags |= kFlagHasMemInfo;
-    r.aux0 = free_bytes;
-    r.aux1 = total_bytes;
+    SetFailureMemInfo(r, free_bytes, total_bytes);
   }
   r.seq = NextSeq();
   Submit(r);
@@ -426,14 +408,12 @@ PendingRelease::Shipped PendingRelease::ShipFree(Api api, int32_t result, uint64
   EventRecord r = NewReleaseRecord(RecordType::kFree, api);
   r.seq = seq_;
   r.result = result;
-  r.address = key_;
-  r.size = entry_.size;
-  r.device = known_ ? entry_.device : CurrentDevice();
+  int32_t device = known_ ? entry_.device : CurrentDevice();
   // Still deferred: the seq is at or below the wake's snapshot (see the constructor), which the
   // drain skips; never ship the placeholders.
-  if (r.device == kDeviceDeferred) r.device = -1;
-  r.stream = stream;
-  r.pool = entry_.pool == kPoolDeferred ? 0 : entry_.pool;
+  if (device == kDeviceDeferred) device = -1;
+  FillFreeRecord(r, FreeInfo{key_, entry_.size, device, stream,
+                             entry_.pool == kPoolDeferred ? 0 : entry_.pool});
   Submit(r);
   return Shipped{r.device, r.time_ns};
 }
@@ -447,8 +427,8 @@ void ShipRestoredEntry(const LiveEntry& e, uint64_t address, int32_t result) {
   FillAllocRecord(r, AllocInfo{e.api, address, e.size, e.kind, e.device, e.stream, e.pool},
                   e.device == kDeviceDeferred ? -1 : e.device,
                   e.pool == kPoolDeferred ? 0 : e.pool);
-  r.stack_id = e.stack_id;                 // the allocation's own site: it is the same allocation
-  r.aux1 = static_cast<uint32_t>(result);  // AllocEvent.failed_release_result
+  r.stack_id = e.stack_id;  // the allocation's own site: it is the same allocation
+  SetFailedReleaseResult(r, result);
   r.seq = InsertLive(e, nullptr);
   Submit(r);
 }
@@ -519,7 +499,9 @@ void MaybeSampleMemInfo(int32_t device, uint64_t now_ns) {
   memset(&r, 0, sizeof(r));
   r.type = RecordType::kMemInfo;
   r.device = device;
-  if (!ReadMemInfo(device, &r.aux0, &r.aux1)) return;
+  uint64_t free_bytes = 0, total_bytes = 0;
+  if (!ReadMemInfo(device, &free_bytes, &total_bytes)) return;
+  SetMemInfoDevice(r, free_bytes, total_bytes);
   r.seq = a.seq.load(std::memory_order_acquire);
   Submit(r);
 }
@@ -538,8 +520,7 @@ void SampleMemInfoNow(int32_t device) {
   memset(&r, 0, sizeof(r));
   r.type = RecordType::kMemInfo;
   r.device = device;
-  r.aux0 = free_bytes;
-  r.aux1 = total_bytes;
+  SetMemInfoDevice(r, free_bytes, total_bytes);
   r.seq = a.seq.load(std::memory_order_acquire);
   a.devices[device].last_sample_ns.store(NowNs(), std::memory_order_relaxed);
   Submit(r);
@@ -562,9 +543,9 @@ void SamplePool(int32_t device, uint64_t pool) {
       d.mem_pool_get_attribute(handle, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS) {
     return;
   }
-  r.aux2 = reserved;
-  r.aux3 = used;
-  ReadMemInfo(device, &r.aux0, &r.aux1);
+  SetMemInfoPool(r, reserved, used);
+  uint64_t free_bytes = 0, total_bytes = 0;
+  if (ReadMemInfo(device, &free_bytes, &total_bytes)) SetMemInfoDevice(r, free_bytes, total_bytes);
   r.seq = Agent().seq.load(std::memory_order_acquire);
   Submit(r);
 }

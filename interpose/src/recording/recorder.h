@@ -21,6 +21,7 @@
 #include "recording/allocation_log.h"
 #include "recording/api.h"
 #include "recording/event_clock.h"
+#include "recording/event_infos.h"
 #include "recording/event_record.h"
 #include "recording/live_table.h"
 
@@ -172,39 +173,25 @@ inline uint64_t CurrentPoolUnlessDormant() {
   if (!Agent().shipping.load(std::memory_order_relaxed)) return kPoolDeferred;
   return DeviceCurrentPool(CurrentDevice());
 }
+// A stream-ordered acquire (kind kPool) as the driver has it now: a graph's allocation (kGraph,
+// in capture) when its stream is capturing (`per_thread_default`: a _ptsz ABI, whose null stream
+// is the thread's), and from the current pool when the call named none (`pool_given` false).
+inline void ResolveStreamOrdered(AllocInfo& info, bool per_thread_default, bool pool_given) {
+  if (StreamCapturing(reinterpret_cast<CUstream>(info.stream), per_thread_default)) {
+    info.kind = MemoryKind::kGraph;
+    info.in_capture = true;
+  }
+  if (!pool_given) info.pool = CurrentPoolUnlessDormant();
+}
 // Replaces a live allocation's deferred fields (kDeviceDeferred, kPoolDeferred) with what the
 // driver says of the allocation (-1 / 0 where it cannot say).
 void ResolveDeferred(LiveEntry& e);
 
 // An allocation that succeeded: inserts into the live table, stamps seq, pushes AllocEvent.
-struct AllocInfo {
-  Api api;
-  uint64_t address;
-  uint64_t size;
-  MemoryKind kind = MemoryKind::kDevice;
-  int32_t device = -1;  // -1: ask the driver
-  uint64_t stream = 0;
-  uint64_t pool = 0;
-  uint64_t pitch = 0;
-  bool in_capture = false;
-};
 void RecordAlloc(const AllocInfo& info);
 
 // Any failed acquire (FailedAlloc), with device free/total sampled now. Gives the drain thread
 // up to ~50 ms to ship it before the failure returns to the program.
-struct FailureInfo {
-  Api api;
-  int32_t result;
-  uint64_t size = 0;
-  int32_t device = -1;  // -1: ask the driver
-  uint64_t stream = 0;
-  uint64_t pool = 0;
-  MemoryKind kind = MemoryKind::kUnspecified;
-  bool from_sub_allocator = false;
-  // A source-level stack (SourceStackTable id) that names the failing request's site, for a
-  // reporter that is not where the request was made; 0: the caller's own stack.
-  uint64_t site = 0;
-};
 void RecordFailure(const FailureInfo& info);
 
 // A tracked acquire's outcome: `result` 0 records `info` (nothing when info.address is 0, as
@@ -214,11 +201,7 @@ inline void RecordAcquire(const AllocInfo& info, int32_t result) {
     if (info.address != 0) RecordAlloc(info);
     return;
   }
-  FailureInfo failure{info.api, result, info.size};
-  failure.stream = info.stream;
-  failure.pool = info.pool;
-  failure.kind = info.kind;
-  RecordFailure(failure);
+  RecordFailure(FailureOf(info, result));
 }
 
 // Makes this process the owner of the table of program signal handlers that the interposed
