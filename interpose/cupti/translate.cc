@@ -83,12 +83,11 @@ bool EmitAcquire(const AllocInfo& info, int32_t result, CallbackTranslation* t) 
 }
 
 // The FailedAlloc of a call that is not an acquire (nothing for result 0: a call that succeeded
-// without writing its out-parameter). Its kind is DEVICE here, where the preload agent writes
-// UNSPECIFIED: a known difference between the two backends, kept as it is.
+// without writing its out-parameter). Its kind is UNSPECIFIED, as the preload agent writes it: a
+// reservation, mapping or handle is not device memory of a kind the call names.
 bool EmitFailure(Api api, int32_t result, uint64_t size, int32_t device, CallbackTranslation* t) {
   if (result == 0) return false;
-  FailureInfo failure{api, result, size, device};
-  failure.kind = MemoryKind::kDevice;
+  const FailureInfo failure{api, result, size, device};
   t->record = New(RecordType::kFailed, api);
   agent::FillFailureRecord(t->record, failure, device, 0);
   t->action = CallbackAction::kEmit;
