@@ -20,13 +20,13 @@
 
 namespace fragscope::agent {
 
-using allocation_log_internal::kFree;
-using allocation_log_internal::kNoLog;
-using allocation_log_internal::kOrphaned;
-using allocation_log_internal::kOwned;
-using allocation_log_internal::Log;
-using allocation_log_internal::t_folding;
-using allocation_log_internal::t_log;
+using internal::kFree;
+using internal::kNoLog;
+using internal::kOrphaned;
+using internal::kOwned;
+using internal::Log;
+using internal::t_folding;
+using internal::t_log;
 
 LiveEntry LoggedAllocation::ToLiveEntry() const {
   LiveEntry e = ZeroLiveEntry();

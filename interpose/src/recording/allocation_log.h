@@ -94,7 +94,7 @@ struct LoggedAllocation {
 
 inline constexpr uint64_t kAllocationLogCapacity = 1024;  // entries per thread between folds
 
-namespace allocation_log_internal {
+namespace internal {
 enum : uint32_t { kFree = 0, kOwned = 1, kOrphaned = 2 };
 // One thread's log. The owner writes in_op, head and entries; the folder writes folded (and
 // takes entries) only while the owner is held off; other threads' releases read head, folded
@@ -113,7 +113,7 @@ inline thread_local constinit Log* t_log __attribute__((tls_model("initial-exec"
 // Set while this thread folds: a signal handler's release on it must neither fold nor wait for
 // the fold (its own).
 inline thread_local constinit bool t_folding __attribute__((tls_model("initial-exec"))) = false;
-}  // namespace allocation_log_internal
+}  // namespace internal
 
 class AllocationLogs {
  public:
@@ -147,11 +147,11 @@ class AllocationLogs {
   template <typename Fill>
   inline bool TryAppendWith(Fill&& fill);
   // Whether this thread has yet to take a log (its first append will).
-  static bool ThreadHasNoLog() { return allocation_log_internal::t_log == nullptr; }
+  static bool ThreadHasNoLog() { return internal::t_log == nullptr; }
   // Whether this thread holds a log (it took one, and none was refused it).
   static bool ThreadHasUsableLog() {
-    allocation_log_internal::Log* log = allocation_log_internal::t_log;
-    return log != nullptr && log != allocation_log_internal::kNoLog;
+    internal::Log* log = internal::t_log;
+    return log != nullptr && log != internal::kNoLog;
   }
   // Owner side (hot): if `address` is among the last kCancelWindow unfolded entries of this
   // thread's log, removes it, copies it to *out and returns true.
@@ -191,13 +191,13 @@ class AllocationLogs {
 
  private:
   enum : uint32_t { kGateFolding = 1, kGateClosed = 2 };
-  allocation_log_internal::Log* ClaimLog();
-  allocation_log_internal::Log* LogAt(int i) const;
+  internal::Log* ClaimLog();
+  internal::Log* LogAt(int i) const;
   // The owner's entry into an operation on `log`: false (and nothing held) when it must not
   // touch its log now.
-  inline bool Enter(allocation_log_internal::Log* log);
+  inline bool Enter(internal::Log* log);
   // TryCancel past the newest entry, up to `window` entries back; leaves the operation.
-  bool CancelOlder(allocation_log_internal::Log* log, uint64_t address, LoggedAllocation* out,
+  bool CancelOlder(internal::Log* log, uint64_t address, LoggedAllocation* out,
                    uint64_t window);
   size_t FoldLocked(LiveTable& table);  // returns how many entries went into `table`
   void LockFolds();
@@ -218,7 +218,7 @@ class AllocationLogs {
   std::atomic<int> fold_lock_{0};
 };
 
-[[gnu::always_inline]] inline bool AllocationLogs::Enter(allocation_log_internal::Log* log) {
+[[gnu::always_inline]] inline bool AllocationLogs::Enter(internal::Log* log) {
   // A signal handler over this thread's own operation: its log is mid-change.
   if (log->in_op.load(std::memory_order_relaxed) != 0) return false;
   if (membarrier_) {
@@ -236,13 +236,13 @@ class AllocationLogs {
 
 template <typename Fill>
 [[gnu::always_inline]] inline bool AllocationLogs::TryAppendWith(Fill&& fill) {
-  using allocation_log_internal::Log;
-  Log* log = allocation_log_internal::t_log;
+  using internal::Log;
+  Log* log = internal::t_log;
   if (__builtin_expect(log == nullptr, 0)) {
     if (gate_.load(std::memory_order_relaxed) != 0) return false;
-    log = allocation_log_internal::t_log = ClaimLog();
+    log = internal::t_log = ClaimLog();
   }
-  if (log == allocation_log_internal::kNoLog || !Enter(log)) return false;
+  if (log == internal::kNoLog || !Enter(log)) return false;
   const uint64_t head = log->head.load(std::memory_order_relaxed);
   const bool room = head - log->folded.load(std::memory_order_relaxed) < kCapacity;
   if (__builtin_expect(room, 1)) {
@@ -256,9 +256,9 @@ template <typename Fill>
 
 [[gnu::always_inline]] inline bool AllocationLogs::TryCancel(uint64_t address,
                                                              LoggedAllocation* out) {
-  using allocation_log_internal::Log;
-  Log* log = allocation_log_internal::t_log;
-  if (log == nullptr || log == allocation_log_internal::kNoLog || !Enter(log)) return false;
+  using internal::Log;
+  Log* log = internal::t_log;
+  if (log == nullptr || log == internal::kNoLog || !Enter(log)) return false;
   const uint64_t head = log->head.load(std::memory_order_relaxed);
   // The newest entry, what a short-lived allocation's release finds: dropped.
   if (head != log->folded.load(std::memory_order_relaxed)) {
