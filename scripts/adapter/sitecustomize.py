@@ -35,7 +35,8 @@ Environment:
   FRAGSCOPE_TORCH_SITES_EVERY_S  seconds between site reports besides marks, OOMs, new
                             peaks of reserved memory and exit (default 5; 0: none)
   FRAGSCOPE_CACHE_DIR       where built extensions are kept (default ~/.cache/fragscope)
-  FRAGSCOPE_INCLUDE_DIR     folder holding fragscope/annotate.h (default: this checkout's)
+  FRAGSCOPE_INCLUDE_DIR     folder holding fragscope/annotate.h (default: this checkout's, or
+                            the installed include/ beside share/)
   FRAGSCOPE_TORCH_SNAPSHOT  fallback snapshot path (default: FRAGSCOPE_OUTPUT + .torch.pickle;
                             %p is the pid)
 """
@@ -148,7 +149,11 @@ def _set_state(state):
 
 def _include_dir():
     configured = os.environ.get("FRAGSCOPE_INCLUDE_DIR")
-    candidates = [configured] if configured else [os.path.join(_HERE, "..", "..", "interpose", "include")]
+    # The source tree's (scripts/adapter -> interpose/include), or an install's or a package's
+    # (share/fragscope/adapter -> include).
+    candidates = [configured] if configured else [
+        os.path.join(_HERE, "..", "..", "interpose", "include"),
+        os.path.join(_HERE, "..", "..", "..", "include")]
     for path in candidates:
         if os.path.isfile(os.path.join(path, "fragscope", "annotate.h")):
             return os.path.abspath(path)

@@ -1,0 +1,159 @@
+// The relocatable bundle (scripts/package) as a user gets it: unpacked into a folder of its own,
+// every program and library finds its libraries inside it (glibc's aside), and its `fragscope
+// run`, started from another folder, preloads its own agent and explains the demo's two OOMs on
+// the fake device.
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace {
+
+using nlohmann::json;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Result Shell(const std::string& command) {
+  Result r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+class PackageBundle : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/fragscope-package-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    unpack_ = Shell("mkdir -p " + dir_ + "/unpacked " + dir_ + "/elsewhere && tar -xzf " +
+                    FRAGSCOPE_TEST_BUNDLE + " -C " + dir_ + "/unpacked && ls -d " + dir_ +
+                    "/unpacked/fragscope-*");
+    bundle_ = Trim(unpack_.output);
+  }
+  static void TearDownTestSuite() { std::system(("rm -rf " + dir_).c_str()); }
+
+  void SetUp() override {
+    ASSERT_EQ(unpack_.exit_code, 0) << FRAGSCOPE_TEST_BUNDLE << ": " << unpack_.output;
+  }
+
+  // The demo under `bundle`'s fragscope, run from a folder outside the bundle, the fake CUDA
+  // driver on LD_LIBRARY_PATH and no variable that points fragscope at an agent.
+  static Result RunDemo(const std::string& bundle, const std::string& report) {
+    return Shell("cd " + dir_ + "/elsewhere && env -u FRAGSCOPE_AGENT -u FRAGSCOPE_ADAPTER_DIR " +
+                 "LD_LIBRARY_PATH=" + FAKECUDA_LIB_DIR +
+                 " FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + bundle +
+                 "/bin/fragscope run --format json --report " + report + " -- " +
+                 FRAGSCOPE_DEMO_BIN);
+  }
+
+  static std::string dir_, bundle_;
+  static Result unpack_;
+};
+std::string PackageBundle::dir_, PackageBundle::bundle_;
+Result PackageBundle::unpack_;
+
+TEST_F(PackageBundle, HoldsTheProgramsTheLibrariesTheAdapterAndGpuCheck) {
+  for (const char* file :
+       {"bin/fragscope", "bin/fragscope-collector", "bin/fragscope-dump", "lib/libfragscope.so",
+        "lib/libfragscope_cupti.so", "lib/libcapstone.so.4", "include/fragscope/annotate.h",
+        "share/fragscope/adapter/sitecustomize.py", "scripts/gpu-check"}) {
+    struct stat st;
+    EXPECT_EQ(stat((bundle_ + "/" + file).c_str(), &st), 0) << file << " missing in " << bundle_;
+  }
+  struct stat st;
+  ASSERT_EQ(stat(FRAGSCOPE_TEST_BUNDLE, &st), 0);
+  EXPECT_LE(st.st_size, 64 << 20) << FRAGSCOPE_TEST_BUNDLE;
+}
+
+// ldd of every ELF file, without LD_LIBRARY_PATH: each library resolves to the bundle's lib/,
+// except glibc's own, which the host provides.
+TEST_F(PackageBundle, EveryLibraryResolvesInsideTheBundleButGlibc) {
+  const std::set<std::string> glibc = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0",
+                                       "librt.so.1"};
+  Result files = Shell("ls " + bundle_ + "/bin/* " + bundle_ + "/lib/*.so*");
+  ASSERT_EQ(files.exit_code, 0) << files.output;
+  std::istringstream list(files.output);
+  std::set<std::string> bundled_seen;
+  int checked = 0;
+  const std::regex line(R"(^\s*(\S+) => (\S+) \(0x[0-9a-f]+\)$)");
+  for (std::string file; std::getline(list, file);) {
+    Result ldd = Shell("env -u LD_LIBRARY_PATH ldd " + file);
+    ASSERT_EQ(ldd.exit_code, 0) << file << ": " << ldd.output;
+    EXPECT_EQ(ldd.output.find("not found"), std::string::npos) << file << ":\n" << ldd.output;
+    std::istringstream lines(ldd.output);
+    for (std::string l; std::getline(lines, l);) {
+      std::smatch m;
+      if (!std::regex_match(l, m, line)) continue;  // linux-vdso, ld-linux: no "=>"
+      const std::string name = m[1], path = m[2];
+      if (glibc.count(name) != 0) continue;
+      char* real = realpath(path.c_str(), nullptr);
+      const std::string resolved = real != nullptr ? real : path;
+      free(real);
+      EXPECT_EQ(resolved.rfind(bundle_ + "/lib/", 0), 0u)
+          << file << " takes " << name << " from " << path << ", outside the bundle";
+      bundled_seen.insert(name);
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 8);
+  // The CLI's own dependencies are among them (a bundle that lost them would pass vacuously).
+  for (const char* prefix :
+       {"libprotobuf.so", "libabsl_", "libdw.so", "libelf.so", "libstdc++.so", "libgcc_s.so"}) {
+    bool found = false;
+    for (const std::string& name : bundled_seen) found |= name.rfind(prefix, 0) == 0;
+    EXPECT_TRUE(found) << prefix << "* resolved from the bundle by nothing";
+  }
+}
+
+// The agent dlopens libcapstone.so.4 by name for `attach`: its RUNPATH must find the bundle's.
+TEST_F(PackageBundle, TheAgentsRunpathFindsTheBundledCapstone) {
+  Result dynamic = Shell("readelf -d " + bundle_ + "/lib/libfragscope.so");
+  ASSERT_EQ(dynamic.exit_code, 0) << dynamic.output;
+  EXPECT_NE(dynamic.output.find("(RUNPATH)            Library runpath: [$ORIGIN]"),
+            std::string::npos)
+      << dynamic.output;
+}
+
+TEST_F(PackageBundle, RunFromAnotherFolderExplainsTheDemosOoms) {
+  const std::string report = dir_ + "/bundle-report.json";
+  Result run = RunDemo(bundle_, report);
+  // The demo dies of its second OOM (status 1), passed through.
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_EQ(run.output.find("warning"), std::string::npos) << run.output;
+  json j = json::parse(Slurp(report), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << run.output;
+  ASSERT_EQ(j["ooms"].size(), 2u) << j.dump(2);
+  EXPECT_EQ(j["ooms"][0]["class"], "fragmentation");
+  EXPECT_EQ(j["ooms"][1]["class"], "capacity");
+}
+
+}  // namespace
