@@ -17,15 +17,39 @@ std::string InstallPrefix() {
   return dir.substr(0, dir.rfind('/'));
 }
 
+std::vector<std::string> AgentLibraryCandidates() {
+  const std::string prefix = InstallPrefix();
+  return {prefix + "/lib/libfragscope.so", prefix + "/lib64/libfragscope.so",
+          prefix + "/lib/x86_64-linux-gnu/libfragscope.so"};
+}
+
 std::string AgentLibraryPath() {
   if (const char* env = getenv("FRAGSCOPE_AGENT"); env != nullptr && env[0] != '\0') return env;
-  const std::string prefix = InstallPrefix();
-  for (const char* rel : {"/lib/libfragscope.so", "/lib64/libfragscope.so",
-                          "/lib/x86_64-linux-gnu/libfragscope.so"}) {
-    std::string candidate = prefix + rel;
+  const std::vector<std::string> candidates = AgentLibraryCandidates();
+  for (const std::string& candidate : candidates) {
     if (access(candidate.c_str(), R_OK) == 0) return candidate;
   }
-  return prefix + "/lib/libfragscope.so";
+  return candidates.front();
+}
+
+std::string MissingAgentMessage(const std::string& library) {
+  const char* next =
+      ". Reinstall the package it came from, build it (scripts/setup), or pass "
+      "--agent PATH / FRAGSCOPE_AGENT";
+  if (const char* env = getenv("FRAGSCOPE_AGENT"); env != nullptr && env[0] != '\0') {
+    return "agent library " + library + " not found (FRAGSCOPE_AGENT=" + env +
+           "); point FRAGSCOPE_AGENT at an existing libfragscope.so or unset it";
+  }
+  const std::vector<std::string> candidates = AgentLibraryCandidates();
+  if (library != candidates.front()) {  // libfragscope_cupti.so, looked for beside the agent
+    return "library " + library + " not found (it belongs beside the agent)" + next;
+  }
+  std::string looked;
+  for (const std::string& candidate : candidates) {
+    looked += (looked.empty() ? "" : ", ") + candidate;
+  }
+  return "agent library libfragscope.so not found; looked next to this fragscope (" +
+         InstallPrefix() + "/bin) in " + looked + next;
 }
 
 std::string AdapterDir() {

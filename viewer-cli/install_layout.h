@@ -6,14 +6,20 @@
 #define FRAGSCOPE_VIEWER_CLI_INSTALL_LAYOUT_H_
 
 #include <string>
+#include <vector>
 
 namespace fragscope::cli {
 
 // <prefix> of the running command ("." if /proc/self/exe cannot be read).
 std::string InstallPrefix();
-// The agent library to preload: $FRAGSCOPE_AGENT, else libfragscope.so under <prefix>'s lib
-// directories (the first readable one; <prefix>/lib/libfragscope.so when none is).
+// Where an installed agent may lie: libfragscope.so under each of <prefix>'s lib directories.
+std::vector<std::string> AgentLibraryCandidates();
+// The agent library to preload: $FRAGSCOPE_AGENT, else the first readable of
+// AgentLibraryCandidates() (<prefix>/lib/libfragscope.so when none is).
 std::string AgentLibraryPath();
+// Why AgentLibraryPath() (or `library`, a file beside it) is not there, for an error message:
+// the file expected, every place looked in and what to do.
+std::string MissingAgentMessage(const std::string& library);
 // The PyTorch adapter directory: $FRAGSCOPE_ADAPTER_DIR, the installed copy or the source
 // tree's; empty when none has a sitecustomize.py.
 std::string AdapterDir();

@@ -247,15 +247,17 @@ std::optional<int> ParseRunOptions(const std::vector<std::string>& args, RunOpti
         "--dormant needs the preload backend (the CUPTI backend cannot be woken; `fragscope "
         "attach` can still inject an agent later)");
   }
-  if (agent.empty()) {
+  const bool agent_given = !agent.empty();
+  if (!agent_given) {
     agent = AgentLibraryPath();
     if (use_cupti) agent = agent.substr(0, agent.rfind('/')) + "/libfragscope_cupti.so";
   }
   if (access(agent.c_str(), R_OK) != 0) {
-    std::fprintf(stderr,
-                 "fragscope run: agent library %s not found; build it (scripts/setup) or pass "
-                 "--agent PATH / FRAGSCOPE_AGENT\n",
-                 agent.c_str());
+    if (agent_given) {
+      std::fprintf(stderr, "fragscope run: agent library %s (--agent) not found\n", agent.c_str());
+    } else {
+      std::fprintf(stderr, "fragscope run: %s\n", MissingAgentMessage(agent).c_str());
+    }
     return kExitBadInput;
   }
   if (agent[0] != '/') {
@@ -442,6 +444,18 @@ void ReportStreams(std::vector<CollectedStream> streams, const RunOptions& o, pi
       std::fprintf(stderr, "fragscope run: cannot write report: %s\n",
                    std::string(st.message()).c_str());
     }
+  }
+  // An agent of another build (a package's fragscope run with another build's libfragscope.so,
+  // say) may send what this collector reads differently: said last, where it is read.
+  for (const CollectedStream& s : streams) {
+    const std::string theirs = s.session->hello()->agent_version();
+    if (theirs == FRAGSCOPE_VERSION) continue;
+    std::fprintf(stderr,
+                 "fragscope run: warning: pid %d ran an agent of version '%s' (%s), but this "
+                 "fragscope is version '%s': the report may misread its events. Use the agent "
+                 "of the same build or package (--agent PATH, FRAGSCOPE_AGENT)\n",
+                 static_cast<int>(s.peer_pid), theirs.c_str(), o.setup.agent.c_str(),
+                 FRAGSCOPE_VERSION);
   }
   if (!o.trace_path.empty()) {
     for (const CollectedStream& s : streams) {

@@ -1,7 +1,7 @@
 // The relocatable bundle (scripts/package) as a user gets it: unpacked into a folder of its own,
 // every program and library finds its libraries inside it (glibc's aside), and its `fragscope
 // run`, started from another folder, preloads its own agent and explains the demo's two OOMs on
-// the fake device.
+// the fake device. A bundle whose agent is missing, or is another build's, says so.
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -65,6 +65,13 @@ class PackageBundle : public ::testing::Test {
     ASSERT_EQ(unpack_.exit_code, 0) << FRAGSCOPE_TEST_BUNDLE << ": " << unpack_.output;
   }
 
+  // A copy of the bundle to break, at `name` beside the unpacked one.
+  static std::string Copy(const std::string& name) {
+    const std::string copy = dir_ + "/" + name;
+    EXPECT_EQ(Shell("cp -a " + bundle_ + " " + copy).exit_code, 0);
+    return copy;
+  }
+
   // The demo under `bundle`'s fragscope, run from a folder outside the bundle, the fake CUDA
   // driver on LD_LIBRARY_PATH and no variable that points fragscope at an agent.
   static Result RunDemo(const std::string& bundle, const std::string& report) {
@@ -73,6 +80,12 @@ class PackageBundle : public ::testing::Test {
                  " FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + bundle +
                  "/bin/fragscope run --format json --report " + report + " -- " +
                  FRAGSCOPE_DEMO_BIN);
+  }
+
+  static std::string Version(const std::string& bundle) {
+    Result r = Shell(bundle + "/bin/fragscope --version");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return Trim(r.output.substr(r.output.find(' ') + 1));
   }
 
   static std::string dir_, bundle_;
@@ -154,6 +167,45 @@ TEST_F(PackageBundle, RunFromAnotherFolderExplainsTheDemosOoms) {
   ASSERT_EQ(j["ooms"].size(), 2u) << j.dump(2);
   EXPECT_EQ(j["ooms"][0]["class"], "fragmentation");
   EXPECT_EQ(j["ooms"][1]["class"], "capacity");
+}
+
+TEST_F(PackageBundle, MissingAgentSaysWhichFileAndWhereItLooked) {
+  const std::string copy = Copy("no-agent");
+  ASSERT_EQ(std::remove((copy + "/lib/libfragscope.so").c_str()), 0);
+  Result run = RunDemo(copy, dir_ + "/no-agent.json");
+  EXPECT_EQ(run.exit_code, 3) << run.output;  // kExitBadInput; the demo never ran
+  EXPECT_NE(run.output.find("agent library libfragscope.so not found"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("looked next to this fragscope (" + copy + "/bin) in " + copy +
+                            "/lib/libfragscope.so, " + copy + "/lib64/libfragscope.so"),
+            std::string::npos)
+      << run.output;
+}
+
+// Another build's agent in the bundle (here: the bundle's own with its version string changed,
+// which is all that tells two builds apart) runs, and the run says so.
+TEST_F(PackageBundle, AnAgentOfAnotherBuildIsReported) {
+  const std::string copy = Copy("mixed");
+  const std::string version = Version(copy);
+  ASSERT_FALSE(version.empty());
+  const std::string agent = copy + "/lib/libfragscope.so";
+  std::string bytes = Slurp(agent);
+  // The version sits in the agent once, as a C string of its own.
+  const std::string needle = version + '\0';
+  size_t at = bytes.find(needle);
+  ASSERT_NE(at, std::string::npos) << version << " not in " << agent;
+  ASSERT_EQ(bytes.find(needle, at + 1), std::string::npos) << version << " twice in " << agent;
+  std::string other = version;
+  other.back() = other.back() == 'x' ? 'y' : 'x';
+  bytes.replace(at, other.size(), other);
+  std::ofstream(agent, std::ios::binary | std::ios::trunc) << bytes;
+
+  Result run = RunDemo(copy, dir_ + "/mixed.json");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("ran an agent of version '" + other + "' (" + agent +
+                            "), but this fragscope is version '" + version + "'"),
+            std::string::npos)
+      << run.output;
 }
 
 }  // namespace
