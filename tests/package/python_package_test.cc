@@ -1,0 +1,151 @@
+// The Python package (pyproject.toml) as pip installs it into a fresh venv: the three commands on
+// the venv's PATH, `fragscope run` finding the packaged agent and adapter with no environment
+// variable, and `import fragscope` inert without the agent and marking the timeline under it.
+// The package is made from this build folder's programs (tests/package/prebuilt), not compiled
+// again. PythonPackageInstall makes the venv (the others' CTest fixture); it and they are
+// skipped, with the reason, when scikit-build-core cannot be had from PyPI.
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace {
+
+using nlohmann::json;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Result Shell(const std::string& command) {
+  Result r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The venv both parts share (FRAGSCOPE_TEST_VENV): made anew by the install test, the fixture
+// setup of the others. A SKIPPED file in it holds why PyPI could not be used.
+const std::string kVenv = FRAGSCOPE_TEST_VENV;
+
+TEST(PythonPackageInstall, IntoAFreshVenv) {
+  std::system(("rm -rf " + kVenv).c_str());
+  Result venv = Shell(std::string(FRAGSCOPE_PYTHON) + " -m venv " + kVenv);
+  ASSERT_EQ(venv.exit_code, 0) << venv.output;
+  Result backend =
+      Shell(kVenv + "/bin/pip install -q --disable-pip-version-check 'scikit-build-core>=0.8'");
+  if (backend.exit_code != 0) {
+    const std::string why =
+        "scikit-build-core could not be installed from PyPI:\n" + backend.output;
+    std::ofstream(kVenv + "/SKIPPED") << why;
+    GTEST_SKIP() << why;
+  }
+  // Offline from here: the package has no dependencies and the backend is in the venv.
+  Result install = Shell(kVenv +
+                         "/bin/pip install -q --disable-pip-version-check --no-index "
+                         "--no-cache-dir --no-build-isolation " +
+                         FRAGSCOPE_SOURCE_DIR + " -C cmake.source-dir=tests/package/prebuilt" +
+                         " -C cmake.define.FRAGSCOPE_PREBUILT_DIR=" + FRAGSCOPE_BUILD_DIR +
+                         " -C build-dir=" + kVenv + "/skbuild");
+  EXPECT_EQ(install.exit_code, 0) << install.output;
+}
+
+class PythonPackage : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/fragscope-python-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    std::system(("mkdir " + dir_ + "/elsewhere").c_str());
+  }
+  static void TearDownTestSuite() { std::system(("rm -rf " + dir_).c_str()); }
+
+  void SetUp() override {
+    if (std::string why = Slurp(kVenv + "/SKIPPED"); !why.empty()) GTEST_SKIP() << why;
+  }
+
+  // `command` from a folder outside the source and build trees, with only the venv's bin/ and
+  // the system's on PATH, the fake CUDA driver on LD_LIBRARY_PATH and nothing that points
+  // fragscope at an agent or adapter.
+  static Result InVenv(const std::string& command) {
+    return Shell("cd " + dir_ + "/elsewhere && env -u FRAGSCOPE_AGENT -u FRAGSCOPE_ADAPTER_DIR " +
+                 "-u PYTHONPATH PATH=" + kVenv + "/bin:/usr/bin:/bin LD_LIBRARY_PATH=" +
+                 FAKECUDA_LIB_DIR + " FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M " + command);
+  }
+
+  static std::string dir_;
+};
+std::string PythonPackage::dir_;
+
+TEST_F(PythonPackage, PutsTheThreeCommandsOnTheVenvsPath) {
+  Result where = InVenv(
+      "sh -c 'for c in fragscope fragscope-collector fragscope-dump; do command -v $c; done'");
+  EXPECT_EQ(where.exit_code, 0) << where.output;
+  EXPECT_EQ(where.output, kVenv + "/bin/fragscope\n" + kVenv + "/bin/fragscope-collector\n" +
+                              kVenv + "/bin/fragscope-dump\n");
+  Result version = InVenv("fragscope --version");
+  EXPECT_EQ(version.exit_code, 0) << version.output;
+  EXPECT_EQ(version.output.rfind("fragscope ", 0), 0u) << version.output;
+  Result dump = InVenv("fragscope-dump " + dir_ + "/no-such.fst");
+  EXPECT_NE(dump.exit_code, 0);
+  EXPECT_NE(dump.output.find("no-such.fst"), std::string::npos) << dump.output;
+}
+
+TEST_F(PythonPackage, RunFindsThePackagedAgentWithoutAnyVariable) {
+  const std::string report = dir_ + "/report.json";
+  Result run =
+      InVenv("fragscope run --format json --report " + report + " -- " + FRAGSCOPE_DEMO_BIN);
+  EXPECT_EQ(run.exit_code, 1) << run.output;  // the demo's second OOM, passed through
+  EXPECT_EQ(run.output.find("warning"), std::string::npos) << run.output;
+  json j = json::parse(Slurp(report), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << run.output;
+  ASSERT_EQ(j["ooms"].size(), 2u) << j.dump(2);
+  EXPECT_EQ(j["ooms"][0]["class"], "fragmentation");
+  EXPECT_EQ(j["ooms"][1]["class"], "capacity");
+}
+
+TEST_F(PythonPackage, ImportIsInertWithoutTheAgent) {
+  Result py = InVenv(
+      "python -c 'import fragscope; fragscope.mark(\"nobody listens\"); "
+      "print(fragscope.active()); print(fragscope.agent_path())'");
+  EXPECT_EQ(py.exit_code, 0) << py.output;
+  EXPECT_EQ(py.output.rfind("False\n" + kVenv + "/lib/", 0), 0u) << py.output;
+  EXPECT_NE(py.output.find("/site-packages/fragscope/lib/libfragscope.so\n"), std::string::npos)
+      << py.output;
+}
+
+TEST_F(PythonPackage, UnderRunTheAgentIsActiveAndMarksReachTheTrace) {
+  const std::string trace = dir_ + "/python.fst";
+  Result run = InVenv("fragscope run -o " + trace +
+                      " -- python -c 'import os, fragscope; print(fragscope.active()); "
+                      "fragscope.mark(\"from python\"); print(os.environ[\"PYTHONPATH\"])'");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("True\n"), std::string::npos) << run.output;
+  // The packaged adapter is on the program's path.
+  EXPECT_NE(run.output.find("/site-packages/fragscope/share/fragscope/adapter"), std::string::npos)
+      << run.output;
+  Result dump = InVenv("fragscope-dump " + trace);
+  EXPECT_EQ(dump.exit_code, 0) << dump.output;
+  EXPECT_NE(dump.output.find("fragscope_mark label=\"from python\""), std::string::npos)
+      << dump.output;
+}
+
+}  // namespace
