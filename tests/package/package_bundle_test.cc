@@ -4,9 +4,7 @@
 // the fake device. A bundle whose agent is missing, or is another build's, says so.
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -15,34 +13,16 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "shell_result.h"
 
+namespace fragscope {
 namespace {
 
 using nlohmann::json;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result Shell(const std::string& command) {
-  Result r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using package_test::Result;
+using package_test::Shell;
+using package_test::Slurp;
 
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -209,3 +189,4 @@ TEST_F(PackageBundle, AnAgentOfAnotherBuildIsReported) {
 }
 
 }  // namespace
+}  // namespace fragscope

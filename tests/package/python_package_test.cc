@@ -5,43 +5,22 @@
 // again. PythonPackageInstall makes the venv (the others' CTest fixture); it and they are
 // skipped, with the reason, when scikit-build-core cannot be had from PyPI.
 #include <stdlib.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "shell_result.h"
 
+namespace fragscope {
 namespace {
 
 using nlohmann::json;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result Shell(const std::string& command) {
-  Result r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using package_test::Result;
+using package_test::Shell;
+using package_test::Slurp;
 
 // The venv both parts share (FRAGSCOPE_TEST_VENV): made anew by the install test, the fixture
 // setup of the others. A SKIPPED file in it holds why PyPI could not be used.
@@ -149,3 +128,4 @@ TEST_F(PythonPackage, UnderRunTheAgentIsActiveAndMarksReachTheTrace) {
 }
 
 }  // namespace
+}  // namespace fragscope
