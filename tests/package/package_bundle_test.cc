@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -18,8 +17,7 @@
 namespace fragscope {
 namespace {
 
-using nlohmann::json;
-
+using package_test::ExpectTheDemosOoms;
 using package_test::Result;
 using package_test::Shell;
 using package_test::Slurp;
@@ -138,15 +136,7 @@ TEST_F(PackageBundle, TheAgentsRunpathFindsTheBundledCapstone) {
 
 TEST_F(PackageBundle, RunFromAnotherFolderExplainsTheDemosOoms) {
   const std::string report = dir_ + "/bundle-report.json";
-  Result run = RunDemo(bundle_, report);
-  // The demo dies of its second OOM (status 1), passed through.
-  EXPECT_EQ(run.exit_code, 1) << run.output;
-  EXPECT_EQ(run.output.find("warning"), std::string::npos) << run.output;
-  json j = json::parse(Slurp(report), nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << run.output;
-  ASSERT_EQ(j["ooms"].size(), 2u) << j.dump(2);
-  EXPECT_EQ(j["ooms"][0]["class"], "fragmentation");
-  EXPECT_EQ(j["ooms"][1]["class"], "capacity");
+  ExpectTheDemosOoms(RunDemo(bundle_, report), report);
 }
 
 TEST_F(PackageBundle, MissingAgentSaysWhichFileAndWhereItLooked) {

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -16,8 +15,7 @@
 namespace fragscope {
 namespace {
 
-using nlohmann::json;
-
+using package_test::ExpectTheDemosOoms;
 using package_test::Result;
 using package_test::Shell;
 using package_test::Slurp;
@@ -90,15 +88,9 @@ TEST_F(PythonPackage, PutsTheThreeCommandsOnTheVenvsPath) {
 
 TEST_F(PythonPackage, RunFindsThePackagedAgentWithoutAnyVariable) {
   const std::string report = dir_ + "/report.json";
-  Result run =
-      InVenv("fragscope run --format json --report " + report + " -- " + FRAGSCOPE_DEMO_BIN);
-  EXPECT_EQ(run.exit_code, 1) << run.output;  // the demo's second OOM, passed through
-  EXPECT_EQ(run.output.find("warning"), std::string::npos) << run.output;
-  json j = json::parse(Slurp(report), nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << run.output;
-  ASSERT_EQ(j["ooms"].size(), 2u) << j.dump(2);
-  EXPECT_EQ(j["ooms"][0]["class"], "fragmentation");
-  EXPECT_EQ(j["ooms"][1]["class"], "capacity");
+  ExpectTheDemosOoms(
+      InVenv("fragscope run --format json --report " + report + " -- " + FRAGSCOPE_DEMO_BIN),
+      report);
 }
 
 TEST_F(PythonPackage, ImportIsInertWithoutTheAgent) {
