@@ -303,7 +303,7 @@ void WriteStreamHead() {
   // A resumed stream joins a running program, as a woken one does.
   hello.attached = d.attached || d.reconnects > 0;
   hello.resumed = d.reconnects;
-  if (a.injected) hello.backend = 3;  // BACKEND_INJECTED: memory from before is not known
+  if (a.injected) hello.backend = HelloBackend::kInjected;  // memory from before is not known
   hello.stack_depth = static_cast<uint32_t>(a.config.stack_depth);
   hello.release_stacks_off = a.config.stack_depth > 0 && !a.config.release_stacks;
   hello.ring_bytes = a.ring.bytes();
