@@ -36,11 +36,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "arg_reader.h"
-#include "attach/inject_abi.h"
 #include "commands.h"
 #include "exit_codes.h"
+#include "fragscope/attach_contract.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/server/session_server.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
@@ -161,14 +162,15 @@ std::string Inject(pid_t pid, InjectedAgent* agent) {
 std::string FindControlSocket(pid_t pid, uid_t uid) {
   std::vector<std::string> dirs;
   if (std::string xdg = TargetEnv(pid, "XDG_RUNTIME_DIR"); !xdg.empty()) {
-    dirs.push_back(xdg + "/fragscope");
+    dirs.push_back(absl::StrCat(xdg, "/", control_socket::kDirUnderRuntimeDir));
   }
   if (const char* xdg = getenv("XDG_RUNTIME_DIR"); xdg != nullptr && xdg[0] != '\0') {
-    dirs.push_back(std::string(xdg) + "/fragscope");
+    dirs.push_back(absl::StrCat(xdg, "/", control_socket::kDirUnderRuntimeDir));
   }
-  dirs.push_back(absl::StrFormat("/tmp/fragscope-%u", uid));
+  dirs.push_back(absl::StrCat(control_socket::kFallbackDirPrefix, uid));
   for (const std::string& dir : dirs) {
-    std::string path = absl::StrFormat("%s/agent-%d.sock", dir, pid);
+    std::string path =
+        absl::StrCat(dir, "/", control_socket::kSocketPrefix, pid, control_socket::kSocketSuffix);
     struct stat st;
     if (stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return path;
   }
@@ -213,13 +215,15 @@ std::string AskAgent(const std::string& socket_path, const std::string& command,
 // Never fatal.
 void SyncTorchBlocks(const std::string& control, uint32_t wait_ms, const char* why, bool injected) {
   const std::string answer =
-      AskAgent(control, absl::StrFormat("sync-torch %d %s", wait_ms, why), wait_ms / 1000 + 10);
-  if (answer.rfind("ok synced events=", 0) == 0) {
+      AskAgent(control, absl::StrCat(control_socket::kSyncTorch, " ", wait_ms, " ", why),
+               wait_ms / 1000 + 10);
+  if (answer.rfind(control_socket::kSynced, 0) == 0) {
     std::fprintf(
         stderr,
         "fragscope attach: PyTorch's blocks brought up to date at the %s (%s block events%s)\n",
-        why, answer.substr(17).c_str(), injected ? "" : ", the adapter's snapshot diff");
-  } else if (answer.rfind("ok none", 0) != 0) {
+        why, answer.substr(sizeof(control_socket::kSynced) - 1).c_str(),
+        injected ? "" : ", the adapter's snapshot diff");
+  } else if (answer.rfind(control_socket::kSyncNone, 0) != 0) {
     std::fprintf(stderr,
                  "fragscope attach: PyTorch's blocks not brought up to date at the %s (%s); %s\n",
                  why, answer.empty() ? "no answer" : answer.c_str(),
@@ -411,8 +415,9 @@ int AttachCommand(const std::vector<std::string>& args) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
 
-  const std::string answer = AskAgent(control, "wake " + (*collector)->socket_path());
-  if (answer.rfind("ok", 0) != 0) {
+  const std::string answer =
+      AskAgent(control, absl::StrCat(control_socket::kWake, " ", (*collector)->socket_path()));
+  if (answer.rfind(control_socket::kOk, 0) != 0) {
     std::fprintf(stderr, "fragscope attach: the agent of pid %d did not start streaming: %s\n", pid,
                  (answer.empty() ? "no answer on its control socket " + control : answer).c_str());
     unpatch();
@@ -438,7 +443,7 @@ int AttachCommand(const std::vector<std::string>& args) {
       SyncTorchBlocks(control, torch_wait_ms, "detach", injected.has_value());
     }
     // Detach: the agent writes End, closes the stream and goes back to dormant.
-    detached = AskAgent(control, "sleep").rfind("ok", 0) == 0;
+    detached = AskAgent(control, control_socket::kSleep).rfind(control_socket::kOk, 0) == 0;
     unpatched = unpatch();
   }
   std::vector<CollectedStream> streams = (*collector)->Finish(2000);

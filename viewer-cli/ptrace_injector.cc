@@ -27,7 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "attach/inject_abi.h"
+#include "fragscope/attach_contract.h"
 
 namespace fragscope::cli {
 namespace {

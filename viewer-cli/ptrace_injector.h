@@ -3,7 +3,7 @@
 //
 // Load: one thread that waits in a system call (so it holds no allocator or loader lock in
 // user code) is stopped with PTRACE_SEIZE + PTRACE_INTERRUPT and made to call
-// dlopen(agent, RTLD_NOW) and then fragscope_inject_start() (interpose/src/attach/inject_abi.h):
+// dlopen(agent, RTLD_NOW) and then fragscope_inject_start() (fragscope/attach_contract.h):
 // its registers are saved, the call is set up on its stack below the red zone with return address
 // 0, and the SIGSEGV at address 0 ends the call; then its registers are restored, so an
 // interrupted system call restarts. dlopen is found in the process's libc from the ELF file on
@@ -26,7 +26,7 @@
 
 #include "absl/status/status.h"
 
-struct FragscopeTorchImport;  // interpose/src/attach/inject_abi.h
+struct FragscopeTorchImport;  // fragscope/attach_contract.h
 
 namespace fragscope::cli {
 
