@@ -7,14 +7,14 @@
 // - Started with the agent dormant (LD_PRELOAD=libfragscope.so FRAGSCOPE_DORMANT=1): the stream
 //   starts with the agent's live table, kept since the program started, so the report is exact
 //   from the first line.
-// - Started without the agent: the agent is injected (ptrace_injector.h: dlopen in the process,
-//   then libcuda's tracked functions patched in place), the stream covers the attach window
-//   only, and memory from before it is reported as unknown (`untracked`). At detach the original
-//   bytes of libcuda are put back; the agent stays loaded and dormant (dlclose is not safe), and
-//   a later attach patches again. In a CPython process with torch and CUDA initialized, the
-//   agent first imports PyTorch's caching-allocator state (interpose/src/python/python_state.h), so
-//   PyTorch's segments and blocks are exact from the first snapshot; memory from before the
-//   attach outside it stays `untracked`.
+// - Started without the agent: the agent is injected (fragscope/injector/ptrace_injector.h:
+//   dlopen in the process, then libcuda's tracked functions patched in place), the stream covers
+//   the attach window only, and memory from before it is reported as unknown (`untracked`). At
+//   detach the original bytes of libcuda are put back; the agent stays loaded and dormant
+//   (dlclose is not safe), and a later attach patches again. In a CPython process with torch and
+//   CUDA initialized, the agent first imports PyTorch's caching-allocator state
+//   (interpose/src/python/python_state.h), so PyTorch's segments and blocks are exact from the
+//   first snapshot; memory from before the attach outside it stays `untracked`.
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -42,16 +42,22 @@
 #include "commands.h"
 #include "exit_codes.h"
 #include "fragscope/attach_contract.h"
+#include "fragscope/injector/ptrace_injector.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/server/session_server.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
 #include "fragscope/trace/output_file.h"
 #include "install_layout.h"
-#include "ptrace_injector.h"
 #include "report_output.h"
 
 namespace fragscope::cli {
 namespace {
+
+using injector::ImportTorchState;
+using injector::InjectAgent;
+using injector::InjectedAgent;
+using injector::PtraceRestriction;
+using injector::RemovePatches;
 
 constexpr char kUsage[] =
     "usage: fragscope attach PID [options]\n"

@@ -1,5 +1,5 @@
 // The agent's side of attach by injection (`fragscope attach PID` on a process started without
-// the agent; viewer-cli/ptrace_injector.h is the other side).
+// the agent; interpose/injector/ is the other side).
 //
 // The attach command dlopen()s libfragscope.so into the stopped process and calls
 // fragscope_inject_start() (fragscope/attach_contract.h) on one of its threads. That starts the
