@@ -10,6 +10,7 @@
 #include "absl/base/internal/endian.h"
 #include "absl/numeric/bits.h"
 #include "fragscope/wire_constants.h"
+#include "fragscope/wire_events.h"
 
 namespace fragscope {
 namespace {
@@ -118,7 +119,7 @@ inline v1::Api ApiOf(uint64_t v) { return static_cast<v1::Api>(I32(v)); }
 // The fields common to every event message (the same numbers in all of them).
 template <typename Event>
 inline void SetCommon(Event* e, const uint64_t* f) {
-  using A = wire::AllocEvent;
+  using A = wire::EventCommon;
   e->set_seq(f[A::kSeq]);
   e->set_time_ns(f[A::kTimeNs]);
   e->set_tid(U32(f[A::kTid]));
@@ -126,15 +127,6 @@ inline void SetCommon(Event* e, const uint64_t* f) {
   e->set_result(I32(f[A::kResult]));
   e->set_stack_id(f[A::kStackId]);
 }
-
-template <typename Event>
-constexpr bool HasCommonFields() {
-  using A = wire::AllocEvent;
-  return Event::kSeq == A::kSeq && Event::kTimeNs == A::kTimeNs && Event::kTid == A::kTid &&
-         Event::kApi == A::kApi && Event::kResult == A::kResult && Event::kStackId == A::kStackId;
-}
-static_assert(HasCommonFields<wire::FreeEvent>() && HasCommonFields<wire::MapEvent>() &&
-              HasCommonFields<wire::HandleEvent>() && HasCommonFields<wire::BlockEvent>());
 
 // Sets every field of out's event from `f`. A message from an earlier parse may also hold
 // unknown fields, which a parse would have cleared: `clear` says whether to clear the message

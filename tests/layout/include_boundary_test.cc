@@ -3,9 +3,9 @@
 //
 // Parts, and what each may include of ours:
 //   agent       interpose/src, interpose/cupti: itself, the agent's public headers, the wire
-//               constants (fragscope/wire_constants.h). Never the collector, the command line,
-//               the injector, or the libprotobuf code generated from the proto (fragscope.pb.h:
-//               no protobuf runtime in the agent).
+//               constants (fragscope/wire_constants.h, proto/include). Never the collector, the
+//               command line, the injector, or the libprotobuf code generated from the proto
+//               (fragscope.pb.h: no protobuf runtime in the agent).
 //   agent-api   interpose/include (annotate.h, attach_contract.h): only itself.
 //   injector    interpose/injector: itself and the attach contract.
 //   collector   collector/: itself and the proto's generated code. Never the agent's private
@@ -45,7 +45,8 @@ enum class Place {
   kCollector,     // collector/, outside its include/ folders
   kCollectorApi,  // collector/*/include
   kProto,         // proto/, and the libprotobuf code the build generates from it
-  kWire,          // fragscope/wire_constants.h, generated from the proto: no protobuf in it
+  kWire,          // fragscope/wire_constants.h, generated from the proto, and proto/include:
+                  // no protobuf in them
   kCli,           // viewer-cli/
   kInjector,      // interpose/injector, outside include/
   kInjectorApi,   // interpose/injector/include
@@ -95,6 +96,7 @@ std::optional<Place> PlaceOf(const std::string& rel) {
   if (Under(rel, "collector/")) {
     return rel.find("/include/") != std::string::npos ? Place::kCollectorApi : Place::kCollector;
   }
+  if (Under(rel, "proto/include/")) return Place::kWire;
   if (Under(rel, "proto/")) return Place::kProto;
   if (Under(rel, "viewer-cli/")) return Place::kCli;
   return std::nullopt;
@@ -131,13 +133,10 @@ const std::vector<Part>& Parts() {
 
 // Every folder an include may be looked up in (the include paths CMake gives the parts).
 std::vector<std::string> IncludeRoots() {
-  std::vector<std::string> roots = {"interpose/include/",
-                                    "interpose/injector/include/",
-                                    "interpose/src/",
-                                    "interpose/cupti/",
-                                    "interpose/injector/",
-                                    "viewer-cli/",
-                                    "proto/"};
+  std::vector<std::string> roots = {"interpose/include/",  "interpose/injector/include/",
+                                    "interpose/src/",      "interpose/cupti/",
+                                    "interpose/injector/", "viewer-cli/",
+                                    "proto/include/",      "proto/"};
   for (const auto& entry : fs::directory_iterator(kSource / "collector")) {
     if (!entry.is_directory()) continue;
     const std::string lib = "collector/" + entry.path().filename().string() + "/";

@@ -2,15 +2,17 @@
 
 #include <cstring>
 
+#include "fragscope/wire_events.h"
+
 namespace fragscope::agent {
 namespace {
 
 using F = wire::Frame;
 
-// The fields common to all event messages (the same numbers in each: checked below).
+// The fields common to all event messages (the same numbers in each).
 template <typename Writer>
 void CommonEventFields(Writer& w, const EventRecord& r) {
-  using E = wire::AllocEvent;
+  using E = wire::EventCommon;
   w.Uint64(E::kSeq, r.seq);
   w.Uint64(E::kTimeNs, r.time_ns);
   w.Uint32(E::kTid, r.tid);
@@ -18,17 +20,6 @@ void CommonEventFields(Writer& w, const EventRecord& r) {
   w.Int32(E::kResult, r.result);
   w.Uint64(E::kStackId, r.stack_id);
 }
-
-template <typename Event>
-constexpr bool HasCommonEventFields() {
-  using A = wire::AllocEvent;
-  return Event::kSeq == A::kSeq && Event::kTimeNs == A::kTimeNs && Event::kTid == A::kTid &&
-         Event::kApi == A::kApi && Event::kResult == A::kResult && Event::kStackId == A::kStackId;
-}
-static_assert(HasCommonEventFields<wire::FreeEvent>() && HasCommonEventFields<wire::MapEvent>() &&
-              HasCommonEventFields<wire::HandleEvent>() &&
-              HasCommonEventFields<wire::FailedAlloc>() &&
-              HasCommonEventFields<wire::BlockEvent>());
 
 }  // namespace
 

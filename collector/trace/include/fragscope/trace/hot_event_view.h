@@ -17,6 +17,7 @@
 #include "fragscope.pb.h"
 #include "fragscope/trace/hot_frame_decoder.h"
 #include "fragscope/wire_constants.h"
+#include "fragscope/wire_events.h"
 
 namespace fragscope {
 namespace hot_view_internal {
@@ -28,12 +29,12 @@ inline int32_t I32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_
 class CommonView {
  public:
   explicit CommonView(const HotEvent& event) : f_(event.field) {}
-  uint64_t seq() const { return f_[wire::AllocEvent::kSeq]; }
-  uint64_t time_ns() const { return f_[wire::AllocEvent::kTimeNs]; }
-  uint32_t tid() const { return U32(f_[wire::AllocEvent::kTid]); }
-  v1::Api api() const { return static_cast<v1::Api>(I32(f_[wire::AllocEvent::kApi])); }
-  int32_t result() const { return I32(f_[wire::AllocEvent::kResult]); }
-  uint64_t stack_id() const { return f_[wire::AllocEvent::kStackId]; }
+  uint64_t seq() const { return f_[wire::EventCommon::kSeq]; }
+  uint64_t time_ns() const { return f_[wire::EventCommon::kTimeNs]; }
+  uint32_t tid() const { return U32(f_[wire::EventCommon::kTid]); }
+  v1::Api api() const { return static_cast<v1::Api>(I32(f_[wire::EventCommon::kApi])); }
+  int32_t result() const { return I32(f_[wire::EventCommon::kResult]); }
+  uint64_t stack_id() const { return f_[wire::EventCommon::kStackId]; }
 
  protected:
   const uint64_t* f_;
