@@ -20,7 +20,7 @@
 #include "fragscope/wire_events.h"
 
 namespace fragscope {
-namespace hot_view_internal {
+namespace internal {
 
 inline uint32_t U32(uint64_t v) { return static_cast<uint32_t>(v); }
 inline int32_t I32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
@@ -40,12 +40,12 @@ class CommonView {
   const uint64_t* f_;
 };
 
-}  // namespace hot_view_internal
+}  // namespace internal
 
 // The common fields of any of the five hot events (seq, time, thread, api, result, stack).
-using HotCommonView = hot_view_internal::CommonView;
+using HotCommonView = internal::CommonView;
 
-namespace hot_view_internal {
+namespace internal {
 
 // The fields AllocEvent and FreeEvent share, with the same numbers in both.
 class AllocOrFreeView : public CommonView {
@@ -63,14 +63,14 @@ class AllocOrFreeView : public CommonView {
   uint64_t pool() const { return f_[A::kPool]; }
 };
 
-}  // namespace hot_view_internal
+}  // namespace internal
 
 // An AllocEvent (event.body == v1::Frame::kAlloc).
-class HotAllocView : public hot_view_internal::AllocOrFreeView {
+class HotAllocView : public internal::AllocOrFreeView {
  public:
   using AllocOrFreeView::AllocOrFreeView;
   v1::MemoryKind kind() const {
-    return static_cast<v1::MemoryKind>(hot_view_internal::I32(f_[wire::AllocEvent::kKind]));
+    return static_cast<v1::MemoryKind>(internal::I32(f_[wire::AllocEvent::kKind]));
   }
   uint64_t pitch() const { return f_[wire::AllocEvent::kPitch]; }
   bool in_capture() const { return f_[wire::AllocEvent::kInCapture] != 0; }
@@ -80,22 +80,22 @@ class HotAllocView : public hot_view_internal::AllocOrFreeView {
 };
 
 // A FreeEvent (event.body == v1::Frame::kFree).
-class HotFreeView : public hot_view_internal::AllocOrFreeView {
+class HotFreeView : public internal::AllocOrFreeView {
  public:
   using AllocOrFreeView::AllocOrFreeView;
 };
 
 // A BlockEvent (event.body == v1::Frame::kBlock).
-class HotBlockView : public hot_view_internal::CommonView {
+class HotBlockView : public internal::CommonView {
  public:
   using CommonView::CommonView;
   using B = wire::BlockEvent;
   v1::BlockEvent::Op op() const {
-    return static_cast<v1::BlockEvent::Op>(hot_view_internal::I32(f_[B::kOp]));
+    return static_cast<v1::BlockEvent::Op>(internal::I32(f_[B::kOp]));
   }
   uint64_t address() const { return f_[B::kAddress]; }
   uint64_t size() const { return f_[B::kSize]; }
-  int32_t device() const { return hot_view_internal::I32(f_[B::kDevice]); }
+  int32_t device() const { return internal::I32(f_[B::kDevice]); }
   uint64_t stream() const { return f_[B::kStream]; }
   uint64_t pool() const { return f_[B::kPool]; }
   uint64_t allocator() const { return f_[B::kAllocator]; }
