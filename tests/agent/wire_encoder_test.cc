@@ -151,14 +151,14 @@ TEST(WireWriterTest, OverflowIsReportedAndTruncateRecovers) {
 // enums the agent writes.
 TEST(ProtoEnumsTest, ApiNumbersMatchTheProto) {
   int checked = 0;
-#define CHECK_API(name, number)                                       \
-  {                                                                   \
-    const std::string proto_name = std::string("API_") + (#name + 2); \
-    v1::Api parsed = v1::API_UNKNOWN;                                 \
-    ASSERT_TRUE(v1::Api_Parse(proto_name, &parsed)) << #name;         \
-    EXPECT_EQ(static_cast<int>(parsed), number) << #name;             \
-    EXPECT_EQ(static_cast<int>(Api::name), number) << #name;          \
-    ++checked;                                                        \
+#define CHECK_API(name, number)                                           \
+  {                                                                       \
+    const std::string proto_name = "API_" + std::string(#name).substr(2); \
+    v1::Api parsed = v1::API_UNKNOWN;                                     \
+    ASSERT_TRUE(v1::Api_Parse(proto_name, &parsed)) << #name;             \
+    EXPECT_EQ(static_cast<int>(parsed), number) << #name;                 \
+    EXPECT_EQ(static_cast<int>(Api::name), number) << #name;              \
+    ++checked;                                                            \
   }
   FRAGSCOPE_WIRE_Api(CHECK_API)
 #undef CHECK_API
