@@ -54,7 +54,7 @@ int ExportJob(const std::vector<std::string>& paths, const ModelOptions& options
     std::vector<std::unique_ptr<DwarfSymbolizer>> symbolizers;
     std::vector<exporter::PerfettoProcess> processes;
     for (const ModelSummary& s : summaries) {
-      symbolizers.push_back(std::make_unique<DwarfSymbolizer>(s.modules));
+      symbolizers.push_back(std::make_unique<DwarfSymbolizer>(s));
       processes.push_back({&s, symbolizers.back().get()});
     }
     std::ostringstream json;
@@ -133,7 +133,7 @@ int ExportCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "fragscope export: %s\n", std::string(loaded.status().message()).c_str());
     return kExitBadInput;
   }
-  DwarfSymbolizer symbolizer(input.summary.modules);
+  DwarfSymbolizer symbolizer(input.summary);
 
   if (!perfetto_path.empty()) {
     std::ostringstream json;

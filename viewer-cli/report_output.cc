@@ -34,7 +34,7 @@ bool ParseReportFormat(const std::string& name, ReportFormat* format) {
 }
 
 void WriteReport(const ModelSummary& summary, ReportFormat format, std::ostream& out) {
-  DwarfSymbolizer symbolizer(summary.modules);
+  DwarfSymbolizer symbolizer(summary);
   if (format == ReportFormat::kJson) {
     RenderJson(summary, symbolizer, out);
   } else if (format == ReportFormat::kHtml) {
@@ -169,7 +169,7 @@ absl::Status WriteReportFile(const ModelSummary& summary, ReportFormat format,
 namespace fragscope::cli {
 
 absl::Status WriteHtmlReportFile(const exporter::ExportInput& input, const std::string& path) {
-  DwarfSymbolizer symbolizer(input.summary.modules);
+  DwarfSymbolizer symbolizer(input.summary);
   if (path == "-") {
     exporter::RenderHtml(input, symbolizer, std::cout);
     std::cout.flush();

@@ -4,6 +4,9 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <cstring>
 #include <fstream>
@@ -135,6 +138,41 @@ TEST_F(ModuleSymbolizerTest, WrongBuildIdGivesOnlyModuleAndOffset) {
   EXPECT_TRUE(loc.file.empty());
   EXPECT_EQ(loc.module, found_.path);
   EXPECT_NE(loc.ToString().find("+0x"), std::string::npos) << loc.ToString();
+  EXPECT_EQ(loc.module_file, ModuleFile::kBuildIdDiffers);
+  EXPECT_EQ(loc.found_build_id, found_.build_id);
+}
+
+TEST_F(ModuleSymbolizerTest, TheRecordedBuildIdMatchesTheFile) {
+  ModuleSymbolizer symbolizer;
+  symbolizer.AddModules(Map(found_.build_id));
+  EXPECT_EQ(symbolizer.Symbolize(fn_ + 1).module_file, ModuleFile::kMatches);
+}
+
+// The module's path holds another build (or nothing); a debug folder holds the one that ran,
+// under its own file name: that one is read. A debug folder with another build is not.
+TEST_F(ModuleSymbolizerTest, DebugDirSuppliesTheFileWithTheRecordedBuildId) {
+  char tmpl[] = "/tmp/fragscope-debug-dir-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string name = found_.path.substr(found_.path.rfind('/') + 1);
+  std::ifstream in(found_.path, std::ios::binary);
+  std::ofstream(dir + "/" + name + ".debug", std::ios::binary) << in.rdbuf();
+  v1::ModuleMap map = Map(found_.build_id);
+  map.mutable_modules(0)->set_path("/nonexistent/" + name);
+  ModuleSymbolizer with_dir({dir});
+  with_dir.AddModules(map);
+  const SourceLocation& loc = with_dir.Symbolize(fn_ + 1);
+  EXPECT_EQ(loc.module_file, ModuleFile::kMatches);
+  EXPECT_EQ(loc.function, "fragscope_sample_function");
+  EXPECT_EQ(loc.module, "/nonexistent/" + name);
+  ModuleSymbolizer without_dir;
+  without_dir.AddModules(map);
+  EXPECT_EQ(without_dir.Symbolize(fn_ + 1).module_file, ModuleFile::kMissing);
+  map.mutable_modules(0)->set_build_id(std::string(20, '\x42'));
+  ModuleSymbolizer other_build({dir});
+  other_build.AddModules(map);
+  EXPECT_TRUE(other_build.Symbolize(fn_ + 1).function.empty());
+  std::remove((dir + "/" + name + ".debug").c_str());
+  rmdir(dir.c_str());
 }
 
 TEST_F(ModuleSymbolizerTest, AddressOutsideEveryModuleIsPrintedRaw) {
