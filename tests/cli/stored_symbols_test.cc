@@ -1,6 +1,7 @@
-// Symbols travel with the trace: a trace written by `fragscope run` names the demo's functions
-// and file:line after its binary is deleted or rebuilt; a module on this machine with another
-// build-id is said so and never read.
+// Symbols travel with the trace: a trace written by `fragscope run` (or completed by `fragscope
+// symbolize`) names the demo's functions and file:line after its binary is deleted or rebuilt;
+// a module on this machine with another build-id is said so and never read; bad input to
+// `symbolize` and `--debug-dir` fails with a message and exit 2 or 3.
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -149,6 +150,90 @@ TEST_F(StoredSymbols, ARebuiltBinaryIsReportedAndNeverReadForNames) {
             std::string::npos)
       << text.output;
   EXPECT_NE(text.output.find("module+offset"), std::string::npos) << text.output;
+}
+
+TEST_F(StoredSymbols, SymbolizeCompletesAnAgentOnlyTrace) {
+  const std::string raw = TraceWithAgentOnly();
+  const std::string completed = dir_ + "/completed.fst";
+  Result r = Shell(Fragscope() + " symbolize " + raw + " -o " + completed);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // In place as well; a second run finds nothing left to add and leaves the file alone.
+  const std::string in_place = dir_ + "/in-place.fst";
+  ASSERT_EQ(Shell("cp " + raw + " " + in_place).exit_code, 0);
+  EXPECT_EQ(Shell(Fragscope() + " symbolize " + in_place).exit_code, 0);
+  EXPECT_EQ(Slurp(in_place), Slurp(completed));
+  r = Shell(Fragscope() + " symbolize " + in_place);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("unchanged"), std::string::npos) << r.output;
+  EXPECT_EQ(Slurp(in_place), Slurp(completed));
+  // Every byte the agent wrote is still there, first.
+  const std::string before = Slurp(raw), after = Slurp(completed);
+  ASSERT_GT(after.size(), before.size());
+  EXPECT_EQ(after.substr(16, before.size() - 16), before.substr(16));
+
+  ASSERT_EQ(std::remove(App().c_str()), 0);
+  const json report = ReportJson(completed);
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_TRUE(NamesLogits(report)) << report["ooms"][0]["stack"].dump(2);
+  EXPECT_GT(DemoFramesWithFileAndLine(report), 0);
+  EXPECT_FALSE(NamesLogits(ReportJson(raw)));
+  // Once the binary is gone, its frames cannot be named any more, and symbolize says so.
+  r = Shell(Fragscope() + " symbolize " + raw + " -o " + dir_ + "/late.fst");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("module+offset"), std::string::npos) << r.output;
+  EXPECT_FALSE(NamesLogits(ReportJson(dir_ + "/late.fst")));
+}
+
+TEST_F(StoredSymbols, DebugDirFindsTheDebugFileByBuildId) {
+  const std::string raw = TraceWithAgentOnly();
+  ASSERT_EQ(std::remove(App().c_str()), 0);
+  const json before = ReportJson(raw);
+  ASSERT_FALSE(before.is_discarded());
+  ASSERT_EQ(before["symbol_sources"].size(), 1u);
+  const std::string id = before["symbol_sources"][0]["build_id"].get<std::string>();
+  ASSERT_GT(id.size(), 2u);
+  const std::string debug = dir_ + "/debug/.build-id/" + id.substr(0, 2);
+  ASSERT_EQ(Shell("mkdir -p " + debug + " && objcopy --only-keep-debug " + FRAGSCOPE_DEMO_BIN +
+                  " " + debug + "/" + id.substr(2) + ".debug")
+                .exit_code,
+            0);
+  const json after = ReportJson(raw, "--debug-dir " + dir_ + "/debug");
+  ASSERT_FALSE(after.is_discarded());
+  EXPECT_TRUE(NamesLogits(after)) << after["ooms"][0]["stack"].dump(2);
+  EXPECT_GT(DemoFramesWithFileAndLine(after), 0);
+  EXPECT_TRUE(after["symbol_sources"].empty()) << after["symbol_sources"].dump(2);
+}
+
+TEST_F(StoredSymbols, BadInputAndWrongFlagsFailWithAReason) {
+  const std::string raw = TraceWithAgentOnly();
+  const std::string bytes = Slurp(raw);
+  ASSERT_GT(bytes.size(), 100u);
+  // Cut inside its last frame (the End frame is a few bytes): kept up to the frame before.
+  const std::string cut = dir_ + "/cut.fst";
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), bytes.size() - 3);
+  Result r = Shell(Fragscope() + " symbolize " + cut + " -o " + dir_ + "/cut-symbols.fst");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("warning"), std::string::npos) << r.output;
+  const json report = ReportJson(dir_ + "/cut-symbols.fst");
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_FALSE(report["process"]["stream_ended"].get<bool>());
+
+  // A newer major version than this reader knows.
+  std::string newer = bytes;
+  newer[8] = 2;
+  std::ofstream(dir_ + "/newer.fst", std::ios::binary).write(newer.data(), newer.size());
+  r = Shell(Fragscope() + " symbolize " + dir_ + "/newer.fst");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("newer.fst"), std::string::npos) << r.output;
+  EXPECT_EQ(Slurp(dir_ + "/newer.fst"), newer) << "a trace it cannot read is left alone";
+
+  EXPECT_EQ(Shell(Fragscope() + " symbolize").exit_code, 2);
+  EXPECT_EQ(Shell(Fragscope() + " symbolize " + raw + " --bogus").exit_code, 2);
+  EXPECT_EQ(Shell(Fragscope() + " symbolize " + raw + " -o " + raw).exit_code, 2);
+  r = Shell(Fragscope() + " report " + raw + " --debug-dir " + dir_ + "/no-such-folder");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("no-such-folder is not a folder"), std::string::npos) << r.output;
+  EXPECT_EQ(Shell(Fragscope() + " symbolize " + dir_ + "/missing.fst").exit_code, 3);
 }
 
 }  // namespace
