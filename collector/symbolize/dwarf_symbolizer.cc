@@ -62,36 +62,26 @@ std::unique_ptr<Symbolizer> MakeDwarfSymbolizer(const std::vector<ModuleInfo>& m
 
 std::vector<SymbolizedFrame> DwarfSymbolizer::Symbolize(uint64_t pc) {
   const SourceLocation& loc = symbolizer_.Symbolize(pc);
-  SymbolizedFrame frame;
-  frame.module = loc.module;
-  frame.module_offset = loc.offset;
-  frame.pc = pc;
+  std::vector<SymbolizedFrame> frames;
+  auto add = [&](const std::string& function, const std::string& file, uint32_t line) {
+    SymbolizedFrame& f = frames.emplace_back();
+    f.function = function;
+    f.file = file;
+    f.line = line;
+    f.module = loc.module;
+    f.module_offset = loc.offset;
+    f.pc = pc;
+  };
   if (loc.module_file != ModuleFile::kMatches && stored_ != nullptr) {
     // The file here is gone or another build: the symbols read where the trace was taken.
     if (auto it = stored_->find(pc); it != stored_->end() && !it->second.empty()) {
-      std::vector<SymbolizedFrame> frames;
-      for (const SourceFrameInfo& f : it->second) {
-        SymbolizedFrame one = frame;
-        one.function = f.function;
-        one.file = f.file;
-        one.line = f.line;
-        frames.push_back(std::move(one));
-      }
+      for (const SourceFrameInfo& f : it->second) add(f.function, f.file, f.line);
       return frames;
     }
   }
-  frame.function = loc.function;
-  frame.file = loc.file;
-  frame.line = loc.line;
-  std::vector<SymbolizedFrame> frames = {frame};
+  add(loc.function, loc.file, loc.line);
   // Inlined code: the functions it was expanded into follow, innermost first, at one pc.
-  for (const InlinedCaller& c : loc.inlined_callers) {
-    SymbolizedFrame outer = frame;
-    outer.function = c.function;
-    outer.file = c.file;
-    outer.line = c.line;
-    frames.push_back(std::move(outer));
-  }
+  for (const InlinedCaller& c : loc.inlined_callers) add(c.function, c.file, c.line);
   return frames;
 }
 

@@ -3,7 +3,6 @@
 #include "fragscope/symbolize/module_symbolizer.h"
 
 #include <dlfcn.h>
-#include <link.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,51 +12,10 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "loaded_module.h"
 
 namespace fragscope {
 namespace {
-
-struct Found {
-  std::string path;
-  uint64_t bias = 0;
-  uint64_t size = 0;
-  std::string build_id;
-};
-
-// The same facts the agent records, read the same way (dl_iterate_phdr).
-Found FindLoaded(const char* name_part) {
-  Found found;
-  std::pair<const char*, Found*> query(name_part, &found);
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) {
-        auto* f = static_cast<std::pair<const char*, Found*>*>(data);
-        if (info->dlpi_name == nullptr || std::strstr(info->dlpi_name, f->first) == nullptr) {
-          return 0;
-        }
-        Found& out = *f->second;
-        out.path = info->dlpi_name;
-        out.bias = info->dlpi_addr;
-        uint64_t hi = 0;
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type == PT_LOAD) hi = std::max<uint64_t>(hi, ph.p_vaddr + ph.p_memsz);
-          if (ph.p_type == PT_NOTE) {
-            const char* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
-            const char* end = p + ph.p_memsz;
-            while (p + sizeof(ElfW(Nhdr)) <= end) {
-              auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
-              const char* desc = p + sizeof(*n) + ((n->n_namesz + 3) & ~3u);
-              if (n->n_type == NT_GNU_BUILD_ID) out.build_id.assign(desc, n->n_descsz);
-              p = desc + ((n->n_descsz + 3) & ~3u);
-            }
-          }
-        }
-        out.size = hi;
-        return 1;
-      },
-      &query);
-  return found;
-}
 
 class ModuleSymbolizerTest : public ::testing::Test {
  protected:
@@ -83,7 +41,7 @@ class ModuleSymbolizerTest : public ::testing::Test {
   }
   void* handle_ = nullptr;
   uint64_t fn_ = 0;
-  Found found_;
+  LoadedModule found_;
 };
 
 TEST_F(ModuleSymbolizerTest, ResolvesFunctionFileAndLine) {

@@ -2,7 +2,6 @@
 // a report's symbolizer: it names the frames once the module file is gone, only for the module
 // with the build-id it was read from, and the report's notes say where names came from.
 #include <dlfcn.h>
-#include <link.h>
 
 #include <cstring>
 #include <string>
@@ -11,37 +10,10 @@
 #include "fragscope/symbolize/dwarf_symbolizer.h"
 #include "fragscope/symbolize/symbol_table_builder.h"
 #include "gtest/gtest.h"
+#include "loaded_module.h"
 
 namespace fragscope {
 namespace {
-
-struct Loaded {
-  std::string path;
-  uint64_t bias = 0;
-  uint64_t size = 0;
-};
-
-Loaded FindSampleModule() {
-  Loaded found;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) {
-        if (info->dlpi_name == nullptr ||
-            std::strstr(info->dlpi_name, "libfragscope_sample_module") == nullptr) {
-          return 0;
-        }
-        auto& out = *static_cast<Loaded*>(data);
-        out.path = info->dlpi_name;
-        out.bias = info->dlpi_addr;
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type == PT_LOAD)
-            out.size = std::max<uint64_t>(out.size, ph.p_vaddr + ph.p_memsz);
-        }
-        return 1;
-      },
-      &found);
-  return found;
-}
 
 class SymbolTableTest : public ::testing::Test {
  protected:
@@ -49,18 +21,10 @@ class SymbolTableTest : public ::testing::Test {
     handle_ = dlopen(SAMPLE_MODULE_PATH, RTLD_NOW);
     ASSERT_NE(handle_, nullptr) << dlerror();
     pc_ = reinterpret_cast<uint64_t>(dlsym(handle_, "fragscope_sample_function")) + 1;
-    module_ = FindSampleModule();
+    module_ = FindLoaded("libfragscope_sample_module");
     ASSERT_FALSE(module_.path.empty());
-    // The build-id as the agent would record it: read through the symbolizer's own path.
-    ModuleSymbolizer probe;
-    v1::ModuleMap map;
-    map.add_modules()->set_path(module_.path);
-    map.mutable_modules(0)->set_load_address(module_.bias);
-    map.mutable_modules(0)->set_size(module_.size);
-    map.mutable_modules(0)->set_build_id(std::string(20, '\x01'));
-    probe.AddModules(map);
-    build_id_ = probe.Symbolize(pc_).found_build_id;
-    ASSERT_FALSE(build_id_.empty());
+    build_id_ = module_.build_id;
+    ASSERT_FALSE(build_id_.empty()) << "the test module is linked with a build-id";
   }
   void TearDown() override {
     if (handle_) dlclose(handle_);
@@ -93,7 +57,7 @@ class SymbolTableTest : public ::testing::Test {
 
   void* handle_ = nullptr;
   uint64_t pc_ = 0;
-  Loaded module_;
+  LoadedModule module_;
   std::string build_id_;
 };
 
