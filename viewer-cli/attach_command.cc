@@ -46,6 +46,7 @@
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/server/session_server.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
+#include "fragscope/symbolize/symbol_table_builder.h"
 #include "fragscope/trace/output_file.h"
 #include "install_layout.h"
 #include "report_output.h"
@@ -423,6 +424,7 @@ absl::StatusOr<std::unique_ptr<SessionServer>> StartAttachCollector(
     const AttachOptions& o, std::atomic<bool>* stream_ended) {
   SessionServerOptions server_options;
   server_options.make_symbolizer = MakeDwarfSymbolizer;  // `fragscope top --socket` on it
+  server_options.trace_epilogue = SymbolTableFramesFor;  // the trace keeps its function names
   if (!o.trace_path.empty()) {
     server_options.trace_path = [trace_path = o.trace_path](const StreamSession&, const v1::Frame&,
                                                             pid_t) { return trace_path; };
