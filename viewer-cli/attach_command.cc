@@ -7,14 +7,14 @@
 // - Started with the agent dormant (LD_PRELOAD=libfragscope.so FRAGSCOPE_DORMANT=1): the stream
 //   starts with the agent's live table, kept since the program started, so the report is exact
 //   from the first line.
-// - Started without the agent: the agent is injected (ptrace_injector.h: dlopen in the process,
-//   then libcuda's tracked functions patched in place), the stream covers the attach window
-//   only, and memory from before it is reported as unknown (`untracked`). At detach the original
-//   bytes of libcuda are put back; the agent stays loaded and dormant (dlclose is not safe), and
-//   a later attach patches again. In a CPython process with torch and CUDA initialized, the
-//   agent first imports PyTorch's caching-allocator state (interpose/src/python/python_state.h), so
-//   PyTorch's segments and blocks are exact from the first snapshot; memory from before the
-//   attach outside it stays `untracked`.
+// - Started without the agent: the agent is injected (fragscope/injector/ptrace_injector.h:
+//   dlopen in the process, then libcuda's tracked functions patched in place), the stream covers
+//   the attach window only, and memory from before it is reported as unknown (`untracked`). At
+//   detach the original bytes of libcuda are put back; the agent stays loaded and dormant
+//   (dlclose is not safe), and a later attach patches again. In a CPython process with torch and
+//   CUDA initialized, the agent first imports PyTorch's caching-allocator state
+//   (interpose/src/python/python_state.h), so PyTorch's segments and blocks are exact from the
+//   first snapshot; memory from before the attach outside it stays `untracked`.
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -36,21 +36,29 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "arg_reader.h"
-#include "attach/inject_abi.h"
 #include "commands.h"
 #include "exit_codes.h"
+#include "fragscope/attach_contract.h"
+#include "fragscope/injector/ptrace_injector.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/server/session_server.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
+#include "fragscope/symbolize/symbol_table_builder.h"
 #include "fragscope/trace/output_file.h"
 #include "install_layout.h"
-#include "ptrace_injector.h"
 #include "report_output.h"
 
 namespace fragscope::cli {
 namespace {
+
+using injector::ImportTorchState;
+using injector::InjectAgent;
+using injector::InjectedAgent;
+using injector::PtraceRestriction;
+using injector::RemovePatches;
 
 constexpr char kUsage[] =
     "usage: fragscope attach PID [options]\n"
@@ -161,14 +169,15 @@ std::string Inject(pid_t pid, InjectedAgent* agent) {
 std::string FindControlSocket(pid_t pid, uid_t uid) {
   std::vector<std::string> dirs;
   if (std::string xdg = TargetEnv(pid, "XDG_RUNTIME_DIR"); !xdg.empty()) {
-    dirs.push_back(xdg + "/fragscope");
+    dirs.push_back(absl::StrCat(xdg, "/", control_socket::kDirUnderRuntimeDir));
   }
   if (const char* xdg = getenv("XDG_RUNTIME_DIR"); xdg != nullptr && xdg[0] != '\0') {
-    dirs.push_back(std::string(xdg) + "/fragscope");
+    dirs.push_back(absl::StrCat(xdg, "/", control_socket::kDirUnderRuntimeDir));
   }
-  dirs.push_back(absl::StrFormat("/tmp/fragscope-%u", uid));
+  dirs.push_back(absl::StrCat(control_socket::kFallbackDirPrefix, uid));
   for (const std::string& dir : dirs) {
-    std::string path = absl::StrFormat("%s/agent-%d.sock", dir, pid);
+    std::string path =
+        absl::StrCat(dir, "/", control_socket::kSocketPrefix, pid, control_socket::kSocketSuffix);
     struct stat st;
     if (stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return path;
   }
@@ -213,13 +222,15 @@ std::string AskAgent(const std::string& socket_path, const std::string& command,
 // Never fatal.
 void SyncTorchBlocks(const std::string& control, uint32_t wait_ms, const char* why, bool injected) {
   const std::string answer =
-      AskAgent(control, absl::StrFormat("sync-torch %d %s", wait_ms, why), wait_ms / 1000 + 10);
-  if (answer.rfind("ok synced events=", 0) == 0) {
+      AskAgent(control, absl::StrCat(control_socket::kSyncTorch, " ", wait_ms, " ", why),
+               wait_ms / 1000 + 10);
+  if (answer.rfind(control_socket::kSynced, 0) == 0) {
     std::fprintf(
         stderr,
         "fragscope attach: PyTorch's blocks brought up to date at the %s (%s block events%s)\n",
-        why, answer.substr(17).c_str(), injected ? "" : ", the adapter's snapshot diff");
-  } else if (answer.rfind("ok none", 0) != 0) {
+        why, answer.substr(sizeof(control_socket::kSynced) - 1).c_str(),
+        injected ? "" : ", the adapter's snapshot diff");
+  } else if (answer.rfind(control_socket::kSyncNone, 0) != 0) {
     std::fprintf(stderr,
                  "fragscope attach: PyTorch's blocks not brought up to date at the %s (%s); %s\n",
                  why, answer.empty() ? "no answer" : answer.c_str(),
@@ -413,6 +424,7 @@ absl::StatusOr<std::unique_ptr<SessionServer>> StartAttachCollector(
     const AttachOptions& o, std::atomic<bool>* stream_ended) {
   SessionServerOptions server_options;
   server_options.make_symbolizer = MakeDwarfSymbolizer;  // `fragscope top --socket` on it
+  server_options.trace_epilogue = SymbolTableFramesFor;  // the trace keeps its function names
   if (!o.trace_path.empty()) {
     server_options.trace_path = [trace_path = o.trace_path](const StreamSession&, const v1::Frame&,
                                                             pid_t) { return trace_path; };
@@ -444,8 +456,9 @@ std::optional<int> Collect(const AttachOptions& o, const std::string& collector_
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
 
-  const std::string answer = AskAgent(agent->control, "wake " + collector_socket);
-  if (answer.rfind("ok", 0) != 0) {
+  const std::string answer =
+      AskAgent(agent->control, absl::StrCat(control_socket::kWake, " ", collector_socket));
+  if (answer.rfind(control_socket::kOk, 0) != 0) {
     std::fprintf(
         stderr, "fragscope attach: the agent of pid %d did not start streaming: %s\n", o.pid,
         (answer.empty() ? "no answer on its control socket " + agent->control : answer).c_str());
@@ -471,7 +484,8 @@ std::optional<int> Collect(const AttachOptions& o, const std::string& collector_
       SyncTorchBlocks(agent->control, o.torch_wait_ms, "detach", agent->injected.has_value());
     }
     // Detach: the agent writes End, closes the stream and goes back to dormant.
-    detach->detached = AskAgent(agent->control, "sleep").rfind("ok", 0) == 0;
+    detach->detached =
+        AskAgent(agent->control, control_socket::kSleep).rfind(control_socket::kOk, 0) == 0;
     detach->unpatched = agent->Unpatch();
   }
   return std::nullopt;

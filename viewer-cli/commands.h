@@ -15,6 +15,7 @@ int ImportCommand(const std::vector<std::string>& args);
 int GateCommand(const std::vector<std::string>& args);
 int TopCommand(const std::vector<std::string>& args);
 int ExportCommand(const std::vector<std::string>& args);
+int SymbolizeCommand(const std::vector<std::string>& args);
 
 }  // namespace fragscope::cli
 

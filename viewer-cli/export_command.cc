@@ -25,13 +25,15 @@ namespace fragscope::cli {
 namespace {
 constexpr char kUsage[] =
     "usage: fragscope export TRACE... [--perfetto OUT.json] [--torch-snapshot OUT.pickle]\n"
-    "                        [--fragmentation-floor BYTES]\n"
+    "                        [--fragmentation-floor BYTES] [--debug-dir DIR[:DIR...]]\n"
     "  TRACE             a trace from `fragscope run -o`, or a PyTorch snapshot .pickle\n"
     "  --perfetto        Chrome/Perfetto trace-event JSON: memory counters per device, failed\n"
     "                    allocations and OOMs as instant events (open in ui.perfetto.dev);\n"
     "                    several TRACEs (a job's ranks): one timeline, a process each\n"
     "  --torch-snapshot  PyTorch memory snapshot (pickle protocol 2) of the segments and blocks\n"
     "                    at the end of the trace (open in pytorch.org/memory_viz)\n"
+    "  --debug-dir       folders of debug files for binaries not here or rebuilt, by build-id\n"
+    "                    (DIR/.build-id/xx/yyyy.debug) or name (DIR/NAME.debug)\n"
     "  At least one of --perfetto / --torch-snapshot.\n";
 
 // Large enough for any real process; bounds the file for a pathological one.
@@ -54,7 +56,7 @@ int ExportJob(const std::vector<std::string>& paths, const ModelOptions& options
     std::vector<std::unique_ptr<DwarfSymbolizer>> symbolizers;
     std::vector<exporter::PerfettoProcess> processes;
     for (const ModelSummary& s : summaries) {
-      symbolizers.push_back(std::make_unique<DwarfSymbolizer>(s.modules));
+      symbolizers.push_back(std::make_unique<DwarfSymbolizer>(s, DebugDirs()));
       processes.push_back({&s, symbolizers.back().get()});
     }
     std::ostringstream json;
@@ -85,7 +87,10 @@ int ExportCommand(const std::vector<std::string>& args) {
   reader.Option("perfetto", "", &perfetto_path);
   reader.Option("torch-snapshot", "", &torch_path);
   reader.Option("fragmentation-floor", "", &floor);
+  std::string debug_dir;
+  reader.Option("debug-dir", "", &debug_dir);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
+  if (!UseDebugDirs("export", debug_dir)) return kExitUsage;
   if (reader.positionals().empty() || reader.saw_dashdash()) {
     std::fprintf(stderr, "fragscope export: expected a TRACE\n%s", kUsage);
     return kExitUsage;
@@ -133,7 +138,7 @@ int ExportCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "fragscope export: %s\n", std::string(loaded.status().message()).c_str());
     return kExitBadInput;
   }
-  DwarfSymbolizer symbolizer(input.summary.modules);
+  DwarfSymbolizer symbolizer(input.summary, DebugDirs());
 
   if (!perfetto_path.empty()) {
     std::ostringstream json;

@@ -21,6 +21,8 @@ constexpr char kUsage[] =
     "limits\n"
     "  import SNAPSHOT.pickle -o TRACE   convert a PyTorch memory snapshot\n"
     "  export TRACE --perfetto OUT.json | --torch-snapshot OUT.pickle   for Perfetto / PyTorch\n"
+    "  symbolize TRACE [-o OUT]    store the trace's function names, read from this machine's\n"
+    "                              binaries (a trace written without a collector)\n"
     "  help                        this text; `fragscope COMMAND --help` for a command's options\n"
     "exit codes: 0 ok, 1 gate failed, 2 usage error, 3 bad or unreadable input; `run` passes\n"
     "the program's own exit status through.\n";
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   if (command == "gate") return fragscope::cli::GateCommand(args);
   if (command == "top") return fragscope::cli::TopCommand(args);
   if (command == "export") return fragscope::cli::ExportCommand(args);
+  if (command == "symbolize") return fragscope::cli::SymbolizeCommand(args);
   if (command == "help" || command == "--help" || command == "-h") {
     std::fputs(kUsage, stdout);
     return fragscope::cli::kExitOk;

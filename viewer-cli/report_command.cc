@@ -19,13 +19,16 @@ namespace {
 constexpr std::size_t kHtmlMaxSegmentsPerDevice = 1024;
 constexpr char kUsage[] =
     "usage: fragscope report TRACE... [--format text|json|html] [-o OUT]\n"
-    "                        [--fragmentation-floor BYTES]\n"
+    "                        [--fragmentation-floor BYTES] [--debug-dir DIR[:DIR...]]\n"
     "  TRACE   a trace from `fragscope run -o` / FRAGSCOPE_OUTPUT, or a PyTorch snapshot "
     ".pickle;\n"
     "          several (the ranks of a job): each one's report, then the job summary (which\n"
     "          process ran out of memory first)\n"
     "  html    one self-contained page (segment map, timeline, OOM post-mortems); use -o FILE,\n"
-    "          or for several TRACEs -o DIR: index.html (the job) and a page per process\n";
+    "          or for several TRACEs -o DIR: index.html (the job) and a page per process\n"
+    "  --debug-dir  folders of debug files for binaries not here or rebuilt, found by build-id\n"
+    "          (DIR/.build-id/xx/yyyy.debug) or by name (DIR/NAME.debug); without them and\n"
+    "          without symbols stored in the trace, such frames are module+offset\n";
 
 // HTML draws the segment map, which needs the model's segment layouts, not just the summary:
 // what LoadTrace should take from the model into `*page` (nothing for text and JSON).
@@ -88,7 +91,10 @@ int ReportCommand(const std::vector<std::string>& args) {
   reader.Option("format", "f", &format_name);
   reader.Option("output", "o", &out_path);
   reader.Option("fragmentation-floor", "", &floor);
+  std::string debug_dir;
+  reader.Option("debug-dir", "", &debug_dir);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
+  if (!UseDebugDirs("report", debug_dir)) return kExitUsage;
   ReportFormat format;
   if (!ParseReportFormat(format_name, &format)) {
     std::fprintf(stderr, "fragscope report: unknown --format '%s' (text, json or html)\n%s",

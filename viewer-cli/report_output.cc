@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "fragscope/export/html_report.h"
 #include "fragscope/export/job_index_html.h"
 #include "fragscope/report/job_summary.h"
@@ -19,6 +20,31 @@
 #include "fragscope/trace/output_file.h"
 
 namespace fragscope::cli {
+
+namespace {
+std::vector<std::string>& DebugDirList() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+}  // namespace
+
+bool UseDebugDirs(const char* command, const std::string& colon_separated) {
+  for (absl::string_view d : absl::StrSplit(colon_separated, ':', absl::SkipEmpty())) {
+    const std::string dir(d);
+    struct stat st {};
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      std::fprintf(stderr,
+                   "fragscope %s: --debug-dir %s is not a folder; give the folder that holds the "
+                   "debug files (.build-id/xx/yyyy.debug or NAME.debug)\n",
+                   command, dir.c_str());
+      return false;
+    }
+    DebugDirList().push_back(dir);
+  }
+  return true;
+}
+
+const std::vector<std::string>& DebugDirs() { return DebugDirList(); }
 
 bool ParseReportFormat(const std::string& name, ReportFormat* format) {
   if (name == "text") {
@@ -34,7 +60,7 @@ bool ParseReportFormat(const std::string& name, ReportFormat* format) {
 }
 
 void WriteReport(const ModelSummary& summary, ReportFormat format, std::ostream& out) {
-  DwarfSymbolizer symbolizer(summary.modules);
+  DwarfSymbolizer symbolizer(summary, DebugDirs());
   if (format == ReportFormat::kJson) {
     RenderJson(summary, symbolizer, out);
   } else if (format == ReportFormat::kHtml) {
@@ -169,7 +195,7 @@ absl::Status WriteReportFile(const ModelSummary& summary, ReportFormat format,
 namespace fragscope::cli {
 
 absl::Status WriteHtmlReportFile(const exporter::ExportInput& input, const std::string& path) {
-  DwarfSymbolizer symbolizer(input.summary.modules);
+  DwarfSymbolizer symbolizer(input.summary, DebugDirs());
   if (path == "-") {
     exporter::RenderHtml(input, symbolizer, std::cout);
     std::cout.flush();

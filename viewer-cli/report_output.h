@@ -17,6 +17,13 @@ namespace fragscope::cli {
 
 enum class ReportFormat { kText, kJson, kHtml };
 
+// `--debug-dir DIR[:DIR...]` of report and export: folders of debug files, found by build-id
+// (DIR/.build-id/xx/yyyy.debug) or by the module's file name (DIR/NAME.debug, DIR/NAME), that
+// every report and export this process writes then reads (ModuleSymbolizer). Returns false and
+// says which on stderr, naming `command`, when one is not a folder (the caller exits 2).
+bool UseDebugDirs(const char* command, const std::string& colon_separated);
+const std::vector<std::string>& DebugDirs();
+
 // "text" / "json" / "html"; false for anything else.
 bool ParseReportFormat(const std::string& name, ReportFormat* format);
 

@@ -33,6 +33,7 @@
 #include "fragscope/server/session_server.h"
 #include "fragscope/server/socket_listener.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
+#include "fragscope/symbolize/symbol_table_builder.h"
 #include "fragscope/trace/output_file.h"
 #include "install_layout.h"
 #include "report_output.h"
@@ -322,6 +323,7 @@ absl::StatusOr<std::unique_ptr<SessionServer>> StartEmbeddedCollector(const RunO
         std::strstr(conf, "expandable_segments:True") != nullptr;
   }
   server_options.make_symbolizer = MakeDwarfSymbolizer;  // `fragscope top --socket` on it
+  server_options.trace_epilogue = SymbolTableFramesFor;  // the trace keeps its function names
   if (!o.trace_path.empty()) {
     server_options.trace_path = [trace_path = o.trace_path, self = getpid()](
                                     const StreamSession&, const v1::Frame& first, pid_t) {

@@ -169,7 +169,12 @@ class HtmlReport {
  public:
   HtmlReport(const ExportInput& in, Symbolizer& symbolizer, std::ostream& out,
              const HtmlReportOptions& options)
-      : in_(in), s_(in.summary), sites_(in.summary, symbolizer), out_(out), options_(options) {}
+      : in_(in),
+        s_(in.summary),
+        sites_(in.summary, symbolizer),
+        symbol_notes_(symbolizer.SymbolSourceNotes()),
+        out_(out),
+        options_(options) {}
 
   void Render();
 
@@ -204,6 +209,7 @@ class HtmlReport {
   const ExportInput& in_;
   const ModelSummary& s_;
   SiteNames sites_;
+  std::vector<SymbolSourceNote> symbol_notes_;  // said with the caveats
   std::ostream& out_;
   const HtmlReportOptions& options_;
   bool hatch_defined_ = false;
@@ -247,6 +253,9 @@ void HtmlReport::Header() {
   for (std::string caveat : ReportCaveats(s_)) {
     caveat[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(caveat[0])));
     out_ << "<p class=\"warn\">" << Esc(caveat) << "</p>\n";
+  }
+  for (const SymbolSourceNote& note : symbol_notes_) {
+    out_ << "<p class=\"warn\">Symbols: " << Esc(DescribeSymbolSource(note)) << "</p>\n";
   }
   if (s_.drops > 0 && s_.approximate_intervals.empty()) {
     out_ << "<p class=\"warn\">" << s_.drops

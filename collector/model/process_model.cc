@@ -98,6 +98,7 @@ class ProcessModel::Impl {
   // `held` (optional): how many segments the device holds, max_segments or not.
   std::vector<SegmentLayout> SegmentLayouts(int device, std::size_t max_segments,
                                             std::size_t* held = nullptr) const;
+  const StackIndex& stack_index() const { return stacks_; }
   std::optional<StackInfo> FindStack(uint64_t id) const {
     const StackInfo* s = id == 0 ? nullptr : stacks_.Find(id);
     if (s == nullptr) return std::nullopt;
@@ -744,6 +745,9 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
     case v1::Frame::kSymbolizedStack:
       stacks_.AddSymbolizedStack(frame.symbolized_stack());
       ClassifyPendingSegments();
+      break;
+    case v1::Frame::kSymbolTable:
+      stacks_.AddSymbolTable(frame.symbol_table());
       break;
     // Every event but a sample or a mark means time passed in the program, in which blocks
     // known only at syncs may have changed unseen (blocks_fresh_).
@@ -1613,6 +1617,7 @@ ModelSummary ProcessModel::Impl::Summarize() const {
     if (const StackInfo* s = stacks_.Find(id)) out.stacks[id] = stacks_.Reported(*s);
   }
   out.modules = stacks_.modules();
+  out.stored_symbols = stacks_.stored_symbols();
   return out;
 }
 
@@ -1685,5 +1690,11 @@ std::vector<SegmentLayout> ProcessModel::SegmentLayouts(int device,
   return impl_->SegmentLayouts(device, max_segments);
 }
 std::optional<StackInfo> ProcessModel::FindStack(uint64_t id) const { return impl_->FindStack(id); }
+
+std::vector<uint64_t> ProcessModel::StackPcs() const { return impl_->stack_index().AllPcs(); }
+
+const std::vector<ModuleInfo>& ProcessModel::Modules() const {
+  return impl_->stack_index().modules();
+}
 
 }  // namespace fragscope

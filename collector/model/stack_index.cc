@@ -45,6 +45,38 @@ void StackIndex::AddSymbolizedStack(const v1::SymbolizedStack& stack) {
   ++generation_;
 }
 
+void StackIndex::AddSymbolTable(const v1::SymbolTable& table) {
+  auto symbols = stored_symbols_ ? std::make_shared<StoredSymbols>(*stored_symbols_)
+                                 : std::make_shared<StoredSymbols>();
+  for (const v1::ModuleSymbols& m : table.modules()) {
+    auto at = module_by_load_address_.find(m.load_address());
+    if (at == module_by_load_address_.end()) continue;
+    const ModuleInfo& module = modules_[at->second];
+    if (module.build_id_hex != absl::BytesToHexString(m.build_id())) continue;
+    for (const v1::PcSymbols& pc : m.pcs()) {
+      // A pc outside the module would name another module's code with this one's symbols.
+      if (pc.pc() < module.load_address ||
+          (module.size != 0 && pc.pc() - module.load_address >= module.size)) {
+        continue;
+      }
+      std::vector<SourceFrameInfo>& frames = (*symbols)[pc.pc()];
+      frames.clear();
+      for (const v1::SourceFrame& f : pc.frames()) {
+        frames.push_back({f.function(), f.file(), f.line()});
+      }
+    }
+  }
+  stored_symbols_ = std::move(symbols);
+}
+
+std::vector<uint64_t> StackIndex::AllPcs() const {
+  std::vector<uint64_t> pcs;
+  for (const auto& [id, stack] : stacks_) pcs.insert(pcs.end(), stack.pcs.begin(), stack.pcs.end());
+  std::sort(pcs.begin(), pcs.end());
+  pcs.erase(std::unique(pcs.begin(), pcs.end()), pcs.end());
+  return pcs;
+}
+
 const StackInfo* StackIndex::Find(uint64_t id) const {
   auto it = stacks_.find(id);
   return it == stacks_.end() ? nullptr : &it->second;

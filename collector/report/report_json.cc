@@ -354,6 +354,24 @@ void JsonReport::Render() {
     w_.EndObject();
   }
   w_.EndArray();
+  w_.Key("symbol_sources");
+  w_.BeginArray();
+  for (const SymbolSourceNote& note : symbolizer_.SymbolSourceNotes()) {
+    w_.BeginObject();
+    w_.Field("module", note.module);
+    w_.Field("build_id", note.build_id_hex);
+    w_.Field("problem", note.build_id_differs ? "build_id_differs" : "missing");
+    w_.Key("found_build_id");
+    if (note.build_id_differs) {
+      w_.String(note.found_build_id_hex);
+    } else {
+      w_.Null();
+    }
+    w_.Field("frames_from", note.from_stored_symbols ? "stored_symbols" : "module_offset");
+    w_.Field("text", DescribeSymbolSource(note));
+    w_.EndObject();
+  }
+  w_.EndArray();
   w_.Key("devices");
   w_.BeginArray();
   for (const DeviceSummary& d : s_.devices) Device(d);

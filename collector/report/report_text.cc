@@ -291,6 +291,9 @@ void TextReport::Render() {
   }
   out_ << "\n";
   for (const std::string& caveat : ReportCaveats(s_)) out_ << "Note: " << caveat << "\n";
+  for (const SymbolSourceNote& note : symbolizer_.SymbolSourceNotes()) {
+    out_ << "Note: symbols: " << DescribeSymbolSource(note) << "\n";
+  }
   out_ << "\n";
   for (const DeviceSummary& d : s_.devices) Device(d);
   if (!s_.orphan_blocks.empty()) {

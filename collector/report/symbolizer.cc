@@ -54,6 +54,22 @@ std::string FormatFrame(const SymbolizedFrame& frame) {
   return absl::StrFormat("0x%x", frame.pc);
 }
 
+std::string DescribeSymbolSource(const SymbolSourceNote& note) {
+  std::string what =
+      note.build_id_differs
+          ? absl::StrFormat("%s on this machine has build-id %s, not %s that ran", note.module,
+                            note.found_build_id_hex.empty() ? "(none)" : note.found_build_id_hex,
+                            note.build_id_hex)
+          : absl::StrFormat("%s (build-id %s) is not on this machine", note.module,
+                            note.build_id_hex.empty() ? "(none recorded)" : note.build_id_hex);
+  if (note.from_stored_symbols) {
+    return what + ": its frames are named from the symbols stored in the trace.";
+  }
+  return what +
+         ": its frames are shown as module+offset (run `fragscope symbolize TRACE` where the "
+         "trace was taken, or give --debug-dir with its debug files).";
+}
+
 bool IsOwnFrame(std::string_view function, std::string_view module) {
   if (function.starts_with("fragscope_")) return true;
   module = BaseName(module);

@@ -95,6 +95,7 @@ void SessionServer::AcceptLoop() {
         options_.on_failure(*raw->stream.session, peer, summary);
       });
     }
+    if (options_.trace_epilogue) raw->stream.session->set_trace_epilogue(options_.trace_epilogue);
     if (options_.trace_removal.restore || options_.trace_removal.rewritten) {
       raw->stream.session->set_trace_removal_hooks(options_.trace_removal);
     }

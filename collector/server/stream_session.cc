@@ -241,6 +241,15 @@ StreamOutcome StreamSession::Run(FrameReader& reader) {
   orderer_.Flush(apply);
   lock.unlock();
   if (failure_applied && on_failure_) on_failure_(Summarize());
+  if (writer_ && epilogue_) {
+    // Made without the lock (only this thread changes the model; queries only read it): reading
+    // debug information may take a while.
+    std::vector<v1::Frame> more = epilogue_(model_);
+    lock.lock();
+    for (const v1::Frame& f : more) apply(f);
+    lock.unlock();
+    for (const v1::Frame& f : more) CopyToTrace(f, outcome);
+  }
   outcome.result = r;
   if (r != FrameReader::Result::kEnd) outcome.error = reader.error();
   // A copy removed since the last pause is written again before it is closed and gone for good.

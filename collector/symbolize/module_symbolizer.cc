@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 
 namespace fragscope {
@@ -89,12 +90,18 @@ void AddInlineChain(Dwfl_Module* m, Dwarf_Addr addr, SourceLocation& loc) {
   free(scopes);
 }
 
-const Dwfl_Callbacks kOfflineCallbacks = {
-    .find_elf = dwfl_build_id_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
-    .section_address = dwfl_offline_section_address,
-    .debuginfo_path = nullptr,
-};
+std::string BaseName(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The build-id of `m` as raw bytes; empty when it has none.
+std::string BuildIdOf(Dwfl_Module* m) {
+  const unsigned char* bits = nullptr;
+  GElf_Addr vaddr = 0;
+  int len = dwfl_module_build_id(m, &bits, &vaddr);
+  return len > 0 ? std::string(reinterpret_cast<const char*>(bits), len) : std::string();
+}
 
 }  // namespace
 
@@ -118,13 +125,33 @@ struct ModuleSymbolizer::ModuleEntry {
   bool usable = false;  // ELF opened, build-id matches (or none recorded)
   Dwfl* dwfl = nullptr;
   Dwfl_Module* module = nullptr;
+  ModuleFile file = ModuleFile::kMissing;
+  std::string found_build_id;  // of the file at the path, when it differs
 
   ~ModuleEntry() {
     if (dwfl != nullptr) dwfl_end(dwfl);
   }
 };
 
-ModuleSymbolizer::ModuleSymbolizer() = default;
+struct ModuleSymbolizer::Search {
+  std::string path;
+  char* path_chars = nullptr;  // libdwfl takes a char** to the path
+  Dwfl_Callbacks callbacks{};
+};
+
+ModuleSymbolizer::ModuleSymbolizer(std::vector<std::string> debug_dirs)
+    : debug_dirs_(std::move(debug_dirs)), search_(std::make_unique<Search>()) {
+  // elfutils' default search path (":.debug:/usr/lib/debug"), then the given folders.
+  search_->path = ":.debug:/usr/lib/debug";
+  for (const std::string& dir : debug_dirs_) search_->path += ":" + dir;
+  search_->path_chars = search_->path.data();
+  search_->callbacks = {
+      .find_elf = dwfl_build_id_find_elf,
+      .find_debuginfo = dwfl_standard_find_debuginfo,
+      .section_address = dwfl_offline_section_address,
+      .debuginfo_path = &search_->path_chars,
+  };
+}
 ModuleSymbolizer::~ModuleSymbolizer() = default;
 
 void ModuleSymbolizer::AddModules(const v1::ModuleMap& map) {
@@ -146,29 +173,64 @@ ModuleSymbolizer::ModuleEntry* ModuleSymbolizer::FindModule(uint64_t pc) {
   return pc < m->end ? m : nullptr;
 }
 
+void ModuleSymbolizer::OpenMatchingFile(ModuleEntry& m) {
+  const std::string& want = m.info.build_id();
+  std::vector<std::string> candidates = {m.info.path()};
+  // A debug folder's file is trusted only by its build-id: without a recorded one, none is.
+  if (!want.empty()) {
+    const std::string hex = absl::BytesToHexString(want);
+    const std::string name = BaseName(m.info.path());
+    for (const std::string& dir : debug_dirs_) {
+      candidates.push_back(
+          absl::StrFormat("%s/.build-id/%s/%s.debug", dir, hex.substr(0, 2), hex.substr(2)));
+      candidates.push_back(absl::StrFormat("%s/%s.debug", dir, name));
+      candidates.push_back(absl::StrFormat("%s/%s", dir, name));
+    }
+  }
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const std::string& file = candidates[i];
+    if (i > 0 && ::access(file.c_str(), R_OK) != 0) continue;
+    Dwfl* dwfl = dwfl_begin(&search_->callbacks);
+    if (dwfl == nullptr) continue;
+    dwfl_report_begin(dwfl);
+    // The load address the agent records is the load bias (dlpi_addr), which is what libdwfl
+    // wants as the base of an ET_DYN module; an ET_EXEC module is never relocated. A separate
+    // debug file has the same addresses as its module.
+    Dwfl_Module* module = dwfl_report_elf(dwfl, m.info.path().c_str(), file.c_str(), -1,
+                                          m.info.load_address(), false);
+    dwfl_report_end(dwfl, nullptr, nullptr);
+    if (module == nullptr) {
+      dwfl_end(dwfl);
+      continue;
+    }
+    const std::string have = BuildIdOf(module);
+    if (!want.empty() && have != want) {
+      // Another build of the module (or an unrelated file of that name): never read.
+      if (i == 0) {
+        m.file = ModuleFile::kBuildIdDiffers;
+        m.found_build_id = have;
+      }
+      dwfl_end(dwfl);
+      continue;
+    }
+    m.dwfl = dwfl;
+    m.module = module;
+    m.usable = true;
+    m.file = ModuleFile::kMatches;
+    m.found_build_id.clear();
+    return;
+  }
+}
+
 void ModuleSymbolizer::Resolve(ModuleEntry& m, SourceLocation& loc) {
   if (!m.tried) {
     m.tried = true;
-    // The load address the agent records is the load bias (dlpi_addr), which is what libdwfl
-    // wants as the base of an ET_DYN module; an ET_EXEC module is never relocated.
-    m.dwfl = dwfl_begin(&kOfflineCallbacks);
-    if (m.dwfl != nullptr) {
-      dwfl_report_begin(m.dwfl);
-      m.module = dwfl_report_elf(m.dwfl, m.info.path().c_str(), m.info.path().c_str(), -1,
-                                 m.info.load_address(), false);
-      dwfl_report_end(m.dwfl, nullptr, nullptr);
-    }
-    if (m.module != nullptr) {
-      const unsigned char* bits = nullptr;
-      GElf_Addr vaddr = 0;
-      int len = dwfl_module_build_id(m.module, &bits, &vaddr);
-      const std::string& want = m.info.build_id();
-      m.usable = want.empty() || (len > 0 && static_cast<size_t>(len) == want.size() &&
-                                  std::memcmp(bits, want.data(), want.size()) == 0);
-    }
+    OpenMatchingFile(m);
   }
   loc.module = m.info.path();
   loc.offset = loc.pc - m.info.load_address();
+  loc.module_file = m.file;
+  loc.found_build_id = m.found_build_id;
   if (!m.usable) return;
   // Return addresses point after the call; pc - 1 lands inside the calling instruction.
   Dwarf_Addr addr = loc.pc - 1;

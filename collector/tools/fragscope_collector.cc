@@ -32,6 +32,7 @@
 #include "fragscope/server/session_server.h"
 #include "fragscope/server/socket_listener.h"
 #include "fragscope/symbolize/dwarf_symbolizer.h"
+#include "fragscope/symbolize/symbol_table_builder.h"
 #include "fragscope/trace/output_file.h"
 #include "output_dir.h"
 #include "stream_file_names.h"
@@ -97,7 +98,7 @@ bool WriteFile(fragscope::OutputDir& dir, const std::string& path, const std::st
 }
 
 std::string Render(const fragscope::ModelSummary& s, bool json) {
-  fragscope::DwarfSymbolizer symbolizer(s.modules);
+  fragscope::DwarfSymbolizer symbolizer(s);
   std::ostringstream out;
   if (json) {
     fragscope::RenderJson(s, symbolizer, out);
@@ -177,6 +178,7 @@ int main(int argc, char** argv) {
   options.keep_ended_streams = false;
   options.ended_streams_shown = 16;  // `fragscope top` still shows the ranks that ended
   options.make_symbolizer = fragscope::MakeDwarfSymbolizer;  // `fragscope top` names functions
+  options.trace_epilogue = fragscope::SymbolTableFramesFor;  // the traces keep function names
   if (traces) {
     options.trace_path = [&names, &out_dir, dir](const fragscope::StreamSession& session,
                                                  const fragscope::v1::Frame& first, pid_t peer) {

@@ -223,6 +223,13 @@ int main(int argc, char** argv) {
                                      st.frames_size(), first);
         break;
       }
+      case v1::Frame::kSymbolTable: {
+        int pcs = 0;
+        for (const auto& m : frame.symbol_table().modules()) pcs += m.pcs_size();
+        std::cout << absl::StrFormat("# symbol table modules=%d pcs=%d\n",
+                                     frame.symbol_table().modules_size(), pcs);
+        break;
+      }
       case v1::Frame::kMemInfo:
         std::cout << absl::StrFormat("# meminfo dev=%d free=%d total=%d pool=0x%x seq=%d\n",
                                      frame.mem_info().device(), frame.mem_info().free_bytes(),

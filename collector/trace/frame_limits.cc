@@ -93,7 +93,8 @@ class Schema {
       if (fi.wire_type == WireFormatLite::WIRETYPE_FIXED64) fi.fixed_width = 8;
       if (f->full_name() == "fragscope.v1.Stack.pcs") {
         fi.instance_limit = &FrameLimits::max_stack_pcs;
-      } else if (f->full_name() == "fragscope.v1.SymbolizedStack.frames") {
+      } else if (f->full_name() == "fragscope.v1.SymbolizedStack.frames" ||
+                 f->full_name() == "fragscope.v1.PcSymbols.frames") {
         fi.instance_limit = &FrameLimits::max_source_frames;
       } else if (f->full_name() == "fragscope.v1.ModuleMap.modules") {
         fi.frame_limit = &FrameLimits::max_modules_per_frame;

@@ -9,6 +9,8 @@
 
 #include "absl/base/internal/endian.h"
 #include "absl/numeric/bits.h"
+#include "fragscope/wire_constants.h"
+#include "fragscope/wire_events.h"
 
 namespace fragscope {
 namespace {
@@ -95,6 +97,9 @@ inline const unsigned char* ReadVarint(const unsigned char* p, const unsigned ch
   return ReadVarintWord(p, end, value);
 }
 
+// Every field the decoder takes has a one-byte tag.
+static_assert(HotEvent::kMaxField < 16);
+
 // For each one-byte tag: 1 << its field number when it is a varint tag (wire type 0, no
 // continuation bit) of a field below 16, else 0.
 constexpr auto kTagBit = [] {
@@ -111,15 +116,16 @@ inline uint32_t U32(uint64_t v) { return static_cast<uint32_t>(v); }
 inline int32_t I32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
 inline v1::Api ApiOf(uint64_t v) { return static_cast<v1::Api>(I32(v)); }
 
-// The fields common to every event message (proto: numbers 1..6 in all of them).
+// The fields common to every event message (the same numbers in all of them).
 template <typename Event>
 inline void SetCommon(Event* e, const uint64_t* f) {
-  e->set_seq(f[1]);
-  e->set_time_ns(f[2]);
-  e->set_tid(U32(f[3]));
-  e->set_api(ApiOf(f[4]));
-  e->set_result(I32(f[5]));
-  e->set_stack_id(f[6]);
+  using A = wire::EventCommon;
+  e->set_seq(f[A::kSeq]);
+  e->set_time_ns(f[A::kTimeNs]);
+  e->set_tid(U32(f[A::kTid]));
+  e->set_api(ApiOf(f[A::kApi]));
+  e->set_result(I32(f[A::kResult]));
+  e->set_stack_id(f[A::kStackId]);
 }
 
 // Sets every field of out's event from `f`. A message from an earlier parse may also hold
@@ -135,61 +141,66 @@ void StoreInto(const HotEvent& event, bool clear, v1::Frame* out) {
   const uint64_t* f = event.field;
   switch (event.body) {
     case v1::Frame::kAlloc: {
+      using W = wire::AllocEvent;
       v1::AllocEvent* e = Prepare(out->mutable_alloc(), clear);
       SetCommon(e, f);
-      e->set_address(f[7]);
-      e->set_size(f[8]);
-      e->set_device(I32(f[9]));
-      e->set_stream(f[10]);
-      e->set_pool(f[11]);
-      e->set_kind(static_cast<v1::MemoryKind>(I32(f[12])));
-      e->set_pitch(f[13]);
-      e->set_in_capture(f[14] != 0);
+      e->set_address(f[W::kAddress]);
+      e->set_size(f[W::kSize]);
+      e->set_device(I32(f[W::kDevice]));
+      e->set_stream(f[W::kStream]);
+      e->set_pool(f[W::kPool]);
+      e->set_kind(static_cast<v1::MemoryKind>(I32(f[W::kKind])));
+      e->set_pitch(f[W::kPitch]);
+      e->set_in_capture(f[W::kInCapture] != 0);
       return;
     }
     case v1::Frame::kFree: {
+      using W = wire::FreeEvent;
       v1::FreeEvent* e = Prepare(out->mutable_free(), clear);
       SetCommon(e, f);
-      e->set_address(f[7]);
-      e->set_size(f[8]);
-      e->set_device(I32(f[9]));
-      e->set_stream(f[10]);
-      e->set_pool(f[11]);
+      e->set_address(f[W::kAddress]);
+      e->set_size(f[W::kSize]);
+      e->set_device(I32(f[W::kDevice]));
+      e->set_stream(f[W::kStream]);
+      e->set_pool(f[W::kPool]);
       return;
     }
     case v1::Frame::kMap: {
+      using W = wire::MapEvent;
       v1::MapEvent* e = Prepare(out->mutable_map(), clear);
       SetCommon(e, f);
-      e->set_op(static_cast<v1::MapEvent::Op>(I32(f[7])));
-      e->set_address(f[8]);
-      e->set_size(f[9]);
-      e->set_offset(f[10]);
-      e->set_handle(f[11]);
-      e->set_device(I32(f[12]));
-      e->set_alignment(f[13]);
+      e->set_op(static_cast<v1::MapEvent::Op>(I32(f[W::kOp])));
+      e->set_address(f[W::kAddress]);
+      e->set_size(f[W::kSize]);
+      e->set_offset(f[W::kOffset]);
+      e->set_handle(f[W::kHandle]);
+      e->set_device(I32(f[W::kDevice]));
+      e->set_alignment(f[W::kAlignment]);
       return;
     }
     case v1::Frame::kHandle: {
+      using W = wire::HandleEvent;
       v1::HandleEvent* e = Prepare(out->mutable_handle(), clear);
       SetCommon(e, f);
-      e->set_op(static_cast<v1::HandleEvent::Op>(I32(f[7])));
-      e->set_handle(f[8]);
-      e->set_size(f[9]);
-      e->set_device(I32(f[10]));
-      e->set_handle_type(U32(f[11]));
-      e->set_address(f[12]);
+      e->set_op(static_cast<v1::HandleEvent::Op>(I32(f[W::kOp])));
+      e->set_handle(f[W::kHandle]);
+      e->set_size(f[W::kSize]);
+      e->set_device(I32(f[W::kDevice]));
+      e->set_handle_type(U32(f[W::kHandleType]));
+      e->set_address(f[W::kAddress]);
       return;
     }
     case v1::Frame::kBlock: {
+      using W = wire::BlockEvent;
       v1::BlockEvent* e = Prepare(out->mutable_block(), clear);
       SetCommon(e, f);
-      e->set_op(static_cast<v1::BlockEvent::Op>(I32(f[7])));
-      e->set_address(f[8]);
-      e->set_size(f[9]);
-      e->set_device(I32(f[10]));
-      e->set_stream(f[11]);
-      e->set_pool(f[12]);
-      e->set_allocator(f[13]);
+      e->set_op(static_cast<v1::BlockEvent::Op>(I32(f[W::kOp])));
+      e->set_address(f[W::kAddress]);
+      e->set_size(f[W::kSize]);
+      e->set_device(I32(f[W::kDevice]));
+      e->set_stream(f[W::kStream]);
+      e->set_pool(f[W::kPool]);
+      e->set_allocator(f[W::kAllocator]);
       return;
     }
     default:
@@ -206,26 +217,27 @@ bool ParseHotEvent(const unsigned char* data, std::size_t size, HotEvent* event)
   // The Frame's one field: a one-byte tag, length-delimited (wire type 2), of a hot event.
   uint32_t body = 0;
   uint32_t max_field = 0;
+  // max_field: the last field StoreInto sets (a frame with a later one is left to libprotobuf).
   switch (*p++) {
     case (v1::Frame::kAlloc << 3) | 2:
       body = v1::Frame::kAlloc;
-      max_field = 14;
+      max_field = wire::AllocEvent::kInCapture;
       break;
     case (v1::Frame::kFree << 3) | 2:
       body = v1::Frame::kFree;
-      max_field = 11;
+      max_field = wire::FreeEvent::kPool;
       break;
     case (v1::Frame::kMap << 3) | 2:
       body = v1::Frame::kMap;
-      max_field = 13;
+      max_field = wire::MapEvent::kAlignment;
       break;
     case (v1::Frame::kHandle << 3) | 2:
       body = v1::Frame::kHandle;
-      max_field = 12;
+      max_field = wire::HandleEvent::kAddress;
       break;
     case (v1::Frame::kBlock << 3) | 2:
       body = v1::Frame::kBlock;
-      max_field = 13;
+      max_field = wire::BlockEvent::kAllocator;
       break;
     default:
       return false;

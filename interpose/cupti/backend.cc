@@ -190,7 +190,7 @@ void StartStream(Backend& b) {
   hello.monotonic_at_start_ns = NowNs();
   hello.realtime_at_start_ns =
       static_cast<uint64_t>(rt.tv_sec) * 1000000000ull + static_cast<uint64_t>(rt.tv_nsec);
-  hello.backend = 2;  // BACKEND_CUPTI
+  hello.backend = agent::HelloBackend::kCupti;
   Put(b, [&](agent::WireWriter& w) { return agent::EncodeHello(w, hello); });
 }
 

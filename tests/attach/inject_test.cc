@@ -24,7 +24,7 @@
 #include <sstream>
 
 #include "attach_test_util.h"
-#include "ptrace_injector.h"
+#include "fragscope/injector/ptrace_injector.h"
 #include "traced_process.h"
 
 namespace fragscope::agent_test {
@@ -47,10 +47,10 @@ RunOptions Cli(const TempDir& dir) { return RunOptions{false, {{"XDG_RUNTIME_DIR
 std::map<std::string, std::vector<uint8_t>> CodeBytes(int pid) {
   std::map<std::string, std::vector<uint8_t>> bytes;
   for (const char* name : kWatched) {
-    std::optional<uint64_t> at = cli::FindSymbolInProcess(pid, "libcuda.so", name);
+    std::optional<uint64_t> at = injector::FindSymbolInProcess(pid, "libcuda.so", name);
     if (!at) continue;
     std::vector<uint8_t> b(32);
-    if (cli::ReadProcessMemory(pid, *at, b.data(), b.size())) bytes[name] = b;
+    if (injector::ReadProcessMemory(pid, *at, b.data(), b.size())) bytes[name] = b;
   }
   return bytes;
 }
@@ -81,7 +81,7 @@ std::vector<uint8_t> FileBytesAt(int pid, uint64_t address, size_t n) {
 std::map<std::string, std::vector<uint8_t>> CodeBytesOnDisk(int pid) {
   std::map<std::string, std::vector<uint8_t>> bytes;
   for (const char* name : kWatched) {
-    std::optional<uint64_t> at = cli::FindSymbolInProcess(pid, "libcuda.so", name);
+    std::optional<uint64_t> at = injector::FindSymbolInProcess(pid, "libcuda.so", name);
     if (at) bytes[name] = FileBytesAt(pid, *at, 32);
   }
   return bytes;

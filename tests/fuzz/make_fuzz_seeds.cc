@@ -405,6 +405,40 @@ std::vector<std::pair<std::string, Trace>> Traces() {
     t.End();
     out.emplace_back("source-sites.fsc", t);
   }
+  {
+    Trace t;  // stored symbols (format 1.10): a SymbolTable after the End frame, as `fragscope
+              // run` appends it; one module matching the map, one pc outside it, one module
+              // of another build-id and one not in the map (both ignored by readers)
+    t.Hello();
+    t.Device(0, 16ull << 30);
+    t.Modules();
+    t.Alloc(kBase, 20 * kMiB, 1);
+    t.End();
+    v1::SymbolTable* table = t.Add().mutable_symbol_table();
+    v1::ModuleSymbols* c10 = table->add_modules();
+    c10->set_path("/usr/lib/libc10_cuda.so");
+    c10->set_build_id("\x01\x02\x03\x04");
+    c10->set_load_address(0x7e0000000000);
+    v1::PcSymbols* pc = c10->add_pcs();
+    pc->set_pc(0x7e0000001234);
+    for (const char* function : {"c10::cuda::CUDACachingAllocator::malloc", "inlined_into"}) {
+      v1::SourceFrame* f = pc->add_frames();
+      f->set_function(function);
+      f->set_file("c10/cuda/CUDACachingAllocator.cpp");
+      f->set_line(1234);
+    }
+    c10->add_pcs()->set_pc(0x7e0000200000);  // beyond the module's size
+    v1::ModuleSymbols* rebuilt = table->add_modules();
+    rebuilt->set_path("/usr/lib/libc10_cuda.so");
+    rebuilt->set_build_id("\x09\x09");
+    rebuilt->set_load_address(0x7e0000000000);
+    rebuilt->add_pcs()->set_pc(0x7e0000001234);
+    v1::ModuleSymbols* unknown = table->add_modules();
+    unknown->set_path("/nowhere.so");
+    unknown->set_load_address(0x10000);
+    unknown->add_pcs()->set_pc(0x10010);
+    out.emplace_back("symbol-table.fsc", t);
+  }
   return out;
 }
 

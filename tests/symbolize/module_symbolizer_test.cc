@@ -3,58 +3,19 @@
 #include "fragscope/symbolize/module_symbolizer.h"
 
 #include <dlfcn.h>
-#include <link.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <cstring>
 #include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "loaded_module.h"
 
 namespace fragscope {
 namespace {
-
-struct Found {
-  std::string path;
-  uint64_t bias = 0;
-  uint64_t size = 0;
-  std::string build_id;
-};
-
-// The same facts the agent records, read the same way (dl_iterate_phdr).
-Found FindLoaded(const char* name_part) {
-  Found found;
-  std::pair<const char*, Found*> query(name_part, &found);
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) {
-        auto* f = static_cast<std::pair<const char*, Found*>*>(data);
-        if (info->dlpi_name == nullptr || std::strstr(info->dlpi_name, f->first) == nullptr) {
-          return 0;
-        }
-        Found& out = *f->second;
-        out.path = info->dlpi_name;
-        out.bias = info->dlpi_addr;
-        uint64_t hi = 0;
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type == PT_LOAD) hi = std::max<uint64_t>(hi, ph.p_vaddr + ph.p_memsz);
-          if (ph.p_type == PT_NOTE) {
-            const char* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
-            const char* end = p + ph.p_memsz;
-            while (p + sizeof(ElfW(Nhdr)) <= end) {
-              auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
-              const char* desc = p + sizeof(*n) + ((n->n_namesz + 3) & ~3u);
-              if (n->n_type == NT_GNU_BUILD_ID) out.build_id.assign(desc, n->n_descsz);
-              p = desc + ((n->n_descsz + 3) & ~3u);
-            }
-          }
-        }
-        out.size = hi;
-        return 1;
-      },
-      &query);
-  return found;
-}
 
 class ModuleSymbolizerTest : public ::testing::Test {
  protected:
@@ -80,7 +41,7 @@ class ModuleSymbolizerTest : public ::testing::Test {
   }
   void* handle_ = nullptr;
   uint64_t fn_ = 0;
-  Found found_;
+  LoadedModule found_;
 };
 
 TEST_F(ModuleSymbolizerTest, ResolvesFunctionFileAndLine) {
@@ -135,6 +96,41 @@ TEST_F(ModuleSymbolizerTest, WrongBuildIdGivesOnlyModuleAndOffset) {
   EXPECT_TRUE(loc.file.empty());
   EXPECT_EQ(loc.module, found_.path);
   EXPECT_NE(loc.ToString().find("+0x"), std::string::npos) << loc.ToString();
+  EXPECT_EQ(loc.module_file, ModuleFile::kBuildIdDiffers);
+  EXPECT_EQ(loc.found_build_id, found_.build_id);
+}
+
+TEST_F(ModuleSymbolizerTest, TheRecordedBuildIdMatchesTheFile) {
+  ModuleSymbolizer symbolizer;
+  symbolizer.AddModules(Map(found_.build_id));
+  EXPECT_EQ(symbolizer.Symbolize(fn_ + 1).module_file, ModuleFile::kMatches);
+}
+
+// The module's path holds another build (or nothing); a debug folder holds the one that ran,
+// under its own file name: that one is read. A debug folder with another build is not.
+TEST_F(ModuleSymbolizerTest, DebugDirSuppliesTheFileWithTheRecordedBuildId) {
+  char tmpl[] = "/tmp/fragscope-debug-dir-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string name = found_.path.substr(found_.path.rfind('/') + 1);
+  std::ifstream in(found_.path, std::ios::binary);
+  std::ofstream(dir + "/" + name + ".debug", std::ios::binary) << in.rdbuf();
+  v1::ModuleMap map = Map(found_.build_id);
+  map.mutable_modules(0)->set_path("/nonexistent/" + name);
+  ModuleSymbolizer with_dir({dir});
+  with_dir.AddModules(map);
+  const SourceLocation& loc = with_dir.Symbolize(fn_ + 1);
+  EXPECT_EQ(loc.module_file, ModuleFile::kMatches);
+  EXPECT_EQ(loc.function, "fragscope_sample_function");
+  EXPECT_EQ(loc.module, "/nonexistent/" + name);
+  ModuleSymbolizer without_dir;
+  without_dir.AddModules(map);
+  EXPECT_EQ(without_dir.Symbolize(fn_ + 1).module_file, ModuleFile::kMissing);
+  map.mutable_modules(0)->set_build_id(std::string(20, '\x42'));
+  ModuleSymbolizer other_build({dir});
+  other_build.AddModules(map);
+  EXPECT_TRUE(other_build.Symbolize(fn_ + 1).function.empty());
+  std::remove((dir + "/" + name + ".debug").c_str());
+  rmdir(dir.c_str());
 }
 
 TEST_F(ModuleSymbolizerTest, AddressOutsideEveryModuleIsPrintedRaw) {

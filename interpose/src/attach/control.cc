@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "fragscope/attach_contract.h"
 #include "recording/agent_log.h"
 
 namespace fragscope::agent {
@@ -20,6 +21,12 @@ namespace {
 
 void Warn(const char* what, const char* path, int error) {
   AgentLog("control socket: %s %.300s: %s", what, path, strerror(error));
+}
+
+// A word's length without its terminating NUL.
+template <size_t N>
+constexpr size_t Len(const char (&)[N]) {
+  return N - 1;
 }
 
 bool StartsWith(const char* line, size_t length, const char* word) {
@@ -30,17 +37,19 @@ bool StartsWith(const char* line, size_t length, const char* word) {
 }  // namespace
 
 bool ControlDirFor(const char* xdg_runtime_dir, uid_t uid, char* out, size_t capacity) {
-  int n = xdg_runtime_dir != nullptr && xdg_runtime_dir[0] != '\0'
-              ? snprintf(out, capacity, "%s/fragscope", xdg_runtime_dir)
-              : snprintf(out, capacity, "/tmp/fragscope-%u", static_cast<unsigned>(uid));
+  int n =
+      xdg_runtime_dir != nullptr && xdg_runtime_dir[0] != '\0'
+          ? snprintf(out, capacity, "%s/%s", xdg_runtime_dir, control_socket::kDirUnderRuntimeDir)
+          : snprintf(out, capacity, "%s%u", control_socket::kFallbackDirPrefix,
+                     static_cast<unsigned>(uid));
   return n > 0 && static_cast<size_t>(n) < capacity;
 }
 
 ControlCommand ParseControlCommand(const char* line, size_t length) {
   ControlCommand cmd;
   while (length > 0 && (line[length - 1] == '\n' || line[length - 1] == '\r')) --length;
-  if (StartsWith(line, length, "wake")) {
-    size_t arg = 4;
+  if (StartsWith(line, length, control_socket::kWake)) {
+    size_t arg = Len(control_socket::kWake);
     while (arg < length && line[arg] == ' ') ++arg;
     size_t arg_len = length - arg;
     if (arg_len == 0 || arg_len >= sizeof(cmd.argument) || line[arg] != '/') {
@@ -50,9 +59,10 @@ ControlCommand ParseControlCommand(const char* line, size_t length) {
     memcpy(cmd.argument, line + arg, arg_len);
     cmd.argument[arg_len] = '\0';
     cmd.kind = ControlCommandKind::kWake;
-  } else if (StartsWith(line, length, "sync-torch")) {
+  } else if (StartsWith(line, length, control_socket::kSyncTorch)) {
     // `sync-torch <wait ms> <why>`: digits without a leading zero, one space, a short word.
-    size_t at = 11;
+    const size_t first_digit = Len(control_socket::kSyncTorch) + 1;
+    size_t at = first_digit;
     uint64_t wait = 0;
     size_t digits = 0;
     while (at < length && line[at] >= '0' && line[at] <= '9' && digits < 7) {
@@ -65,8 +75,10 @@ ControlCommand ParseControlCommand(const char* line, size_t length) {
     while (why + why_len < length && line[why + why_len] >= 'a' && line[why + why_len] <= 'z') {
       ++why_len;
     }
-    const bool ok = digits > 0 && line[11] != '0' && wait <= 600000 && at < length &&
-                    line[at] == ' ' && why_len >= 1 && why_len <= 16 && why + why_len == length;
+    const bool ok = digits > 0 && line[first_digit] != '0' &&
+                    wait <= control_socket::kSyncTorchMaxWaitMs && at < length && line[at] == ' ' &&
+                    why_len >= 1 && why_len <= control_socket::kSyncTorchMaxWhy &&
+                    why + why_len == length;
     if (!ok) {
       cmd.kind = ControlCommandKind::kInvalid;
       return cmd;
@@ -75,9 +87,11 @@ ControlCommand ParseControlCommand(const char* line, size_t length) {
     cmd.argument[why_len] = '\0';
     cmd.wait_ms = static_cast<uint32_t>(wait);
     cmd.kind = ControlCommandKind::kSyncTorch;
-  } else if (length == 5 && memcmp(line, "sleep", 5) == 0) {
+  } else if (length == Len(control_socket::kSleep) &&
+             memcmp(line, control_socket::kSleep, length) == 0) {
     cmd.kind = ControlCommandKind::kSleep;
-  } else if (length == 6 && memcmp(line, "status", 6) == 0) {
+  } else if (length == Len(control_socket::kStatus) &&
+             memcmp(line, control_socket::kStatus, length) == 0) {
     cmd.kind = ControlCommandKind::kStatus;
   } else {
     cmd.kind = ControlCommandKind::kInvalid;
@@ -102,7 +116,8 @@ bool ControlServer::Listen(const char* dir) {
   }
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  int n = snprintf(path_, sizeof(path_), "%s/agent-%d.sock", dir, static_cast<int>(getpid()));
+  int n = snprintf(path_, sizeof(path_), "%s/%s%d%s", dir, control_socket::kSocketPrefix,
+                   static_cast<int>(getpid()), control_socket::kSocketSuffix);
   if (n <= 0 || static_cast<size_t>(n) >= sizeof(addr.sun_path)) {
     Warn("path too long:", dir, ENAMETOOLONG);
     path_[0] = '\0';
@@ -111,8 +126,9 @@ bool ControlServer::Listen(const char* dir) {
   // Bound under a temporary name and renamed into place once listening: a client that finds
   // the socket file (fragscope attach polls for it) must never connect between bind and listen,
   // which fails with ECONNREFUSED and read as "no answer on its control socket".
-  n = snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/.agent-%d.sock.new", dir,
-               static_cast<int>(getpid()));
+  n = snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/.%s%d%s.new", dir,
+               control_socket::kSocketPrefix, static_cast<int>(getpid()),
+               control_socket::kSocketSuffix);
   if (n <= 0 || static_cast<size_t>(n) >= sizeof(addr.sun_path)) {
     Warn("path too long:", dir, ENAMETOOLONG);
     path_[0] = '\0';

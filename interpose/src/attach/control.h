@@ -1,11 +1,7 @@
-// The per-process control socket through which `fragscope attach` wakes a dormant agent:
-// `<control dir>/agent-<pid>.sock`, where the control dir is `$XDG_RUNTIME_DIR/fragscope` or
-// `/tmp/fragscope-$UID` (mode 0700, refused when another user owns it or others may enter).
-//
-// Protocol: a client connects, sends one command line, reads one answer line, and the
-// connection is closed. Commands: `wake <collector socket path>`, `sleep`, `status`,
-// `sync-torch <wait ms> <why>`. Answers start with `ok` or `error`, followed by details (see
-// interpose/README.md "Attach").
+// The agent's side of the per-process control socket through which `fragscope attach` wakes a
+// dormant agent. Its path, commands and answer words are the attach contract
+// (fragscope/attach_contract.h); the control dir is created mode 0700 and refused when another
+// user owns it or others may enter. Answers in detail: interpose/README.md "Attach".
 //
 // Security: only peers of our own uid are served (SO_PEERCRED), whatever the file modes say.
 //
@@ -26,7 +22,7 @@ struct ControlCommand {
   ControlCommandKind kind = ControlCommandKind::kNone;
   // wake: the collector's socket path; sync-torch: why (1 to 16 lowercase letters).
   char argument[4096] = {};
-  uint32_t wait_ms = 0;  // sync-torch: 1 to 600000
+  uint32_t wait_ms = 0;  // sync-torch: 1 to control_socket::kSyncTorchMaxWaitMs
 };
 
 // Writes the control directory for `xdg_runtime_dir` (may be null/empty) and `uid` into `out`.

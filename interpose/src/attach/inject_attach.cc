@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "agent.h"
-#include "attach/inject_abi.h"
 #include "attach/inline_patch.h"
+#include "fragscope/attach_contract.h"
 #include "hooks/driver_api.h"
 #include "hooks/hook_table.h"
 #include "python/python_state.h"

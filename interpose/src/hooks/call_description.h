@@ -12,7 +12,7 @@
 // every CUPTI-tracked function has a description and that both name it by the same Api.
 //
 // Guarantees: constexpr data only (no code runs at load); DescribeCall of an Api without a
-// description does not compile.
+// description does not compile (or, outside a constant expression, does not link).
 #ifndef FRAGSCOPE_INTERPOSE_CALL_DESCRIPTION_H_
 #define FRAGSCOPE_INTERPOSE_CALL_DESCRIPTION_H_
 
@@ -206,8 +206,10 @@ constexpr const CallDescription* FindCallDescription(Api api) {
 // does not compile.
 void NoCallDescriptionFor(Api api);
 
-// The description of `api`, at compile time (what the wrappers and the translation use).
-consteval const CallDescription& DescribeCall(Api api) {
+// The description of `api`, at compile time (what the wrappers and the translation use; every
+// use is constant-evaluated). constexpr, not consteval: clang 14 rejects a consteval call whose
+// argument depends on a template parameter.
+constexpr const CallDescription& DescribeCall(Api api) {
   const CallDescription* d = FindCallDescription(api);
   if (d == nullptr) NoCallDescriptionFor(api);
   return *d;

@@ -28,7 +28,7 @@
 
 #include <cstdint>
 
-#include "attach/inject_abi.h"
+#include "fragscope/attach_contract.h"
 
 namespace fragscope::agent {
 

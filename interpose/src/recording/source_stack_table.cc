@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "fragscope/wire_constants.h"
 #include "shipping/wire_encoder.h"
 
 namespace fragscope::agent {
@@ -49,10 +50,11 @@ uint64_t SourceStackTable::Intern(const SourceFrameText* frames, size_t count) {
     uint8_t* payload = arena_ + at + sizeof(Entry);
     WireWriter w(payload, kArenaBytes - at - sizeof(Entry));
     for (size_t i = 0; i < count; ++i) {
-      const size_t frame = w.BeginMessage(2);  // SymbolizedStack.frames
-      w.Bytes(1, frames[i].function, TextSize(frames[i].function));
-      w.Bytes(2, frames[i].file, TextSize(frames[i].file));
-      w.Uint64(3, frames[i].line);
+      using S = wire::SourceFrame;
+      const size_t frame = w.BeginMessage(wire::SymbolizedStack::kFrames);
+      w.Bytes(S::kFunction, frames[i].function, TextSize(frames[i].function));
+      w.Bytes(S::kFile, frames[i].file, TextSize(frames[i].file));
+      w.Uint64(S::kLine, frames[i].line);
       w.EndMessage(frame);
     }
     if (w.ok()) {

@@ -16,6 +16,7 @@
 
 #include "agent.h"
 #include "attach/control.h"
+#include "fragscope/attach_contract.h"
 #include "python/python_state.h"
 #include "recording/agent_log.h"
 #include "recording/recorder.h"
@@ -303,7 +304,7 @@ void WriteStreamHead() {
   // A resumed stream joins a running program, as a woken one does.
   hello.attached = d.attached || d.reconnects > 0;
   hello.resumed = d.reconnects;
-  if (a.injected) hello.backend = 3;  // BACKEND_INJECTED: memory from before is not known
+  if (a.injected) hello.backend = HelloBackend::kInjected;  // memory from before is not known
   hello.stack_depth = static_cast<uint32_t>(a.config.stack_depth);
   hello.release_stacks_off = a.config.stack_depth > 0 && !a.config.release_stacks;
   hello.ring_bytes = a.ring.bytes();
@@ -813,12 +814,13 @@ void ServeControl(int timeout_ms) {
         FragscopeTorchImport answer;
         SyncTorchState(cmd.wait_ms, cmd.argument, &answer);
         if (answer.status == kFragscopeTorchImported) {
-          snprintf(reply, sizeof(reply), "ok synced events=%u", answer.synced_events);
+          snprintf(reply, sizeof(reply), "%s%u", control_socket::kSynced, answer.synced_events);
         } else {
           // No Python, no torch, no diff: nothing to sync. A busy GIL or a failed diff: say why.
           const bool nothing =
               answer.status == kFragscopeTorchNoPython || answer.status == kFragscopeTorchNoTorch;
-          snprintf(reply, sizeof(reply), "%s %s", nothing ? "ok none" : "error", answer.message);
+          snprintf(reply, sizeof(reply), "%s %s",
+                   nothing ? control_socket::kSyncNone : control_socket::kError, answer.message);
         }
       }
       break;

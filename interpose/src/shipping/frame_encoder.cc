@@ -2,38 +2,23 @@
 
 #include <cstring>
 
+#include "fragscope/wire_events.h"
+
 namespace fragscope::agent {
 namespace {
 
-// fragscope.v1.Frame body fields.
-enum FrameField : uint32_t {
-  kHello = 1,
-  kDevice = 2,
-  kModuleMap = 3,
-  kStacks = 4,
-  kAlloc = 5,
-  kFree = 6,
-  kMap = 7,
-  kHandle = 8,
-  kFailed = 9,
-  kMemInfo = 10,
-  kMark = 11,
-  kDrops = 12,
-  kSnapshot = 13,
-  kBlock = 14,
-  kEnd = 15,
-  kSymbolizedStack = 16,
-};
+using F = wire::Frame;
 
-// Fields 1..6, common to all event messages.
+// The fields common to all event messages (the same numbers in each).
 template <typename Writer>
 void CommonEventFields(Writer& w, const EventRecord& r) {
-  w.Uint64(1, r.seq);
-  w.Uint64(2, r.time_ns);
-  w.Uint32(3, r.tid);
-  w.Enum(4, static_cast<uint32_t>(r.api));
-  w.Int32(5, r.result);
-  w.Uint64(6, r.stack_id);
+  using E = wire::EventCommon;
+  w.Uint64(E::kSeq, r.seq);
+  w.Uint64(E::kTimeNs, r.time_ns);
+  w.Uint32(E::kTid, r.tid);
+  w.Enum(E::kApi, static_cast<uint32_t>(r.api));
+  w.Int32(E::kResult, r.result);
+  w.Uint64(E::kStackId, r.stack_id);
 }
 
 }  // namespace
@@ -60,75 +45,78 @@ void EncodeStreamHeader(uint8_t out[kStreamHeaderSize]) {
 }
 
 bool EncodeHello(WireWriter& w, const HelloInfo& h) {
-  FrameScope frame(w, kHello);
-  w.Uint32(1, kFormatMajor);
-  w.Uint32(2, kFormatMinor);
-  w.Uint32(3, h.pid);
-  w.Uint32(4, h.ppid);
-  w.String(5, h.host);
-  w.String(6, h.exe);
+  using H = wire::Hello;
+  FrameScope frame(w, F::kHello);
+  w.Uint32(H::kFormatMajor, kFormatMajor);
+  w.Uint32(H::kFormatMinor, kFormatMinor);
+  w.Uint32(H::kPid, h.pid);
+  w.Uint32(H::kPpid, h.ppid);
+  w.String(H::kHost, h.host);
+  w.String(H::kExe, h.exe);
   for (int i = 0; i < h.argc; ++i) {
     // repeated string: an empty argument still occupies a position
     const char* arg = h.argv[i] != nullptr ? h.argv[i] : "";
-    w.Tag(7, WireWriter::kLengthDelimited);
+    w.Tag(H::kArgv, WireWriter::kLengthDelimited);
     size_t len = strlen(arg);
     w.RawVarint(len);
     w.RawBytes(arg, len);
   }
-  w.String(8, h.agent_version);
-  w.Uint64(9, h.realtime_at_start_ns);
-  w.Uint64(10, h.monotonic_at_start_ns);
-  w.Enum(11, h.backend);
-  w.Bool(12, h.attached);
-  w.Uint32(13, h.stream_index);
-  w.Uint32(14, h.stack_depth);
-  w.Uint64(15, h.ring_bytes);
-  w.Uint32(16, h.resumed);
-  w.Bool(17, h.release_stacks_off);
+  w.String(H::kAgentVersion, h.agent_version);
+  w.Uint64(H::kRealtimeAtStartNs, h.realtime_at_start_ns);
+  w.Uint64(H::kMonotonicAtStartNs, h.monotonic_at_start_ns);
+  w.Enum(H::kBackend, static_cast<uint32_t>(h.backend));
+  w.Bool(H::kAttached, h.attached);
+  w.Uint32(H::kStreamIndex, h.stream_index);
+  w.Uint32(H::kStackDepth, h.stack_depth);
+  w.Uint64(H::kRingBytes, h.ring_bytes);
+  w.Uint32(H::kResumed, h.resumed);
+  w.Bool(H::kReleaseStacksOff, h.release_stacks_off);
   // Optional fields: present even when 0 (rank 0 is a rank), so not through Uint32, which
   // leaves zeros out as proto3 does.
-  if (h.rank >= 0) w.PresentUint64(18, static_cast<uint64_t>(h.rank));
-  if (h.world_size >= 0) w.PresentUint64(19, static_cast<uint64_t>(h.world_size));
-  w.Uint32(20, h.exec_image);
+  if (h.rank >= 0) w.PresentUint64(H::kRank, static_cast<uint64_t>(h.rank));
+  if (h.world_size >= 0) w.PresentUint64(H::kWorldSize, static_cast<uint64_t>(h.world_size));
+  w.Uint32(H::kExecImage, h.exec_image);
   return frame.Close();
 }
 
 bool EncodeDeviceInfo(WireWriter& w, const DeviceInfoData& d) {
-  FrameScope frame(w, kDevice);
-  w.Int32(1, d.ordinal);
-  if (d.has_uuid) w.Bytes(2, d.uuid, sizeof(d.uuid));
-  w.Uint64(3, d.total_bytes);
-  w.String(4, d.name);
+  using D = wire::DeviceInfo;
+  FrameScope frame(w, F::kDevice);
+  w.Int32(D::kOrdinal, d.ordinal);
+  if (d.has_uuid) w.Bytes(D::kUuid, d.uuid, sizeof(d.uuid));
+  w.Uint64(D::kTotalBytes, d.total_bytes);
+  w.String(D::kName, d.name);
   return frame.Close();
 }
 
 bool EncodeModuleMap(WireWriter& w, const ModuleData* modules, size_t count) {
-  FrameScope frame(w, kModuleMap);
+  using M = wire::Module;
+  FrameScope frame(w, F::kModuleMap);
   for (size_t i = 0; i < count; ++i) {
     const ModuleData& m = modules[i];
-    size_t module = w.BeginMessage(1);
-    w.String(1, m.path);
-    w.Bytes(2, m.build_id, m.build_id_size);
-    w.Uint64(3, m.load_address);
-    w.Uint64(4, m.size);
+    size_t module = w.BeginMessage(wire::ModuleMap::kModules);
+    w.String(M::kPath, m.path);
+    w.Bytes(M::kBuildId, m.build_id, m.build_id_size);
+    w.Uint64(M::kLoadAddress, m.load_address);
+    w.Uint64(M::kSize, m.size);
     w.EndMessage(module);
   }
   return frame.Close();
 }
 
 bool EncodeStack(WireWriter& w, uint64_t id, const uint64_t* pcs, int count) {
-  FrameScope frame(w, kStacks);
-  size_t stack = w.BeginMessage(1);
-  w.Uint64(1, id);
-  w.PackedUint64(2, pcs, count > 0 ? static_cast<size_t>(count) : 0);
+  FrameScope frame(w, F::kStacks);
+  size_t stack = w.BeginMessage(wire::StackTable::kStacks);
+  w.Uint64(wire::Stack::kId, id);
+  w.PackedUint64(wire::Stack::kPcs, pcs, count > 0 ? static_cast<size_t>(count) : 0);
   w.EndMessage(stack);
   return frame.Close();
 }
 
 bool EncodeSymbolizedStack(WireWriter& w, uint64_t id, const uint8_t* frames, size_t size) {
-  FrameScope frame(w, kSymbolizedStack);
-  w.Uint64(1, id);
-  w.RawBytes(frames, size);  // already SymbolizedStack.frames entries (field 2)
+  FrameScope frame(w, F::kSymbolizedStack);
+  w.Uint64(wire::SymbolizedStack::kId, id);
+  w.RawBytes(frames, size);  // already SymbolizedStack.frames entries
   return frame.Close();
 }
 
@@ -138,21 +126,21 @@ namespace {
 uint32_t BodyField(RecordType type) {
   switch (type) {
     case RecordType::kAlloc:
-      return kAlloc;
+      return F::kAlloc;
     case RecordType::kFree:
-      return kFree;
+      return F::kFree;
     case RecordType::kMap:
-      return kMap;
+      return F::kMap;
     case RecordType::kHandle:
-      return kHandle;
+      return F::kHandle;
     case RecordType::kFailed:
-      return kFailed;
+      return F::kFailed;
     case RecordType::kMemInfo:
-      return kMemInfo;
+      return F::kMemInfo;
     case RecordType::kMark:
-      return kMark;
+      return F::kMark;
     case RecordType::kBlock:
-      return kBlock;
+      return F::kBlock;
     case RecordType::kNone:
       break;
   }
@@ -164,101 +152,109 @@ template <typename Writer>
 void EncodeEventBody(Writer& w, const EventRecord& r) {
   switch (r.type) {
     case RecordType::kAlloc: {
+      using E = wire::AllocEvent;
       CommonEventFields(w, r);
-      w.Uint64(7, r.address);
-      w.Uint64(8, r.size);
-      w.Int32(9, r.device);
-      w.Uint64(10, r.stream);
-      w.Uint64(11, r.pool);
-      w.Enum(12, static_cast<uint32_t>(r.kind));
-      w.Uint64(13, r.aux0);
-      w.Bool(14, (r.flags & kFlagInCapture) != 0);
-      w.Int32(15, static_cast<int32_t>(static_cast<uint32_t>(r.aux1)));  // failed_release_result
+      w.Uint64(E::kAddress, r.address);
+      w.Uint64(E::kSize, r.size);
+      w.Int32(E::kDevice, r.device);
+      w.Uint64(E::kStream, r.stream);
+      w.Uint64(E::kPool, r.pool);
+      w.Enum(E::kKind, static_cast<uint32_t>(r.kind));
+      w.Uint64(E::kPitch, r.aux0);
+      w.Bool(E::kInCapture, (r.flags & kFlagInCapture) != 0);
+      w.Int32(E::kFailedReleaseResult, static_cast<int32_t>(static_cast<uint32_t>(r.aux1)));
       return;
     }
     case RecordType::kFree: {
+      using E = wire::FreeEvent;
       CommonEventFields(w, r);
-      w.Uint64(7, r.address);
-      w.Uint64(8, r.size);
-      w.Int32(9, r.device);
-      w.Uint64(10, r.stream);
-      w.Uint64(11, r.pool);
+      w.Uint64(E::kAddress, r.address);
+      w.Uint64(E::kSize, r.size);
+      w.Int32(E::kDevice, r.device);
+      w.Uint64(E::kStream, r.stream);
+      w.Uint64(E::kPool, r.pool);
       return;
     }
     case RecordType::kMap: {
+      using E = wire::MapEvent;
       CommonEventFields(w, r);
-      w.Enum(7, r.op);
-      w.Uint64(8, r.address);
-      w.Uint64(9, r.size);
-      w.Uint64(10, r.aux0);
-      w.Uint64(11, r.pool);
-      w.Int32(12, r.device);
-      w.Uint64(13, r.aux1);
+      w.Enum(E::kOp, r.op);
+      w.Uint64(E::kAddress, r.address);
+      w.Uint64(E::kSize, r.size);
+      w.Uint64(E::kOffset, r.aux0);
+      w.Uint64(E::kHandle, r.pool);
+      w.Int32(E::kDevice, r.device);
+      w.Uint64(E::kAlignment, r.aux1);
       return;
     }
     case RecordType::kHandle: {
+      using E = wire::HandleEvent;
       CommonEventFields(w, r);
-      w.Enum(7, r.op);
-      w.Uint64(8, r.pool);
-      w.Uint64(9, r.size);
-      w.Int32(10, r.device);
-      w.Uint32(11, static_cast<uint32_t>(r.aux1));
-      w.Uint64(12, r.address);
+      w.Enum(E::kOp, r.op);
+      w.Uint64(E::kHandle, r.pool);
+      w.Uint64(E::kSize, r.size);
+      w.Int32(E::kDevice, r.device);
+      w.Uint32(E::kHandleType, static_cast<uint32_t>(r.aux1));
+      w.Uint64(E::kAddress, r.address);
       return;
     }
     case RecordType::kFailed: {
+      using E = wire::FailedAlloc;
       CommonEventFields(w, r);
-      w.Uint64(7, r.size);
-      w.Int32(8, r.device);
-      w.Uint64(9, r.stream);
-      w.Uint64(10, r.pool);
-      w.Enum(11, static_cast<uint32_t>(r.kind));
+      w.Uint64(E::kSize, r.size);
+      w.Int32(E::kDevice, r.device);
+      w.Uint64(E::kStream, r.stream);
+      w.Uint64(E::kPool, r.pool);
+      w.Enum(E::kKind, static_cast<uint32_t>(r.kind));
       bool has_mem_info = (r.flags & kFlagHasMemInfo) != 0;
-      w.Bool(12, has_mem_info);
+      w.Bool(E::kHasMemInfo, has_mem_info);
       if (has_mem_info) {
-        w.Uint64(13, r.aux0);
-        w.Uint64(14, r.aux1);
+        w.Uint64(E::kDeviceFreeBytes, r.aux0);
+        w.Uint64(E::kDeviceTotalBytes, r.aux1);
       }
-      w.Bool(15, (r.flags & kFlagSubAllocator) != 0);
+      w.Bool(E::kFromSubAllocator, (r.flags & kFlagSubAllocator) != 0);
       return;
     }
     case RecordType::kMemInfo: {
-      w.Uint64(1, r.seq);
-      w.Uint64(2, r.time_ns);
-      w.Int32(3, r.device);
-      w.Uint64(4, r.aux0);
-      w.Uint64(5, r.aux1);
-      w.Uint64(6, r.pool);
-      w.Uint64(7, r.aux2);
-      w.Uint64(8, r.aux3);
+      using E = wire::MemInfo;
+      w.Uint64(E::kSeq, r.seq);
+      w.Uint64(E::kTimeNs, r.time_ns);
+      w.Int32(E::kDevice, r.device);
+      w.Uint64(E::kFreeBytes, r.aux0);
+      w.Uint64(E::kTotalBytes, r.aux1);
+      w.Uint64(E::kPool, r.pool);
+      w.Uint64(E::kPoolReservedBytes, r.aux2);
+      w.Uint64(E::kPoolUsedBytes, r.aux3);
       return;
     }
     case RecordType::kMark: {
-      w.Uint64(1, r.seq);
-      w.Uint64(2, r.time_ns);
-      w.Uint32(3, r.tid);
+      using E = wire::Mark;
+      w.Uint64(E::kSeq, r.seq);
+      w.Uint64(E::kTimeNs, r.time_ns);
+      w.Uint32(E::kTid, r.tid);
       const size_t capacity = (r.flags & kFlagRank) != 0 ? EventRecord::kRankLabelCapacity
                                                          : EventRecord::kLabelCapacity;
       size_t n = r.label_size <= capacity ? r.label_size : 0;
-      w.Bytes(4, r.label, n);
-      w.Bool(5, (r.flags & kFlagBlocksSynced) != 0);
+      w.Bytes(E::kLabel, r.label, n);
+      w.Bool(E::kBlocksSynced, (r.flags & kFlagBlocksSynced) != 0);
       if ((r.flags & kFlagRank) != 0) {
-        w.PresentUint64(6, static_cast<uint32_t>(r.rank_mark.rank));
+        w.PresentUint64(E::kRank, static_cast<uint32_t>(r.rank_mark.rank));
         if (r.rank_mark.world_size >= 0) {
-          w.PresentUint64(7, static_cast<uint32_t>(r.rank_mark.world_size));
+          w.PresentUint64(E::kWorldSize, static_cast<uint32_t>(r.rank_mark.world_size));
         }
       }
       return;
     }
     case RecordType::kBlock: {
+      using E = wire::BlockEvent;
       CommonEventFields(w, r);
-      w.Enum(7, r.op);
-      w.Uint64(8, r.address);
-      w.Uint64(9, r.size);
-      w.Int32(10, r.device);
-      w.Uint64(11, r.stream);
-      w.Uint64(12, r.aux2);
-      w.Uint64(13, r.pool);
+      w.Enum(E::kOp, r.op);
+      w.Uint64(E::kAddress, r.address);
+      w.Uint64(E::kSize, r.size);
+      w.Int32(E::kDevice, r.device);
+      w.Uint64(E::kStream, r.stream);
+      w.Uint64(E::kPool, r.aux2);
+      w.Uint64(E::kAllocator, r.pool);
       return;
     }
     case RecordType::kNone:
@@ -274,6 +270,10 @@ static_assert(kMaxEventFrameBytes >=
               3 + 5 * RawWireWriter::kMaxVarintField + 2 + EventRecord::kLabelCapacity + 2);
 
 }  // namespace
+
+// The fast path below writes the body's tag as one byte.
+static_assert(F::kAlloc < 16 && F::kFree < 16 && F::kMap < 16 && F::kHandle < 16 &&
+              F::kFailed < 16 && F::kMemInfo < 16 && F::kMark < 16 && F::kBlock < 16);
 
 bool EncodeRecord(WireWriter& w, const EventRecord& r) {
   const uint32_t field = BodyField(r.type);
@@ -299,12 +299,13 @@ bool EncodeRecord(WireWriter& w, const EventRecord& r) {
 }
 
 bool EncodeDrops(WireWriter& w, const DropsData& d) {
-  FrameScope frame(w, kDrops);
-  w.Uint64(1, d.seq);
-  w.Uint64(2, d.time_ns);
-  w.Uint64(3, d.dropped_events);
-  w.Uint64(4, d.total_dropped);
-  w.Enum(5, static_cast<uint32_t>(d.reason));
+  using D = wire::Drops;
+  FrameScope frame(w, F::kDrops);
+  w.Uint64(D::kSeq, d.seq);
+  w.Uint64(D::kTimeNs, d.time_ns);
+  w.Uint64(D::kDroppedEvents, d.dropped_events);
+  w.Uint64(D::kTotalDropped, d.total_dropped);
+  w.Enum(D::kReason, static_cast<uint32_t>(d.reason));
   return frame.Close();
 }
 
@@ -330,13 +331,13 @@ size_t CountWholeEventFrames(const uint8_t* data, size_t size) {
     // The body's tag: field numbers up to 15 fit its first byte (16, SymbolizedStack, does not).
     const uint32_t field = (data[pos] & 0x80) == 0 ? data[pos] >> 3 : 0;
     switch (field) {
-      case kAlloc:
-      case kFree:
-      case kMap:
-      case kHandle:
-      case kFailed:
-      case kMark:
-      case kBlock:
+      case F::kAlloc:
+      case F::kFree:
+      case F::kMap:
+      case F::kHandle:
+      case F::kFailed:
+      case F::kMark:
+      case F::kBlock:
         ++events;
         break;
       default:
@@ -348,80 +349,87 @@ size_t CountWholeEventFrames(const uint8_t* data, size_t size) {
 }
 
 bool EncodeEnd(WireWriter& w, const EndData& e) {
-  FrameScope frame(w, kEnd);
-  w.Uint64(1, e.seq);
-  w.Uint64(2, e.time_ns);
-  w.Uint64(3, e.events_recorded);
-  w.Uint64(4, e.total_dropped);
-  w.Int32(5, e.exit_status);
-  w.Uint64(6, e.events_in_snapshots);
-  w.Bool(7, e.exec);
+  using E = wire::End;
+  FrameScope frame(w, F::kEnd);
+  w.Uint64(E::kSeq, e.seq);
+  w.Uint64(E::kTimeNs, e.time_ns);
+  w.Uint64(E::kEventsRecorded, e.events_recorded);
+  w.Uint64(E::kTotalDropped, e.total_dropped);
+  w.Int32(E::kExitStatus, e.exit_status);
+  w.Uint64(E::kEventsInSnapshots, e.events_in_snapshots);
+  w.Bool(E::kExec, e.exec);
   return frame.Close();
 }
 
 SnapshotEncoder::SnapshotEncoder(WireWriter& w, uint64_t time_ns, SnapshotReason reason,
                                  bool complete_history)
-    : w_(w), frame_(w, kSnapshot) {
-  w_.Uint64(2, time_ns);
-  w_.Enum(3, static_cast<uint32_t>(reason));
-  w_.Bool(9, complete_history);
+    : w_(w), frame_(w, F::kSnapshot) {
+  w_.Uint64(wire::Snapshot::kTimeNs, time_ns);
+  w_.Enum(wire::Snapshot::kReason, static_cast<uint32_t>(reason));
+  w_.Bool(wire::Snapshot::kCompleteHistory, complete_history);
 }
 
 void SnapshotEncoder::Add(const LiveEntry& e) {
+  using S = wire::Snapshot;
   switch (e.cls) {
     case LiveClass::kAllocation: {
-      size_t m = w_.BeginMessage(4);
-      w_.Uint64(1, e.address);
-      w_.Uint64(2, e.size);
+      using L = wire::LiveAllocation;
+      size_t m = w_.BeginMessage(S::kAllocations);
+      w_.Uint64(L::kAddress, e.address);
+      w_.Uint64(L::kSize, e.size);
       // A device still deferred (a wake's pass could not read it) is unknown, not a device.
-      w_.Int32(3, e.device == kDeviceDeferred ? -1 : e.device);
-      w_.Uint64(4, e.stream);
-      w_.Uint64(5, e.pool == kPoolDeferred ? 0 : e.pool);
-      w_.Uint64(6, e.stack_id);
-      w_.Enum(7, static_cast<uint32_t>(e.api));
-      w_.Enum(8, static_cast<uint32_t>(e.kind));
+      w_.Int32(L::kDevice, e.device == kDeviceDeferred ? -1 : e.device);
+      w_.Uint64(L::kStream, e.stream);
+      w_.Uint64(L::kPool, e.pool == kPoolDeferred ? 0 : e.pool);
+      w_.Uint64(L::kStackId, e.stack_id);
+      w_.Enum(L::kApi, static_cast<uint32_t>(e.api));
+      w_.Enum(L::kKind, static_cast<uint32_t>(e.kind));
       w_.EndMessage(m);
       break;
     }
     case LiveClass::kReservation: {
-      size_t m = w_.BeginMessage(5);
-      w_.Uint64(1, e.address);
-      w_.Uint64(2, e.size);
-      w_.Int32(3, e.device);
-      w_.Uint64(4, e.stack_id);
+      using L = wire::LiveReservation;
+      size_t m = w_.BeginMessage(S::kReservations);
+      w_.Uint64(L::kAddress, e.address);
+      w_.Uint64(L::kSize, e.size);
+      w_.Int32(L::kDevice, e.device);
+      w_.Uint64(L::kStackId, e.stack_id);
       w_.EndMessage(m);
       break;
     }
     case LiveClass::kHandle: {
-      size_t m = w_.BeginMessage(6);
-      w_.Uint64(1, e.address);
-      w_.Uint64(2, e.size);
-      w_.Int32(3, e.device);
-      w_.Bool(4, (e.flags & kLiveImported) != 0);
-      w_.Bool(5, e.refs <= 0);
-      w_.Uint64(6, e.stack_id);
+      using L = wire::LiveHandle;
+      size_t m = w_.BeginMessage(S::kHandles);
+      w_.Uint64(L::kHandle, e.address);  // a handle's entry is keyed by the handle
+      w_.Uint64(L::kSize, e.size);
+      w_.Int32(L::kDevice, e.device);
+      w_.Bool(L::kImported, (e.flags & kLiveImported) != 0);
+      w_.Bool(L::kReleased, e.refs <= 0);
+      w_.Uint64(L::kStackId, e.stack_id);
       w_.EndMessage(m);
       break;
     }
     case LiveClass::kMapping: {
-      size_t m = w_.BeginMessage(7);
-      w_.Uint64(1, e.address);
-      w_.Uint64(2, e.size);
-      w_.Uint64(3, e.offset);
-      w_.Uint64(4, e.handle);
+      using L = wire::LiveMapping;
+      size_t m = w_.BeginMessage(S::kMappings);
+      w_.Uint64(L::kAddress, e.address);
+      w_.Uint64(L::kSize, e.size);
+      w_.Uint64(L::kOffset, e.offset);
+      w_.Uint64(L::kHandle, e.handle);
       w_.EndMessage(m);
       break;
     }
     case LiveClass::kBlock: {
-      size_t m = w_.BeginMessage(8);
-      w_.Uint64(1, e.address);
-      w_.Uint64(2, e.size);
-      w_.Int32(3, e.device);
-      w_.Uint64(4, e.stream);
-      w_.Uint64(5, e.pool);
-      w_.Uint64(6, e.stack_id);
-      w_.Bool(7, (e.flags & kLivePendingFree) != 0);
-      w_.Uint64(8, e.handle);
+      using L = wire::LiveBlock;
+      size_t m = w_.BeginMessage(S::kBlocks);
+      w_.Uint64(L::kAddress, e.address);
+      w_.Uint64(L::kSize, e.size);
+      w_.Int32(L::kDevice, e.device);
+      w_.Uint64(L::kStream, e.stream);
+      w_.Uint64(L::kPool, e.pool);
+      w_.Uint64(L::kStackId, e.stack_id);
+      w_.Bool(L::kPendingFree, (e.flags & kLivePendingFree) != 0);
+      w_.Uint64(L::kAllocator, e.handle);  // a block's entry keeps its allocator there
       w_.EndMessage(m);
       break;
     }

@@ -1,6 +1,7 @@
 // Encodes fragscope.v1.Frame messages with WireWriter, each preceded by its varint length, as the
-// stream format wants (see proto/fragscope.proto). Field numbers come from that file; the
-// round-trip tests in tests/agent/frame_encoder_test.cc parse the output with libprotobuf.
+// stream format wants (see proto/fragscope.proto). Field numbers are the named constants the build
+// generates from that file (fragscope/wire_constants.h); the round-trip tests in
+// tests/agent/frame_encoder_test.cc parse the output with libprotobuf.
 //
 // Every Encode* appends one whole frame, or on overflow leaves the writer where it was (ok()
 // false) so the caller can flush and retry. Thread safety: none (drain thread only).
@@ -10,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fragscope/wire_constants.h"
 #include "recording/api.h"
 #include "recording/event_record.h"
 #include "recording/live_table.h"
@@ -18,7 +20,7 @@
 namespace fragscope::agent {
 
 inline constexpr char kStreamMagic[8] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', '\x01'};
-inline constexpr uint32_t kFormatMajor = 1;
+inline constexpr uint32_t kFormatMajor = static_cast<uint32_t>(FormatVersion::kFormatMajor);
 inline constexpr uint32_t kFormatMinor = 9;
 inline constexpr size_t kStreamHeaderSize = 16;
 
@@ -35,7 +37,7 @@ struct HelloInfo {
   const char* agent_version = nullptr;
   uint64_t realtime_at_start_ns = 0;
   uint64_t monotonic_at_start_ns = 0;
-  uint32_t backend = 1;  // BACKEND_PRELOAD
+  HelloBackend backend = HelloBackend::kPreload;
   bool attached = false;
   uint32_t stream_index = 0;
   uint32_t stack_depth = 0;
@@ -124,9 +126,9 @@ class SnapshotEncoder {
   // after the scan so that a refusal during it is counted too. `last_blocks_synced_seq`:
   // AgentState::last_blocks_synced_seq, at or below `seq`.
   bool Finish(uint64_t seq, uint64_t entries_not_held = 0, uint64_t last_blocks_synced_seq = 0) {
-    w_.Uint64(1, seq);
-    w_.Uint64(10, entries_not_held);
-    w_.Uint64(11, last_blocks_synced_seq);
+    w_.Uint64(wire::Snapshot::kSeq, seq);
+    w_.Uint64(wire::Snapshot::kEntriesNotHeld, entries_not_held);
+    w_.Uint64(wire::Snapshot::kLastBlocksSyncedSeq, last_blocks_synced_seq);
     return frame_.Close();
   }
 

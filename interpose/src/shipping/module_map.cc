@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "fragscope/wire_constants.h"
 #include "shipping/frame_encoder.h"
 
 namespace fragscope::agent {
@@ -124,11 +125,12 @@ bool ModuleTracker::EncodeNew(WireWriter& w) {
         const uint8_t* build_id = nullptr;
         size_t build_id_size = FindBuildId(info, &build_id);
         WireWriter& w = *pass->w;
-        size_t module = w.BeginMessage(1);
-        w.String(1, path);
-        w.Bytes(2, build_id, build_id_size);
-        w.Uint64(3, begin);
-        w.Uint64(4, end - begin);
+        using M = wire::Module;
+        size_t module = w.BeginMessage(wire::ModuleMap::kModules);
+        w.String(M::kPath, path);
+        w.Bytes(M::kBuildId, build_id, build_id_size);
+        w.Uint64(M::kLoadAddress, begin);
+        w.Uint64(M::kSize, end - begin);
         w.EndMessage(module);
         pass->pending[pass->pending_count++] = key;
         ++pass->added;

@@ -276,6 +276,11 @@ struct SourceFrameInfo {
   uint32_t line = 0;
 };
 
+// Symbols a trace file carries for its return addresses (SymbolTable frames), read where the
+// stream ran from a module file with the build-id the module map records: by pc, the frames
+// innermost first (several where code was inlined; none where the module had no symbol).
+using StoredSymbols = std::map<uint64_t, std::vector<SourceFrameInfo>>;
+
 struct StackInfo {
   std::vector<uint64_t> pcs;                   // innermost first
   std::vector<SourceFrameInfo> source_frames;  // set instead of pcs: converted streams, adapters
@@ -361,6 +366,9 @@ struct ModelSummary {
   // Every stack referenced above, and the module map, for symbolization.
   std::map<uint64_t, StackInfo> stacks;
   std::vector<ModuleInfo> modules;
+  // The trace's stored symbols, shared (not copied) by every summary of the stream; null when
+  // it carries none. Only for modules whose build-id matches the module map's.
+  std::shared_ptr<const StoredSymbols> stored_symbols;
 };
 
 }  // namespace fragscope

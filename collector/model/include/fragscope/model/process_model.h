@@ -63,6 +63,10 @@ class ProcessModel {
   // for 0 or an id that never arrived. Lets exports name the sites of blocks a summary does not
   // list.
   std::optional<StackInfo> FindStack(uint64_t id) const;
+  // Every distinct return address of the stream's stacks, ascending, and the module map: what
+  // a trace's SymbolTable is made from (collector/symbolize/symbol_table_builder.h).
+  std::vector<uint64_t> StackPcs() const;
+  const std::vector<ModuleInfo>& Modules() const;
 
   const ModelOptions& options() const;
 

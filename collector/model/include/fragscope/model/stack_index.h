@@ -4,6 +4,7 @@
 #define FRAGSCOPE_MODEL_STACK_INDEX_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ class StackIndex {
   void AddModules(const v1::ModuleMap& map);
   void AddStacks(const v1::StackTable& table);
   void AddSymbolizedStack(const v1::SymbolizedStack& stack);
+  // Stored symbols (SymbolTable frames) of modules already in the map with the same load
+  // address and build-id; those of any other module are ignored, never applied to it.
+  void AddSymbolTable(const v1::SymbolTable& table);
 
   // True if the allocation of stack `id` was made by a caching allocator: its innermost frame in
   // a known module, past the CUDA runtime and driver, lies in a caching-allocator module (a
@@ -44,6 +48,10 @@ class StackIndex {
   // O(entries x depth); for summaries and post-mortems, not the per-event path.
   std::vector<SiteEntry> MergeSites(std::vector<SiteEntry> entries) const;
   const std::vector<ModuleInfo>& modules() const { return modules_; }
+  // Null when no symbol table arrived.
+  const std::shared_ptr<const StoredSymbols>& stored_symbols() const { return stored_symbols_; }
+  // Every distinct return address of the stacks, ascending.
+  std::vector<uint64_t> AllPcs() const;
   // Bumped whenever stacks or modules arrive, so callers can retry pending classifications.
   uint64_t generation() const { return generation_; }
 
@@ -56,6 +64,8 @@ class StackIndex {
   std::vector<ModuleInfo> modules_;
   absl::btree_map<uint64_t, std::size_t> module_by_load_address_;  // -> index in modules_
   absl::flat_hash_map<uint64_t, StackInfo> stacks_;
+  // Replaced, not changed, when a table arrives: summaries taken before keep theirs.
+  std::shared_ptr<const StoredSymbols> stored_symbols_;
   // Cached answers, valid while the module list still has `classified_modules_` entries.
   absl::flat_hash_map<uint64_t, bool> through_caching_allocator_;
   uint64_t classified_modules_ = 0;

@@ -25,6 +25,23 @@ struct SymbolizedFrame {
   uint64_t pc = 0;
 };
 
+// A module whose frames a report cannot name from the file on this machine, and what it shows
+// for them instead. Reports list these (text notes, JSON `symbol_sources`).
+struct SymbolSourceNote {
+  std::string module;        // path, as the trace recorded it
+  std::string build_id_hex;  // recorded: the build that ran
+  // The file at that path has another build-id (found_build_id_hex); else: no such file here.
+  bool build_id_differs = false;
+  std::string found_build_id_hex;
+  // Its frames come from the symbols the trace carries (read where it ran); else they are
+  // module+offset.
+  bool from_stored_symbols = false;
+};
+
+// "MODULE (build-id X) is not on this machine: ..." — the sentence reports print for `note`,
+// with a full stop, naming what to do when its frames are module+offset.
+std::string DescribeSymbolSource(const SymbolSourceNote& note);
+
 // Implementations may cache (Symbolize is non-const for that). Not required to be thread-safe:
 // reports call it from one thread.
 class Symbolizer {
@@ -33,6 +50,9 @@ class Symbolizer {
   // Frames for one pc, innermost first. Never empty: an unknown pc gives one frame with only
   // `pc` set.
   virtual std::vector<SymbolizedFrame> Symbolize(uint64_t pc) = 0;
+  // Modules of the report's stacks that this symbolizer could not read on this machine, and
+  // how their frames are shown; in module-path order. None by default.
+  virtual std::vector<SymbolSourceNote> SymbolSourceNotes() { return {}; }
 };
 
 // Names a pc by the module containing it: `libfoo.so+0x1a2b`. Needs no debug info. Keeps a copy

@@ -50,6 +50,9 @@ struct SessionServerOptions {
   // stream runs) and writes it again whole at the same path (StreamSession::TraceRemovalHooks);
   // unset: not watched. The hooks run on the stream's thread; must be thread-safe across streams.
   StreamSession::TraceRemovalHooks trace_removal;
+  // Frames appended to each stream's trace copy when it ends (StreamSession::TraceEpilogue:
+  // its SymbolTable). Runs on the stream's thread; must be thread-safe across streams.
+  StreamSession::TraceEpilogue trace_epilogue;
   // When a stream ends (clean or cut), with the stream's final summary. Runs on the stream's
   // thread.
   std::function<void(const CollectedStream&, const ModelSummary& final_summary)> on_stream_end;

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -52,11 +53,19 @@ class StreamSession {
         rewritten;
   };
 
+  // Frames appended to the trace copy when the stream ends, before the copy is closed, made from
+  // the model as it ended (the stream's SymbolTable: collector/symbolize/symbol_table_builder.h,
+  // read while the traced binaries are still here). They are applied to the model as well, so a
+  // live report and the report of the file agree.
+  using TraceEpilogue = std::function<std::vector<v1::Frame>(const ProcessModel& model)>;
+
   StreamSession(ModelOptions options, TracePathChooser choose_trace_path);
   ~StreamSession();
   void set_failure_observer(FailureObserver observer) { on_failure_ = std::move(observer); }
   // Watches the copy's file from the next copy opened (set before Run).
   void set_trace_removal_hooks(TraceRemovalHooks hooks) { removal_hooks_ = std::move(hooks); }
+  // Runs only for a stream whose copy is written (set before Run).
+  void set_trace_epilogue(TraceEpilogue epilogue) { epilogue_ = std::move(epilogue); }
 
   // Reads `reader` to its end. Every whole frame reaches the model, damaged tails included.
   StreamOutcome Run(FrameReader& reader);
@@ -99,6 +108,7 @@ class StreamSession {
   std::string trace_path_;
   std::optional<FrameWriter> writer_;
   TraceRemovalHooks removal_hooks_;
+  TraceEpilogue epilogue_;
   int watch_fd_ = -1;  // the copy's file, read-only, while removal hooks watch it
 };
 

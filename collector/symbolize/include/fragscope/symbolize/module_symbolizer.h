@@ -21,6 +21,14 @@ struct InlinedCaller {
   uint32_t line = 0;
 };
 
+// Where the symbols of a pc's module came from, or why there were none.
+enum class ModuleFile {
+  kNoModule,        // the pc lies in no module of the map
+  kMatches,         // a file with the recorded build-id (or none was recorded) was read
+  kMissing,         // no file with that path (nor in the debug folders) could be opened
+  kBuildIdDiffers,  // the file at the path has another build-id, and no debug folder has one
+};
+
 // One resolved address. Fields the debug information does not give stay empty (line 0).
 struct SourceLocation {
   uint64_t pc = 0;
@@ -33,6 +41,9 @@ struct SourceLocation {
   // line in it; these are the functions it was inlined into, innermost first, each with the line
   // of the inlined call. Empty otherwise.
   std::vector<InlinedCaller> inlined_callers;
+  ModuleFile module_file = ModuleFile::kNoModule;
+  // With kBuildIdDiffers: the build-id (raw bytes) of the file found at the module's path.
+  std::string found_build_id;
 
   // "function (file:line)", "function (module+0x1a2b)" or "module+0x1a2b" or "0x7f...".
   std::string ToString() const;
@@ -43,7 +54,13 @@ struct SourceLocation {
 // was taken) is resolved only to module+offset, never to possibly wrong names.
 class ModuleSymbolizer {
  public:
-  ModuleSymbolizer();
+  // `debug_dirs`: folders searched, after the module's own path, for a file with the module's
+  // build-id: in each, DIR/.build-id/xx/yyyy.debug (the layout of /usr/lib/debug and of
+  // debuginfod's cache), then DIR/NAME.debug and DIR/NAME for the module's file NAME. A file is
+  // used only when its build-id is the recorded one (so never for a module recorded without
+  // one); a stripped module also finds its debug information there (elfutils' search of
+  // .build-id and .gnu_debuglink names).
+  explicit ModuleSymbolizer(std::vector<std::string> debug_dirs = {});
   ~ModuleSymbolizer();
   ModuleSymbolizer(const ModuleSymbolizer&) = delete;
   ModuleSymbolizer& operator=(const ModuleSymbolizer&) = delete;
@@ -58,6 +75,12 @@ class ModuleSymbolizer {
   ModuleEntry* FindModule(uint64_t pc);
   void Resolve(ModuleEntry& module, SourceLocation& loc);
 
+  // Opens the module's file, or a file with its build-id in the debug folders; sets its state.
+  void OpenMatchingFile(ModuleEntry& module);
+
+  struct Search;  // libdwfl's callbacks and search path, which every Dwfl points to
+  std::vector<std::string> debug_dirs_;
+  std::unique_ptr<Search> search_;
   std::map<uint64_t, std::unique_ptr<ModuleEntry>> modules_;  // by load start address
   std::map<uint64_t, SourceLocation> cache_;
 };

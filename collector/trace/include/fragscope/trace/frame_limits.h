@@ -21,7 +21,8 @@ struct FrameLimits {
   uint64_t max_entries_per_frame = uint64_t{1} << 22;
   // Return addresses of one Stack (the agent records at most 64).
   uint64_t max_stack_pcs = uint64_t{1} << 16;
-  // Frames of one SymbolizedStack (imported PyTorch stacks: Python + C++ frames).
+  // Frames of one SymbolizedStack (imported PyTorch stacks: Python + C++ frames) or PcSymbols
+  // (a stored return address and the functions inlined at it).
   uint64_t max_source_frames = uint64_t{1} << 16;
   // Modules of one frame (the agent knows at most 8192 in all). The model keeps ~250 bytes
   // per module, more than the ~110 bytes of a parsed entry.

@@ -16,80 +16,89 @@
 
 #include "fragscope.pb.h"
 #include "fragscope/trace/hot_frame_decoder.h"
+#include "fragscope/wire_constants.h"
+#include "fragscope/wire_events.h"
 
 namespace fragscope {
-namespace hot_view_internal {
+namespace internal {
 
 inline uint32_t U32(uint64_t v) { return static_cast<uint32_t>(v); }
 inline int32_t I32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
 
-// The fields every event message has (numbers 1..6).
+// The fields every event message has, with the same numbers in each (hot_frame_decoder.h).
 class CommonView {
  public:
   explicit CommonView(const HotEvent& event) : f_(event.field) {}
-  uint64_t seq() const { return f_[1]; }
-  uint64_t time_ns() const { return f_[2]; }
-  uint32_t tid() const { return U32(f_[3]); }
-  v1::Api api() const { return static_cast<v1::Api>(I32(f_[4])); }
-  int32_t result() const { return I32(f_[5]); }
-  uint64_t stack_id() const { return f_[6]; }
+  uint64_t seq() const { return f_[wire::EventCommon::kSeq]; }
+  uint64_t time_ns() const { return f_[wire::EventCommon::kTimeNs]; }
+  uint32_t tid() const { return U32(f_[wire::EventCommon::kTid]); }
+  v1::Api api() const { return static_cast<v1::Api>(I32(f_[wire::EventCommon::kApi])); }
+  int32_t result() const { return I32(f_[wire::EventCommon::kResult]); }
+  uint64_t stack_id() const { return f_[wire::EventCommon::kStackId]; }
 
  protected:
   const uint64_t* f_;
 };
 
-}  // namespace hot_view_internal
+}  // namespace internal
 
 // The common fields of any of the five hot events (seq, time, thread, api, result, stack).
-using HotCommonView = hot_view_internal::CommonView;
+using HotCommonView = internal::CommonView;
 
-namespace hot_view_internal {
+namespace internal {
 
-// The fields AllocEvent and FreeEvent share (numbers 7..11).
+// The fields AllocEvent and FreeEvent share, with the same numbers in both.
 class AllocOrFreeView : public CommonView {
+  using A = wire::AllocEvent;
+  using F = wire::FreeEvent;
+  static_assert(A::kAddress == F::kAddress && A::kSize == F::kSize && A::kDevice == F::kDevice &&
+                A::kStream == F::kStream && A::kPool == F::kPool);
+
  public:
   using CommonView::CommonView;
-  uint64_t address() const { return f_[7]; }
-  uint64_t size() const { return f_[8]; }
-  int32_t device() const { return I32(f_[9]); }
-  uint64_t stream() const { return f_[10]; }
-  uint64_t pool() const { return f_[11]; }
+  uint64_t address() const { return f_[A::kAddress]; }
+  uint64_t size() const { return f_[A::kSize]; }
+  int32_t device() const { return I32(f_[A::kDevice]); }
+  uint64_t stream() const { return f_[A::kStream]; }
+  uint64_t pool() const { return f_[A::kPool]; }
 };
 
-}  // namespace hot_view_internal
+}  // namespace internal
 
 // An AllocEvent (event.body == v1::Frame::kAlloc).
-class HotAllocView : public hot_view_internal::AllocOrFreeView {
+class HotAllocView : public internal::AllocOrFreeView {
  public:
   using AllocOrFreeView::AllocOrFreeView;
   v1::MemoryKind kind() const {
-    return static_cast<v1::MemoryKind>(hot_view_internal::I32(f_[12]));
+    return static_cast<v1::MemoryKind>(internal::I32(f_[wire::AllocEvent::kKind]));
   }
-  uint64_t pitch() const { return f_[13]; }
-  bool in_capture() const { return f_[14] != 0; }
-  // Field 15: a frame that has it is never a hot frame (the decoder takes fields 1..14 only).
+  uint64_t pitch() const { return f_[wire::AllocEvent::kPitch]; }
+  bool in_capture() const { return f_[wire::AllocEvent::kInCapture] != 0; }
+  // A frame that has it is never a hot frame (the decoder takes AllocEvent fields up to
+  // in_capture only).
   int32_t failed_release_result() const { return 0; }
 };
 
 // A FreeEvent (event.body == v1::Frame::kFree).
-class HotFreeView : public hot_view_internal::AllocOrFreeView {
+class HotFreeView : public internal::AllocOrFreeView {
  public:
   using AllocOrFreeView::AllocOrFreeView;
 };
 
 // A BlockEvent (event.body == v1::Frame::kBlock).
-class HotBlockView : public hot_view_internal::CommonView {
+class HotBlockView : public internal::CommonView {
  public:
   using CommonView::CommonView;
+  using B = wire::BlockEvent;
   v1::BlockEvent::Op op() const {
-    return static_cast<v1::BlockEvent::Op>(hot_view_internal::I32(f_[7]));
+    return static_cast<v1::BlockEvent::Op>(internal::I32(f_[B::kOp]));
   }
-  uint64_t address() const { return f_[8]; }
-  uint64_t size() const { return f_[9]; }
-  int32_t device() const { return hot_view_internal::I32(f_[10]); }
-  uint64_t stream() const { return f_[11]; }
-  uint64_t pool() const { return f_[12]; }
-  uint64_t allocator() const { return f_[13]; }
+  uint64_t address() const { return f_[B::kAddress]; }
+  uint64_t size() const { return f_[B::kSize]; }
+  int32_t device() const { return internal::I32(f_[B::kDevice]); }
+  uint64_t stream() const { return f_[B::kStream]; }
+  uint64_t pool() const { return f_[B::kPool]; }
+  uint64_t allocator() const { return f_[B::kAllocator]; }
 };
 
 }  // namespace fragscope

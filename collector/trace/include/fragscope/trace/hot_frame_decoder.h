@@ -30,14 +30,17 @@
 #include <cstdint>
 
 #include "fragscope.pb.h"
+#include "fragscope/wire_constants.h"
 
 namespace fragscope {
 
 // One hot event as read from the wire: which event (its Frame body case) and its fields by
 // field number (absent fields 0).
 struct HotEvent {
-  static constexpr int kMaxField = 14;  // the largest field number of the five (in_capture)
-  uint32_t body = 0;                    // v1::Frame::kAlloc, kFree, kMap, kHandle or kBlock
+  // The largest field number the decoder takes: AllocEvent's in_capture (its
+  // failed_release_result, set only on a failed release, is left to libprotobuf).
+  static constexpr int kMaxField = wire::AllocEvent::kInCapture;
+  uint32_t body = 0;  // v1::Frame::kAlloc, kFree, kMap, kHandle or kBlock
   uint64_t field[kMaxField + 1];
 };
 

@@ -1,12 +1,60 @@
-// What an injected agent hands to `fragscope attach` (viewer-cli/ptrace_injector.cc), which
-// reads it from the process's memory: the in-place patches the agent prepared for libcuda's
-// tracked functions (inject_attach.cc), for the attach to write while every thread is stopped
-// and to undo at detach. Plain C layout, shared by both sides; bump kFragscopeInjectAbi when it
-// changes.
-#ifndef FRAGSCOPE_INTERPOSE_INJECT_ABI_H_
-#define FRAGSCOPE_INTERPOSE_INJECT_ABI_H_
+// The contract between the agent (libfragscope.so) and `fragscope attach`, which are built
+// together but run in different processes: the control socket through which the command wakes,
+// syncs and puts to sleep an agent, and the tables an injected agent hands to the command
+// through its own memory. Both sides include this header and nothing of each other's.
+//
+// Guarantees: plain constants and C-layout structs only (no allocation, no library: the agent
+// links only libc); the struct layouts change only together with their ABI numbers below, so a
+// command never reads a table of another layout as its own.
+#ifndef FRAGSCOPE_ATTACH_CONTRACT_H_
+#define FRAGSCOPE_ATTACH_CONTRACT_H_
 
+#include <cstddef>
 #include <cstdint>
+
+// ---------------------------------------------------------------------------------------------
+// The control socket: `<control dir>/agent-<pid>.sock`, where the control dir is
+// `$XDG_RUNTIME_DIR/fragscope` (the agent's environment) or else `/tmp/fragscope-<uid>`. Only
+// peers of the agent's own uid are served.
+//
+// Protocol: a client connects, sends one command line (ending in '\n'), reads one answer line,
+// and the connection is closed. Commands:
+//   wake <absolute path of a collector socket>   start streaming to it
+//   sleep                                         end the stream, dormant again
+//   status                                        one line of counters
+//   sync-torch <wait ms> <why>                    bring PyTorch's blocks up to date in the stream
+// Answers start with `ok` or `error` and a space, followed by details.
+namespace fragscope::control_socket {
+
+inline constexpr char kDirUnderRuntimeDir[] = "fragscope";       // $XDG_RUNTIME_DIR/fragscope
+inline constexpr char kFallbackDirPrefix[] = "/tmp/fragscope-";  // then the uid in decimal
+inline constexpr char kSocketPrefix[] = "agent-";                // then the pid in decimal
+inline constexpr char kSocketSuffix[] = ".sock";
+
+inline constexpr char kWake[] = "wake";
+inline constexpr char kSleep[] = "sleep";
+inline constexpr char kStatus[] = "status";
+inline constexpr char kSyncTorch[] = "sync-torch";
+// sync-torch's arguments: a wait of 1 to this many ms (digits, no leading zero) and a word of
+// 1 to kSyncTorchMaxWhy lowercase letters that labels the sync.
+inline constexpr uint32_t kSyncTorchMaxWaitMs = 600000;
+inline constexpr size_t kSyncTorchMaxWhy = 16;
+
+inline constexpr char kOk[] = "ok";
+inline constexpr char kError[] = "error";
+// sync-torch's answers: synced, then the number of block events forwarded; or nothing to sync
+// (no Python or no torch in the process), then why.
+inline constexpr char kSynced[] = "ok synced events=";
+inline constexpr char kSyncNone[] = "ok none";
+
+}  // namespace fragscope::control_socket
+
+// ---------------------------------------------------------------------------------------------
+// Attach by injection. `fragscope attach` loads the agent into a process started without it and
+// calls kFragscopeInjectEntry, which prepares in-place patches of libcuda's tracked functions
+// and describes them in a FragscopeInjectTable that the command reads from the process's
+// memory; the command writes the patches while every thread is stopped and undoes them at
+// detach. Bump kFragscopeInjectAbi when the table's layout changes.
 
 inline constexpr uint64_t kFragscopeInjectMagic = 0x31304a4e49534653ull;  // "FSINJ01"
 inline constexpr uint32_t kFragscopeInjectAbi = 1;
@@ -18,7 +66,7 @@ struct FragscopeInjectPatch {
   uint32_t length;   // bytes to replace (whole instructions, >= 5)
   uint32_t reserved;
   uint8_t original[32];  // what is there now
-  uint8_t patch[32];     // the jump to the agent's wrapper (inline_patch.h), int3-padded
+  uint8_t patch[32];     // the jump to the agent's wrapper, int3-padded
   char name[64];         // exported symbol
 };
 
@@ -33,7 +81,7 @@ struct FragscopeInjectTable {
 };
 
 // PyTorch's caching-allocator state, imported into the injected agent's live table before its
-// first snapshot (python_state.h). `fragscope attach` calls kFragscopeTorchImportEntry
+// first snapshot. `fragscope attach` calls kFragscopeTorchImportEntry
 // (uint32_t wait_ms, const char* adapter_dir) after patching libcuda and reads this answer.
 // Its own magic and ABI: an agent without the entry (an older build) is told apart by the
 // missing symbol.
@@ -79,4 +127,4 @@ struct FragscopeTorchImport {
   char message[1024];  // why not imported, or notes (e.g. skipped segments)
 };
 
-#endif  // FRAGSCOPE_INTERPOSE_INJECT_ABI_H_
+#endif  // FRAGSCOPE_ATTACH_CONTRACT_H_

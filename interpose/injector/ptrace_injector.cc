@@ -1,4 +1,4 @@
-#include "ptrace_injector.h"
+#include "fragscope/injector/ptrace_injector.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -27,9 +27,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "attach/inject_abi.h"
+#include "fragscope/attach_contract.h"
 
-namespace fragscope::cli {
+namespace fragscope::injector {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -748,4 +748,4 @@ absl::Status ImportTorchState(pid_t pid, const std::string& agent_path, uint32_t
   return CallTorchEntry(pid, agent_path, kFragscopeTorchImportEntry, wait_ms, {adapter_dir}, out);
 }
 
-}  // namespace fragscope::cli
+}  // namespace fragscope::injector

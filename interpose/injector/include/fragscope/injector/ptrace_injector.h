@@ -1,9 +1,11 @@
-// Attach by injection: loads libfragscope.so into a running process that was started without
-// it, and installs / removes the agent's in-place patches of libcuda (x86-64 Linux only).
+// Attach by injection (library fragscope_injector, used by `fragscope attach`): loads
+// libfragscope.so into a running process that was started without it, and installs / removes
+// the agent's in-place patches of libcuda (x86-64 Linux only). It speaks to the agent only
+// through the attach contract (fragscope/attach_contract.h).
 //
 // Load: one thread that waits in a system call (so it holds no allocator or loader lock in
 // user code) is stopped with PTRACE_SEIZE + PTRACE_INTERRUPT and made to call
-// dlopen(agent, RTLD_NOW) and then fragscope_inject_start() (interpose/src/attach/inject_abi.h):
+// dlopen(agent, RTLD_NOW) and then fragscope_inject_start() (fragscope/attach_contract.h):
 // its registers are saved, the call is set up on its stack below the red zone with return address
 // 0, and the SIGSEGV at address 0 ends the call; then its registers are restored, so an
 // interrupted system call restarts. dlopen is found in the process's libc from the ELF file on
@@ -14,8 +16,8 @@
 // Unpatch (detach): the same, writing the original bytes back, only where our patch still is.
 // The agent library stays loaded (dlclose would be unsafe: threads may be inside a wrapper or
 // a trampoline, and the drain thread runs); a later attach reuses it.
-#ifndef FRAGSCOPE_VIEWER_CLI_PTRACE_INJECTOR_H_
-#define FRAGSCOPE_VIEWER_CLI_PTRACE_INJECTOR_H_
+#ifndef FRAGSCOPE_INJECTOR_PTRACE_INJECTOR_H_
+#define FRAGSCOPE_INJECTOR_PTRACE_INJECTOR_H_
 
 #include <sys/types.h>
 
@@ -25,10 +27,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "fragscope/attach_contract.h"
 
-struct FragscopeTorchImport;  // interpose/src/attach/inject_abi.h
-
-namespace fragscope::cli {
+namespace fragscope::injector {
 
 struct InjectedPatch {
   std::string name;  // libcuda's exported symbol
@@ -73,6 +74,6 @@ std::optional<uint64_t> FindSymbolInProcess(pid_t pid, const std::string& file_p
 // Reads the process's memory through /proc/PID/mem.
 bool ReadProcessMemory(pid_t pid, uint64_t address, void* out, size_t size);
 
-}  // namespace fragscope::cli
+}  // namespace fragscope::injector
 
-#endif  // FRAGSCOPE_VIEWER_CLI_PTRACE_INJECTOR_H_
+#endif  // FRAGSCOPE_INJECTOR_PTRACE_INJECTOR_H_
