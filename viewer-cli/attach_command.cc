@@ -507,6 +507,16 @@ int ReportAttach(const AttachOptions& o, std::vector<CollectedStream> streams,
                  s.outcome.error.empty() ? "process ended without closing its stream"
                                          : s.outcome.error.c_str());
   }
+  // A dormant agent started with another build's library (another package's, an older
+  // install's) may send what this collector reads differently: said, as `run` says it.
+  if (const std::optional<v1::Hello> hello = s.session->hello();
+      hello && hello->agent_version() != FRAGSCOPE_VERSION) {
+    std::fprintf(stderr,
+                 "fragscope attach: warning: pid %d runs an agent of version '%s', but this "
+                 "fragscope is version '%s': the report may misread its events. Start the "
+                 "program with the agent of the same build or package as this fragscope\n",
+                 o.pid, hello->agent_version().c_str(), FRAGSCOPE_VERSION);
+  }
   const ModelSummary summary = s.session->Summarize();
   bool report_failed = false;
   if (absl::Status st =

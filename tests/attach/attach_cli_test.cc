@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -107,6 +108,47 @@ TEST(AttachCliTest, DurationDetachesAndLeavesTheAgentDormant) {
   ASSERT_EQ(app.Finish(), 0) << app.err();
   EXPECT_EQ(ReadTrace(dir.File("t.fst")).frames.size(), trace.frames.size())
       << "events after the detach reached the trace";
+}
+
+// A dormant agent of another build (here: this build's library with its version string
+// changed, which is all that tells two builds apart) is woken and read, and the attach says so.
+TEST(AttachCliTest, ADormantAgentOfAnotherBuildIsReported) {
+  TempDir dir;
+  RunResult version_run = RunProgram(kCli, {"--version"}, Cli(dir));
+  ASSERT_EQ(version_run.exit_code, 0) << version_run.err;
+  std::string version = version_run.out;
+  while (!version.empty() && (version.back() == '\n' || version.back() == ' ')) version.pop_back();
+  version = version.substr(version.rfind(' ') + 1);  // "fragscope VERSION"
+  std::string bytes = ReadFile(AgentLibrary());
+  const std::string needle = version + '\0';
+  const size_t at = bytes.find(needle);
+  ASSERT_NE(at, std::string::npos) << "'" << version << "' not in " << AgentLibrary();
+  ASSERT_EQ(bytes.find(needle, at + 1), std::string::npos) << version << " twice";
+  std::string other = version;
+  other.back() = other.back() == 'x' ? 'y' : 'x';
+  bytes.replace(at, other.size(), other);
+  ASSERT_EQ(mkdir(dir.File("other").c_str(), 0700), 0);
+  const std::string agent = dir.File("other/libfragscope.so");  // the name attach looks for
+  std::ofstream(agent, std::ios::binary) << bytes;
+
+  RunOptions dormant = Dormant(dir);
+  dormant.preload = false;
+  dormant.env["LD_PRELOAD"] = agent;
+  LiveProcess app(AppPath("agent_attach_app"), {}, dormant);
+  ASSERT_TRUE(app.WaitForLine("ready 1")) << app.err();
+  const std::string control = AgentSocket(dir, app.pid());
+  ASSERT_TRUE(WaitForFile(control)) << app.err();
+  LiveProcess attach(kCli, {"attach", std::to_string(app.pid()), "-o", dir.File("t.fst")},
+                     Cli(dir));
+  ASSERT_NO_FATAL_FAILURE(RunPhasesUnderTheAttach(app, attach, control));
+  EXPECT_NE(attach.err().find("pid " + std::to_string(app.pid()) + " runs an agent of version '" +
+                              other + "', but this fragscope is version '" + version + "'"),
+            std::string::npos)
+      << attach.err();
+  // Read all the same: the events are there.
+  Trace trace = ReadTrace(dir.File("t.fst"));
+  ASSERT_TRUE(trace.clean) << trace.error;
+  EXPECT_EQ(Replay(trace), GroundTruth(dir.File("truth")));
 }
 
 // A rank the program set while the agent slept (an mp.spawn worker's init_process_group, long
