@@ -295,6 +295,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fragscope-collector: %s: the trace is incomplete: %s\n", name.c_str(),
                    s.outcome.trace_error.c_str());
     }
+    // An agent of another build (another package's, an older install's) may send what this
+    // collector reads otherwise: said with its stream, as `fragscope run` says it.
+    if (s.session->hello().has_value() && hello.agent_version() != FRAGSCOPE_VERSION) {
+      std::fprintf(stderr,
+                   "fragscope-collector: %s: warning: its agent is version '%s' and this collector "
+                   "'%s': the report may misread its events; run the program with the agent of "
+                   "this collector's build or package\n",
+                   name.c_str(), hello.agent_version().c_str(), FRAGSCOPE_VERSION);
+    }
     if (!ok) {
       std::fprintf(stderr, "fragscope-collector: %s: final report not written (see above)\n",
                    name.c_str());

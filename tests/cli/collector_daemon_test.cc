@@ -167,12 +167,46 @@ TEST_F(CollectorDaemon, ManyProcessesEachGetTraceReportsAndPostMortems) {
   EXPECT_EQ(oom_json, 6);
   std::string log = Slurp(log_);
   EXPECT_NE(log.find("class: fragmentation ->"), std::string::npos) << log;
+  EXPECT_EQ(log.find("its agent is version"), std::string::npos) << "same build: no warning";
   // The morning after: every rank's trace at once names the rank whose OOM came first.
   std::string job;
   EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " report " + dir_ + "/out/*.fst", &job), 0)
       << job;
   EXPECT_NE(job.find("==== job: 3 processes, 6 OOMs in 3 of them ===="), std::string::npos) << job;
   EXPECT_NE(job.find("First OOM: rank "), std::string::npos) << job;
+}
+
+// An agent of another build (this build's with its version string changed, which is all that
+// tells two builds apart) is served, and the daemon's log says so with the stream.
+TEST_F(CollectorDaemon, AnAgentOfAnotherBuildIsNamedInTheLog) {
+  std::string version;
+  ASSERT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " --version", &version), 0) << version;
+  while (!version.empty() && (version.back() == '\n' || version.back() == ' ')) version.pop_back();
+  version = version.substr(version.rfind(' ') + 1);  // "fragscope VERSION"
+  std::string bytes = Slurp(FRAGSCOPE_AGENT_LIB);
+  const size_t at = bytes.find(version + '\0');
+  ASSERT_NE(at, std::string::npos) << "'" << version << "' not in " << FRAGSCOPE_AGENT_LIB;
+  std::string other = version;
+  other.back() = other.back() == 'x' ? 'y' : 'x';
+  bytes.replace(at, other.size(), other);
+  const std::string agent = dir_ + "/libfragscope.so";
+  std::ofstream(agent, std::ios::binary) << bytes;
+  std::string out;
+  ShellStatus("FRAGSCOPE_SOCKET=" + socket_ + " LD_PRELOAD=" + agent + " FAKECUDA_CAPACITY=4G " +
+                  FRAGSCOPE_DEMO_BIN + " >/dev/null",
+              &out);
+  WaitForLog(" ended ", 1);
+  const std::string log = Slurp(log_);
+  EXPECT_NE(log.find("warning: its agent is version '" + other + "' and this collector '" +
+                     version + "'"),
+            std::string::npos)
+      << log;
+  // Served all the same: the stream's report is there.
+  int reports = 0;
+  for (const auto& e : fs::directory_iterator(dir_ + "/out")) {
+    if (e.path().filename().string().ends_with(".report.json")) ++reports;
+  }
+  EXPECT_EQ(reports, 1);
 }
 
 // Connects to the daemon's socket as an agent would and sends `bytes[from, to)`; the caller
