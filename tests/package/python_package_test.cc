@@ -195,6 +195,13 @@ TEST(PythonWheel, RepairedWheelCarriesEveryLibraryButGlibcs) {
   EXPECT_NE(ldd.output.find(venv + "/lib/"), std::string::npos) << ldd.output;
   EXPECT_NE(ldd.output.find("libprotobuf"), std::string::npos) << ldd.output;
 
+  // The Python side of the wheel: inert without the agent, the agent inside the package.
+  Result imported = Shell(venv +
+                          "/bin/python -c 'import fragscope; print(fragscope.active(), "
+                          "fragscope.agent_path())'");
+  EXPECT_EQ(imported.exit_code, 0) << imported.output;
+  EXPECT_EQ(imported.output.rfind("False " + venv + "/lib/", 0), 0u) << imported.output;
+
   const std::string report = root + "/report.json";
   ExpectTheDemosOoms(Shell("cd " + root + " && env -u FRAGSCOPE_AGENT -u FRAGSCOPE_ADAPTER_DIR " +
                            "-u PYTHONPATH PATH=" + venv +
