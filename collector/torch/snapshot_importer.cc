@@ -19,6 +19,35 @@ using Kind = PickleValue::Kind;
 constexpr int32_t kCudaErrorMemoryAllocation = 2;  // cudaErrorMemoryAllocation
 constexpr uint64_t kMaxCudaOrdinal = 1u << 20;     // far above any real device count
 
+// Frames of PyTorch's own stack capture and of the interpreter's call machinery, which say
+// nothing about the program: PyTorch's memory viewer (torch/cuda/_memory_viz.py, _frame_filter,
+// as of PyTorch 2.15) leaves out frames whose function or file contains one of these, and so do
+// the sites imported here.
+bool IsCaptureMachinery(const v1::SourceFrame& frame) {
+  static constexpr std::string_view kFunctions[] = {
+      "unwind::unwind",    "CapturedTraceback::gather",
+      "gather_with_cpp",   "_start",
+      "__libc_start_main", "PyEval_",
+      "PyObject_",         "PyFunction_"};
+  static constexpr std::string_view kFiles[] = {"core/boxing",
+                                                "/Register",
+                                                "/Redispatch",
+                                                "pythonrun.c",
+                                                "Modules/main.c",
+                                                "Objects/call.c",
+                                                "Objects/methodobject.c",
+                                                "pycore_ceval.h",
+                                                "ceval.c",
+                                                "cpython/abstract.h"};
+  for (std::string_view f : kFunctions) {
+    if (frame.function().find(f) != std::string::npos) return true;
+  }
+  for (std::string_view f : kFiles) {
+    if (frame.file().find(f) != std::string::npos) return true;
+  }
+  return false;
+}
+
 class Converter {
  public:
   Converter(std::string_view source, const ImportOptions& options)
@@ -169,21 +198,27 @@ class Converter {
       const PickleValue* f = frames->items()[i];
       const std::string fpath = absl::StrCat(path, "[", i, "]");
       if (absl::Status s = ExpectKind(f, Kind::kDict, fpath); !s.ok()) return s;
-      v1::SourceFrame* out = stack.add_frames();
+      v1::SourceFrame frame;
       if (const PickleValue* name = f->Find("name"); name != nullptr && !name->is_none()) {
         if (absl::Status s = ExpectKind(name, Kind::kString, fpath + ".name"); !s.ok()) return s;
-        out->set_function(name->string_value());
+        frame.set_function(name->string_value());
       }
       if (const PickleValue* file = f->Find("filename"); file != nullptr && !file->is_none()) {
         if (absl::Status s = ExpectKind(file, Kind::kString, fpath + ".filename"); !s.ok()) {
           return s;
         }
-        out->set_file(file->string_value());
+        frame.set_file(file->string_value());
       }
       absl::StatusOr<uint64_t> line = UintOr(*f, "line", 0, fpath);
       if (!line.ok()) return line.status();
-      out->set_line(static_cast<uint32_t>(std::min<uint64_t>(*line, UINT32_MAX)));
-      absl::StrAppend(&key, out->function(), "\x1f", out->file(), "\x1f", out->line(), "\x1e");
+      frame.set_line(static_cast<uint32_t>(std::min<uint64_t>(*line, UINT32_MAX)));
+      if (IsCaptureMachinery(frame)) continue;
+      absl::StrAppend(&key, frame.function(), "\x1f", frame.file(), "\x1f", frame.line(), "\x1e");
+      *stack.add_frames() = std::move(frame);
+    }
+    if (stack.frames_size() == 0) {
+      stack_by_value_.emplace(frames, 0);
+      return 0;
     }
     uint64_t id;
     if (auto it = stack_by_content_.find(key); it != stack_by_content_.end()) {

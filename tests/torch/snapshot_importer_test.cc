@@ -357,6 +357,43 @@ TEST(TorchSnapshotImport, SyntheticSummaryFollowsTheLayout) {
   EXPECT_EQ(r.devices.at(2).reserved_bytes, 0u);
 }
 
+// PyTorch's own capture frames and the interpreter's call machinery are left out of the sites,
+// as PyTorch's memory viewer leaves them out; a stack of nothing else is no stack.
+TEST(TorchSnapshotImport, CaptureMachineryFramesAreLeftOut) {
+  const uint64_t a = 0x10000000;
+  const std::string mixed =
+      List({Frame("torch::unwind::unwind()", "??", 0),
+            Frame("torch::CapturedTraceback::gather(bool, bool, bool)", "??", 0),
+            Frame("forward", "model.py", 42), Frame("_PyEval_EvalFrameDefault", "ceval.c", 4200),
+            Frame("call", "/usr/include/python3.11/cpython/abstract.h", 114),
+            Frame("main", "train.py", 7), Frame("__libc_start_main", "??", 0)});
+  const std::string only_machinery =
+      List({Frame("torch::unwind::unwind()", "??", 0), Frame("_start", "??", 0)});
+  const std::string segment = Dict({
+      {"device", Int(0)},
+      {"address", Int(a)},
+      {"total_size", Int(4 * kMiB)},
+      {"stream", Int(0)},
+      {"segment_type", Str("large")},
+      {"blocks", List({Block("active_allocated", 2 * kMiB, a, mixed),
+                       Block("active_allocated", 2 * kMiB, a + 2 * kMiB, only_machinery)})},
+  });
+  ImportResult r = MustImport(Pickle(Dict({{"segments", List({segment})}})));
+  const v1::Snapshot* snapshot = nullptr;
+  for (const v1::Frame& f : r.frames) {
+    if (f.has_snapshot()) snapshot = &f.snapshot();
+  }
+  ASSERT_NE(snapshot, nullptr);
+  ASSERT_EQ(snapshot->blocks_size(), 2);
+  const v1::SymbolizedStack* kept = FindStack(r, snapshot->blocks(0).stack_id());
+  ASSERT_NE(kept, nullptr);
+  ASSERT_EQ(kept->frames_size(), 2);
+  EXPECT_EQ(kept->frames(0).function(), "forward");
+  EXPECT_EQ(kept->frames(1).function(), "main");
+  EXPECT_EQ(kept->frames(1).file(), "train.py");
+  EXPECT_EQ(snapshot->blocks(1).stack_id(), 0u);
+}
+
 TEST(TorchSnapshotImport, SyntheticFramesDescribeSegmentsBlocksAndOom) {
   ImportResult r = MustImport(SyntheticSnapshot());
   // Order: Hello, DeviceInfo x3, stacks, Snapshot, FailedAlloc, End.
