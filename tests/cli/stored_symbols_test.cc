@@ -12,34 +12,15 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "shell_command.h"
 
 namespace {
 
 using nlohmann::json;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result Shell(const std::string& command) {
-  Result r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using fragscope::testing::Result;
+using fragscope::testing::Shell;
+using fragscope::testing::Slurp;
 
 std::string Fragscope() { return FRAGSCOPE_CLI_BIN; }
 const std::string kDemoEnv = "FAKECUDA_CAPACITY=4G FAKECUDA_CTX_OVERHEAD=300M ";

@@ -1,45 +1,19 @@
-// What the package tests need: commands run as a user types them, and the check of the demo's
-// run that each way of installing must pass.
+// What the package tests need: commands run as a user types them (shell_command.h), and the
+// check of the demo's run that each way of installing must pass.
 #ifndef FRAGSCOPE_TESTS_PACKAGE_SHELL_RESULT_H_
 #define FRAGSCOPE_TESTS_PACKAGE_SHELL_RESULT_H_
 
-#include <sys/wait.h>
-
-#include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "shell_command.h"
 
 namespace fragscope::package_test {
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-// `command` under /bin/sh, its output and exit status (-1 if it did not exit).
-inline Result Shell(const std::string& command) {
-  Result r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-// The whole file ("" if it cannot be read).
-inline std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using fragscope::testing::Result;
+using fragscope::testing::Shell;
+using fragscope::testing::Slurp;
 
 // `run` is the demo (fragmenting_training) under an installed fragscope, its JSON report in
 // `report`: the demo's second OOM passed through as status 1, no warning (the agent found is of
