@@ -8,11 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "agent_of_another_build.h"
 #include "attach_client.h"
 #include "traced_process.h"
 
@@ -116,20 +116,12 @@ TEST(AttachCliTest, ADormantAgentOfAnotherBuildIsReported) {
   TempDir dir;
   RunResult version_run = RunProgram(kCli, {"--version"}, Cli(dir));
   ASSERT_EQ(version_run.exit_code, 0) << version_run.err;
-  std::string version = version_run.out;
-  while (!version.empty() && (version.back() == '\n' || version.back() == ' ')) version.pop_back();
-  version = version.substr(version.rfind(' ') + 1);  // "fragscope VERSION"
-  std::string bytes = ReadFile(AgentLibrary());
-  const std::string needle = version + '\0';
-  const size_t at = bytes.find(needle);
-  ASSERT_NE(at, std::string::npos) << "'" << version << "' not in " << AgentLibrary();
-  ASSERT_EQ(bytes.find(needle, at + 1), std::string::npos) << version << " twice";
-  std::string other = version;
-  other.back() = other.back() == 'x' ? 'y' : 'x';
-  bytes.replace(at, other.size(), other);
+  const std::string version = fragscope::testing::VersionFromOutput(version_run.out);
   ASSERT_EQ(mkdir(dir.File("other").c_str(), 0700), 0);
   const std::string agent = dir.File("other/libfragscope.so");  // the name attach looks for
-  std::ofstream(agent, std::ios::binary) << bytes;
+  const std::string other =
+      fragscope::testing::CopyAgentOfAnotherBuild(AgentLibrary(), version, agent);
+  ASSERT_FALSE(other.empty());
 
   RunOptions dormant = Dormant(dir);
   dormant.preload = false;

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent_of_another_build.h"
 #include "gtest/gtest.h"
 
 namespace {
@@ -181,16 +182,11 @@ TEST_F(CollectorDaemon, ManyProcessesEachGetTraceReportsAndPostMortems) {
 TEST_F(CollectorDaemon, AnAgentOfAnotherBuildIsNamedInTheLog) {
   std::string version;
   ASSERT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " --version", &version), 0) << version;
-  while (!version.empty() && (version.back() == '\n' || version.back() == ' ')) version.pop_back();
-  version = version.substr(version.rfind(' ') + 1);  // "fragscope VERSION"
-  std::string bytes = Slurp(FRAGSCOPE_AGENT_LIB);
-  const size_t at = bytes.find(version + '\0');
-  ASSERT_NE(at, std::string::npos) << "'" << version << "' not in " << FRAGSCOPE_AGENT_LIB;
-  std::string other = version;
-  other.back() = other.back() == 'x' ? 'y' : 'x';
-  bytes.replace(at, other.size(), other);
+  version = fragscope::testing::VersionFromOutput(version);
   const std::string agent = dir_ + "/libfragscope.so";
-  std::ofstream(agent, std::ios::binary) << bytes;
+  const std::string other =
+      fragscope::testing::CopyAgentOfAnotherBuild(FRAGSCOPE_AGENT_LIB, version, agent);
+  ASSERT_FALSE(other.empty());
   std::string out;
   ShellStatus("FRAGSCOPE_SOCKET=" + socket_ + " LD_PRELOAD=" + agent + " FAKECUDA_CAPACITY=4G " +
                   FRAGSCOPE_DEMO_BIN + " >/dev/null",

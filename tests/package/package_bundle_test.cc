@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "agent_of_another_build.h"
 #include "gtest/gtest.h"
 #include "shell_result.h"
 
@@ -159,16 +160,8 @@ TEST_F(PackageBundle, AnAgentOfAnotherBuildIsReported) {
   const std::string version = Version(copy);
   ASSERT_FALSE(version.empty());
   const std::string agent = copy + "/lib/libfragscope.so";
-  std::string bytes = Slurp(agent);
-  // The version sits in the agent once, as a C string of its own.
-  const std::string needle = version + '\0';
-  size_t at = bytes.find(needle);
-  ASSERT_NE(at, std::string::npos) << version << " not in " << agent;
-  ASSERT_EQ(bytes.find(needle, at + 1), std::string::npos) << version << " twice in " << agent;
-  std::string other = version;
-  other.back() = other.back() == 'x' ? 'y' : 'x';
-  bytes.replace(at, other.size(), other);
-  std::ofstream(agent, std::ios::binary | std::ios::trunc) << bytes;
+  const std::string other = fragscope::testing::CopyAgentOfAnotherBuild(agent, version, agent);
+  ASSERT_FALSE(other.empty());
 
   Result run = RunDemo(copy, dir_ + "/mixed.json");
   EXPECT_EQ(run.exit_code, 1) << run.output;
