@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -34,9 +35,11 @@ constexpr char kUsage[] =
     "  taken. Without -o, TRACE is replaced (written to a temporary file, then renamed).\n"
     "  --debug-dir   folders with debug files: DIR/.build-id/xx/yyyy.debug, DIR/NAME.debug\n";
 
-// Writes the first `keep` bytes of `in_path`, then `tail`, to `out_path` through a temporary
-// file in the same folder and a rename: `out_path` is either what it was or whole.
-absl::Status WriteTraceWithTail(const std::string& in_path, uint64_t keep, uint32_t minor,
+// Writes `header`, the bytes of `in_path` after its header up to `keep`, then `tail`, to
+// `out_path` through a temporary file in the same folder and a rename: `out_path` is either what
+// it was or whole.
+absl::Status WriteTraceWithTail(const std::string& in_path,
+                                const unsigned char (&header)[kTraceHeaderBytes], uint64_t keep,
                                 const std::string& tail, const std::string& out_path) {
   std::string tmp = out_path + ".tmp-XXXXXX";
   int out = ::mkstemp(tmp.data());
@@ -51,10 +54,17 @@ absl::Status WriteTraceWithTail(const std::string& in_path, uint64_t keep, uint3
     return absl::DataLossError(
         absl::StrFormat("%s: %s: %s; %s is unchanged", tmp, what, std::strerror(errno), out_path));
   };
+  if (::write(out, header, kTraceHeaderBytes) != static_cast<ssize_t>(kTraceHeaderBytes)) {
+    return fail("writing");
+  }
   int in = ::open(in_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) return fail("cannot read " + in_path);
+  if (::lseek(in, kTraceHeaderBytes, SEEK_SET) != static_cast<off_t>(kTraceHeaderBytes)) {
+    ::close(in);
+    return fail("reading " + in_path);
+  }
   std::vector<char> chunk(1 << 20);
-  uint64_t copied = 0;
+  uint64_t copied = kTraceHeaderBytes;
   while (copied < keep) {
     const std::size_t want = std::min<uint64_t>(chunk.size(), keep - copied);
     ssize_t n = ::read(in, chunk.data(), want);
@@ -62,15 +72,6 @@ absl::Status WriteTraceWithTail(const std::string& in_path, uint64_t keep, uint3
     if (n <= 0) {
       ::close(in);
       return fail("reading " + in_path);
-    }
-    if (copied == 0 && static_cast<uint64_t>(n) >= kTraceHeaderBytes) {
-      // The header says the newer minor its frames now need (readers accept any minor).
-      uint32_t old_minor = 0;
-      for (int i = 0; i < 4; ++i)
-        old_minor |= uint32_t{static_cast<uint8_t>(chunk[12 + i])} << (8 * i);
-      if (old_minor < minor) {
-        for (int i = 0; i < 4; ++i) chunk[12 + i] = static_cast<char>(minor >> (8 * i));
-      }
     }
     if (::write(out, chunk.data(), n) != n) {
       ::close(in);
@@ -171,7 +172,10 @@ int SymbolizeCommand(const std::vector<std::string>& args) {
   }
   std::string tail;
   for (const v1::Frame& f : frames) AppendFramed(f.SerializeAsString(), &tail);
-  if (absl::Status s = WriteTraceWithTail(path, file->good_offset(), kFormatMinor, tail, target);
+  // The header says the newer minor the appended frames need (readers accept any minor).
+  unsigned char header[kTraceHeaderBytes];
+  EncodeTraceHeader(file->major(), std::max(file->minor(), kFormatMinor), header);
+  if (absl::Status s = WriteTraceWithTail(path, header, file->good_offset(), tail, target);
       !s.ok()) {
     std::fprintf(stderr, "fragscope symbolize: %s\n", std::string(s.message()).c_str());
     return kExitBadInput;
