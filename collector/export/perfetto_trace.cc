@@ -22,17 +22,6 @@ std::string DeviceName(int device) {
 
 double Micros(uint64_t time_ns) { return static_cast<double>(time_ns) / 1000.0; }
 
-void FieldMeasuredBytes(JsonWriter& w, std::string_view key, const Measured<uint64_t>& m) {
-  w.FieldOrNull(key, m.value);
-}
-
-void FieldStrings(JsonWriter& w, std::string_view key, const std::vector<std::string>& values) {
-  w.Key(key);
-  w.BeginArray();
-  for (const std::string& v : values) w.String(v);
-  w.EndArray();
-}
-
 // The start of one trace event: its phase, name, process and thread. The caller adds the rest
 // and ends the object.
 void BeginEvent(JsonWriter& w, const char* phase, std::string_view name, int pid, int tid) {
@@ -141,14 +130,14 @@ void WriteProcessEvents(const ModelSummary& s, Symbolizer& symbolizer, int pid, 
     w.Field("class", OomClassName(o.oom_class));
     w.Field("explanation", o.explanation);
     w.Field("requested_bytes", f.requested_bytes);
-    FieldMeasuredBytes(w, "device_total_bytes", f.device_total_bytes);
-    FieldMeasuredBytes(w, "device_free_bytes", f.device_free_bytes);
+    w.FieldOrNull("device_total_bytes", f.device_total_bytes.value);
+    w.FieldOrNull("device_free_bytes", f.device_free_bytes.value);
     w.Field("reserved_bytes", f.reserved_bytes);
     w.Field("allocated_bytes", f.allocated_bytes);
     w.Field("opaque_bytes", f.opaque_bytes);
     w.Field("cached_bytes", f.cached_bytes);
     w.Field("largest_free_range_bytes", f.largest_free_range_bytes);
-    FieldStrings(w, "advice", o.advice);
+    w.FieldStrings("advice", o.advice);
     w.Field("site", sites.Name(o.failure.stack_id));
     w.EndObject();
     w.EndObject();
@@ -173,7 +162,7 @@ void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostr
   w.Field("producer", "fragscope");
   w.Field("exe", s.exe);
   w.Field("host", s.host);
-  FieldStrings(w, "notes", ReportCaveats(s));
+  w.FieldStrings("notes", ReportCaveats(s));
   w.EndObject();
   w.EndObject();
   out << "\n";
@@ -221,7 +210,7 @@ void WritePerfettoJobTrace(const std::vector<PerfettoProcess>& processes, std::o
     w.FieldOrNull("rank", s.rank ? std::optional<uint64_t>(*s.rank) : std::nullopt);
     w.Field("exe", s.exe);
     w.Field("host", s.host);
-    FieldStrings(w, "notes", ReportCaveats(s));
+    w.FieldStrings("notes", ReportCaveats(s));
     w.EndObject();
   }
   w.EndArray();

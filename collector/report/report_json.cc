@@ -273,10 +273,7 @@ void JsonReport::Oom(const OomPostMortem& o) {
   }
   NullReason("map_missing", o.map_missing, o.map_missing.empty());
   Stack(o.failure.stack_id);
-  w_.Key("advice");
-  w_.BeginArray();
-  for (const std::string& a : o.advice) w_.String(a);
-  w_.EndArray();
+  w_.FieldStrings("advice", o.advice);
   Sites("sites_at_failure", o.sites_at_failure);
   Sites("sites_at_peak", o.sites_at_peak);
   w_.Key("recent_events");

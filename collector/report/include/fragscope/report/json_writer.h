@@ -73,6 +73,13 @@ class JsonWriter {
     Key(key);
     Null();
   }
+  // An array of strings.
+  void FieldStrings(std::string_view key, const std::vector<std::string>& values) {
+    Key(key);
+    BeginArray();
+    for (const std::string& v : values) String(v);
+    EndArray();
+  }
   // The value, or null when there is none.
   void FieldOrNull(std::string_view key, std::optional<uint64_t> value) {
     Key(key);
