@@ -54,7 +54,7 @@ class FrameEncoderTest : public ::testing::Test {
 TEST_F(FrameEncoderTest, StreamHeaderIsMagicThenVersions) {
   uint8_t header[kStreamHeaderSize];
   EncodeStreamHeader(header);
-  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 9, 0, 0, 0};
+  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 11, 0, 0, 0};
   EXPECT_EQ(memcmp(header, expected, 16), 0);
 }
 
@@ -159,13 +159,14 @@ TEST_F(FrameEncoderTest, ModuleMap) {
 
 TEST_F(FrameEncoderTest, StackTable) {
   uint64_t pcs[] = {0x401234, 0x7f00deadbeef, 0x400000};
-  ASSERT_TRUE(EncodeStack(w_, 0x1234567890abcdefull, pcs, 3));
+  ASSERT_TRUE(EncodeStack(w_, 0x1234567890abcdefull, pcs, 3, StackEnd::kDepthLimit));
   v1::Frame f = Single();
   ASSERT_TRUE(f.has_stacks());
   ASSERT_EQ(f.stacks().stacks_size(), 1);
   EXPECT_EQ(f.stacks().stacks(0).id(), 0x1234567890abcdefull);
   ASSERT_EQ(f.stacks().stacks(0).pcs_size(), 3);
   EXPECT_EQ(f.stacks().stacks(0).pcs(1), 0x7f00deadbeefu);
+  EXPECT_EQ(f.stacks().stacks(0).end(), v1::STACK_END_DEPTH_LIMIT);
 }
 
 TEST_F(FrameEncoderTest, AllocEvent) {

@@ -15,7 +15,8 @@ namespace {
 // (optional) receives the walk's hash.
 __attribute__((noinline)) int Level3(uint64_t* pcs, int max, uint64_t* hash = nullptr) {
   uint64_t ignored = 0;
-  int n = CaptureStack(pcs, max, hash != nullptr ? hash : &ignored);
+  StackEnd end = StackEnd::kUnspecified;
+  int n = CaptureStack(pcs, max, hash != nullptr ? hash : &ignored, &end);
   asm volatile("" ::: "memory");  // keep the call from being a tail call
   return n;
 }

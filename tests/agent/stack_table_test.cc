@@ -33,6 +33,24 @@ TEST(StackTableTest, SameStackSameIdDifferentStackDifferentId) {
   EXPECT_NE(table.Intern(a, 2, &slot_p), id_a);
 }
 
+// How the capture ended travels with the frames; frames clamped to the table's depth are a
+// stack cut by the depth limit, whatever the capture said.
+TEST(StackTableTest, KeepsHowTheCaptureEnded) {
+  StackTable table;
+  ASSERT_TRUE(table.Init(64, 2));
+  uint64_t a[] = {1, 2}, deep[] = {5, 6, 7};
+  uint32_t slot_a = 0, slot_deep = 0;
+  const uint64_t id_a = table.Intern(a, 2, &slot_a, StackEnd::kNoUnwindInfo);
+  const uint64_t id_deep = table.Intern(deep, 3, &slot_deep, StackEnd::kOutermost);
+  uint64_t frames[StackTable::kMaxDepth];
+  StackEnd end = StackEnd::kUnspecified;
+  ASSERT_EQ(table.Frames(slot_a, id_a, frames, &end), 2);
+  EXPECT_EQ(end, StackEnd::kNoUnwindInfo);
+  ASSERT_EQ(table.Frames(slot_deep, id_deep, frames, &end), 2);
+  EXPECT_EQ(end, StackEnd::kDepthLimit);
+  EXPECT_EQ(frames[1], 6u);
+}
+
 // The id is the hash alone (Intern compares ids, not frames), so stacks that differ a little
 // must hash apart: every prefix, every swap of two frames (inside a lane and across lanes),
 // every frame moved by one byte or one page, and many random stacks.

@@ -34,6 +34,9 @@ enum class SnapshotReason : uint8_t { FRAGSCOPE_WIRE_Snapshot_Reason(FRAGSCOPE_A
 // Hello.Backend.
 enum class HelloBackend : uint8_t { FRAGSCOPE_WIRE_Hello_Backend(FRAGSCOPE_AGENT_ENUMERATOR) };
 
+// fragscope.v1.StackEnd: how a captured stack ended.
+enum class StackEnd : uint8_t { FRAGSCOPE_WIRE_StackEnd(FRAGSCOPE_AGENT_ENUMERATOR) };
+
 // fragscope.v1.FormatVersion: kFormatMajor is the major version the agent writes.
 enum class FormatVersion : uint32_t { FRAGSCOPE_WIRE_FormatVersion(FRAGSCOPE_AGENT_ENUMERATOR) };
 

@@ -28,8 +28,9 @@ namespace {
   if (depth <= 0) return;
   uint64_t pcs[StackTable::kMaxDepth];
   uint64_t hash = 0;
-  int n = CaptureStack(pcs, depth, &hash);
-  r.stack_id = a.stacks.Intern(pcs, n, hash, &r.stack_slot);
+  StackEnd end = StackEnd::kUnspecified;
+  int n = CaptureStack(pcs, depth, &hash, &end);
+  r.stack_id = a.stacks.Intern(pcs, n, hash, &r.stack_slot, end);
 }
 
 [[gnu::noinline]] void ReadDeviceInfo(int32_t device) {

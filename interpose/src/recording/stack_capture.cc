@@ -80,8 +80,10 @@ void SetSkippedRange(uintptr_t begin, uintptr_t end) {
 }
 
 // noinline: its own frame is the first one walked, and always skipped.
-__attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames, uint64_t* hash) {
+__attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames, uint64_t* hash,
+                                           StackEnd* end) {
   *hash = 0;
+  *end = StackEnd::kUnspecified;
   if (max_frames <= 0 || !LoadBounds()) return 0;
   const uintptr_t skip_begin = g_skip_begin.load(std::memory_order_relaxed);
   const uintptr_t skip_end = g_skip_end.load(std::memory_order_relaxed);

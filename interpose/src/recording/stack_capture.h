@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "recording/api.h"
+
 namespace fragscope::agent {
 
 // Address range [begin, end) whose return addresses are dropped from the start of a stack.
@@ -24,7 +26,8 @@ void SetSkippedRange(uintptr_t begin, uintptr_t end);
 // Sets *hash to HashStack(pcs, count) (stack_table.h; 0 for no frames), computed during the
 // walk: the hash's multiplies then overlap the walk's chain of dependent loads (32 frames: the
 // walk plus a separate hash cost ~72 ns per event in perf of the depth workload).
-int CaptureStack(uint64_t* pcs, int max_frames, uint64_t* hash);
+// Sets *end to how the walk ended (kOutermost: the thread's first frame was reached).
+int CaptureStack(uint64_t* pcs, int max_frames, uint64_t* hash, StackEnd* end);
 
 }  // namespace fragscope::agent
 

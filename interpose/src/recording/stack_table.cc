@@ -44,19 +44,25 @@ bool StackTable::Init(size_t slots, int max_depth) {
   return true;
 }
 
-uint64_t StackTable::Intern(const uint64_t* pcs, int count, uint32_t* slot) {
+uint64_t StackTable::Intern(const uint64_t* pcs, int count, uint32_t* slot, StackEnd end) {
   if (count <= 0 || memory_ == nullptr) return 0;
-  if (count > max_depth_) count = max_depth_;
-  return InternHashed(pcs, count, HashStack(pcs, count), slot);
+  if (count > max_depth_) {
+    count = max_depth_;
+    end = StackEnd::kDepthLimit;
+  }
+  return InternHashed(pcs, count, HashStack(pcs, count), end, slot);
 }
 
-uint64_t StackTable::Intern(const uint64_t* pcs, int count, uint64_t hash, uint32_t* slot) {
+uint64_t StackTable::Intern(const uint64_t* pcs, int count, uint64_t hash, uint32_t* slot,
+                            StackEnd end) {
   if (count <= 0 || memory_ == nullptr) return 0;
-  if (count > max_depth_) return Intern(pcs, count, slot);  // hash of frames the slot won't hold
-  return InternHashed(pcs, count, hash, slot);
+  // The hash covers frames the slot won't hold: hash the ones it will.
+  if (count > max_depth_) return Intern(pcs, count, slot, end);
+  return InternHashed(pcs, count, hash, end, slot);
 }
 
-uint64_t StackTable::InternHashed(const uint64_t* pcs, int count, uint64_t id, uint32_t* slot) {
+uint64_t StackTable::InternHashed(const uint64_t* pcs, int count, uint64_t id, StackEnd end,
+                                  uint32_t* slot) {
   // `id` (what the slot holds) is HashStack(pcs, count); never 0.
   size_t mask = slots_ - 1;
   for (int probe = 0; probe < kMaxProbe; ++probe) {
@@ -67,6 +73,7 @@ uint64_t StackTable::InternHashed(const uint64_t* pcs, int count, uint64_t id, u
       if (s->id.compare_exchange_strong(current, id, std::memory_order_acq_rel)) {
         memcpy(s->pcs, pcs, sizeof(uint64_t) * static_cast<size_t>(count));
         s->count = static_cast<uint16_t>(count);
+        s->end = end;
         s->ready.store(1, std::memory_order_release);
         *slot = static_cast<uint32_t>(i);
         return IdOfSlot(i);
@@ -82,7 +89,7 @@ uint64_t StackTable::InternHashed(const uint64_t* pcs, int count, uint64_t id, u
   return 0;
 }
 
-int StackTable::Frames(uint32_t slot, uint64_t id, uint64_t* pcs) const {
+int StackTable::Frames(uint32_t slot, uint64_t id, uint64_t* pcs, StackEnd* end) const {
   if (slot >= slots_ || id != IdOfSlot(slot)) return -1;
   const Slot* s = SlotAt(slot);
   if (s->id.load(std::memory_order_acquire) == 0) return -1;  // nothing interned there
@@ -99,6 +106,7 @@ int StackTable::Frames(uint32_t slot, uint64_t id, uint64_t* pcs) const {
     }
   }
   memcpy(pcs, s->pcs, sizeof(uint64_t) * s->count);
+  if (end != nullptr) *end = s->end;
   return s->count;
 }
 

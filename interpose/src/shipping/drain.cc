@@ -346,9 +346,10 @@ void WriteStack(uint64_t id, uint32_t slot) {
   if (id == 0 || stacks.IsSent(slot)) return;
   SendModules();  // the stack may point into a module loaded since the last map
   uint64_t pcs[StackTable::kMaxDepth];
-  int n = stacks.Frames(slot, id, pcs);
+  StackEnd end = StackEnd::kUnspecified;
+  int n = stacks.Frames(slot, id, pcs, &end);
   if (n < 0) return;
-  if (Put([&](WireWriter& w) { return EncodeStack(w, id, pcs, n); })) stacks.MarkSent(slot);
+  if (Put([&](WireWriter& w) { return EncodeStack(w, id, pcs, n, end); })) stacks.MarkSent(slot);
 }
 
 // The stack `id` when only its id is known (a live entry): the id names its slot.

@@ -104,11 +104,12 @@ bool EncodeModuleMap(WireWriter& w, const ModuleData* modules, size_t count) {
   return frame.Close();
 }
 
-bool EncodeStack(WireWriter& w, uint64_t id, const uint64_t* pcs, int count) {
+bool EncodeStack(WireWriter& w, uint64_t id, const uint64_t* pcs, int count, StackEnd end) {
   FrameScope frame(w, F::kStacks);
   size_t stack = w.BeginMessage(wire::StackTable::kStacks);
   w.Uint64(wire::Stack::kId, id);
   w.PackedUint64(wire::Stack::kPcs, pcs, count > 0 ? static_cast<size_t>(count) : 0);
+  w.Enum(wire::Stack::kEnd, static_cast<uint32_t>(end));
   w.EndMessage(stack);
   return frame.Close();
 }

@@ -21,7 +21,7 @@ namespace fragscope::agent {
 
 inline constexpr char kStreamMagic[8] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', '\x01'};
 inline constexpr uint32_t kFormatMajor = static_cast<uint32_t>(FormatVersion::kFormatMajor);
-inline constexpr uint32_t kFormatMinor = 9;
+inline constexpr uint32_t kFormatMinor = 11;
 inline constexpr size_t kStreamHeaderSize = 16;
 
 // Writes the 16-byte stream header into `out`.
@@ -87,7 +87,7 @@ bool EncodeHello(WireWriter& w, const HelloInfo& hello);
 bool EncodeDeviceInfo(WireWriter& w, const DeviceInfoData& device);
 bool EncodeModuleMap(WireWriter& w, const ModuleData* modules, size_t count);
 // One StackTable frame holding one stack.
-bool EncodeStack(WireWriter& w, uint64_t id, const uint64_t* pcs, int count);
+bool EncodeStack(WireWriter& w, uint64_t id, const uint64_t* pcs, int count, StackEnd end);
 // One SymbolizedStack frame: `frames` holds its `frames` entries already encoded (field 2,
 // SourceStackTable's payload).
 bool EncodeSymbolizedStack(WireWriter& w, uint64_t id, const uint8_t* frames, size_t size);
