@@ -10,9 +10,11 @@
 #include <new>
 
 #include "attach/inject_attach.h"
+#include "hooks/driver_api.h"
 #include "hooks/hook_table.h"
 #include "recording/recorder.h"
 #include "recording/stack_capture.h"
+#include "recording/unwind_rules.h"
 #include "shipping/drain.h"
 
 extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso_handle);
@@ -59,6 +61,9 @@ void FindOwnText() {
     SetSkippedRange(search.begin, search.end);
     SetAgentTextRange(search.begin, search.end);
   }
+  // Stacks through code without frame pointers need glibc 2.35's _dl_find_object; looked up
+  // rather than linked so the agent still loads on an older glibc (frame-pointer walks there).
+  SetFindObject(reinterpret_cast<FindObjectFn>(RealDlsym()(RTLD_DEFAULT, "_dl_find_object")));
 }
 
 void ChildAfterFork() {

@@ -145,6 +145,41 @@ void ExpectInjectedStream(const Trace& trace, bool quiet = true) {
   EXPECT_NE(trace.end(), nullptr);
 }
 
+// Hooks sit inside libcuda, under the runtime (NVIDIA's is built without frame pointers): every
+// stack of the window's allocations still passes through it to the program's own frames and
+// ends whole, at the thread's first frame.
+void ExpectStacksReachTheProgram(const Trace& trace, const std::string& program) {
+  std::map<uint64_t, const v1::Stack*> stacks;
+  std::vector<const v1::Module*> modules;
+  for (const v1::Frame& f : trace.frames) {
+    if (f.has_stacks()) {
+      for (const v1::Stack& s : f.stacks().stacks()) stacks[s.id()] = &s;
+    }
+    if (f.has_module_map()) {
+      for (const v1::Module& m : f.module_map().modules()) modules.push_back(&m);
+    }
+  }
+  auto in_program = [&](uint64_t pc) {
+    for (const v1::Module* m : modules) {
+      if (m->path() == program && pc >= m->load_address() && pc - m->load_address() < m->size()) {
+        return true;
+      }
+    }
+    return false;
+  };
+  int checked = 0;
+  for (const v1::Frame& f : trace.frames) {
+    if (!f.has_alloc() || f.alloc().result() != 0) continue;
+    ASSERT_EQ(stacks.count(f.alloc().stack_id()), 1u) << "allocation without its stack";
+    const v1::Stack& stack = *stacks[f.alloc().stack_id()];
+    EXPECT_TRUE(std::any_of(stack.pcs().begin(), stack.pcs().end(), in_program))
+        << "no frame of " << program << " in a stack of " << stack.pcs_size() << " frames";
+    EXPECT_EQ(stack.end(), v1::STACK_END_OUTERMOST) << v1::StackEnd_Name(stack.end());
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
 TEST_P(InjectTest, WindowIsExactPreAttachMemoryUnknownAndLibcudaRestored) {
   SKIP_IF_IMPOSSIBLE();
   TempDir dir;
@@ -219,6 +254,7 @@ TEST_P(InjectTest, WindowIsExactPreAttachMemoryUnknownAndLibcudaRestored) {
     EXPECT_GE(device["untracked_bytes"].get<uint64_t>(), before_still_live) << device.dump();
   }
   EXPECT_EQ(device["allocated_bytes"].get<uint64_t>(), (5u + 7u) << 20);
+  ExpectStacksReachTheProgram(trace, AppPath("agent_attach_app"));
 }
 
 TEST_P(InjectTest, UntilTheProcessEndsTheTraceIsTheDriverMinusWhatCameBefore) {

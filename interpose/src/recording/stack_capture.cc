@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "recording/stack_hash.h"
+#include "recording/unwind_rules.h"
 
 extern "C" void* __libc_stack_end;  // glibc: top of the main thread's stack
 
@@ -72,40 +73,67 @@ inline bool LoadBounds() {
   return true;
 }
 
-}  // namespace
-
-void SetSkippedRange(uintptr_t begin, uintptr_t end) {
-  g_skip_begin.store(begin, std::memory_order_relaxed);
-  g_skip_end.store(end, std::memory_order_relaxed);
+// The walk over call-frame information: each frame's rule (unwind_rules.h, a cache load after
+// its first use) says where its caller's frame starts. A frame built with frame pointers has
+// the frame-pointer rule and takes the same step as the frame-pointer walk; a frame without
+// them is stepped from the stack pointer. `pc`, `sp` and `fp` are the return address into the
+// current frame, its stack pointer and its frame-pointer register as the callee left them.
+[[gnu::always_inline]] inline int WalkWithRules(uintptr_t pc, uintptr_t sp, uintptr_t fp,
+                                                uintptr_t high, uint64_t* pcs, int max_frames,
+                                                uint64_t* hash, StackEnd* end) {
+  using namespace stack_hash;
+  uint64_t lanes[4] = {kSeed[0], kSeed[1], kSeed[2], kSeed[3]};
+  int count = 0;
+  for (;;) {
+    if (pc == 0) {
+      *end = StackEnd::kOutermost;
+      break;
+    }
+    if (count == max_frames) {
+      *end = StackEnd::kDepthLimit;
+      break;
+    }
+    pcs[count] = pc;
+    lanes[count & 3] = Step(lanes[count & 3], pc);
+    ++count;
+    const UnwindRule rule = FindUnwindRule(pc - 1);
+    uintptr_t cfa;
+    if (__builtin_expect(rule.IsFramePointerRecord(), 1)) {
+      cfa = fp + 16;
+    } else if (rule.kind == UnwindRule::Kind::kSpBased) {
+      cfa = sp + static_cast<uintptr_t>(rule.cfa_offset);
+    } else if (rule.kind == UnwindRule::Kind::kFpBased) {
+      cfa = fp + static_cast<uintptr_t>(rule.cfa_offset);
+    } else {
+      *end = rule.kind == UnwindRule::Kind::kOutermost ? StackEnd::kOutermost
+             : rule.kind == UnwindRule::Kind::kNoInfo  ? StackEnd::kNoUnwindInfo
+                                                       : StackEnd::kUnsupported;
+      break;
+    }
+    // The return address (at CFA - 8) and the saved frame pointer must lie in this thread's
+    // stack above the current frame; the caller's frame starts above it.
+    const uintptr_t fp_at = cfa + static_cast<intptr_t>(rule.fp_offset);
+    if ((cfa & 7) != 0 || cfa > high || cfa < sp + 8 || cfa - 8 < sp ||
+        (rule.fp_offset != 0 && fp_at < sp)) {
+      *end = StackEnd::kUnreadable;
+      break;
+    }
+    pc = reinterpret_cast<const uintptr_t*>(cfa)[-1];
+    if (rule.fp_offset != 0) fp = *reinterpret_cast<const uintptr_t*>(fp_at);
+    sp = cfa;
+  }
+  if (count > 0) *hash = Finish(lanes[0], lanes[1], lanes[2], lanes[3], count);
+  return count;
 }
 
-// noinline: its own frame is the first one walked, and always skipped.
-__attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames, uint64_t* hash,
-                                           StackEnd* end) {
-  *hash = 0;
-  *end = StackEnd::kUnspecified;
-  if (max_frames <= 0 || !LoadBounds()) return 0;
-  const uintptr_t skip_begin = g_skip_begin.load(std::memory_order_relaxed);
-  const uintptr_t skip_end = g_skip_end.load(std::memory_order_relaxed);
-  const uintptr_t high = t_stack_high;
-  uintptr_t fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  // Each step must move up the stack, stay aligned and below its top (ValidRecord); anything
-  // else means a frame without a frame pointer, and the walk ends.
-  const uintptr_t last_record = high - 2 * sizeof(uintptr_t);  // the highest valid record
-  // The agent's own frames (a handful) first.
-  for (int steps = 0; steps < 16; ++steps) {
-    if (!ValidRecord(fp, last_record)) return 0;
-    const uintptr_t* record = reinterpret_cast<const uintptr_t*>(fp);
-    if (record[1] < skip_begin || record[1] >= skip_end) break;
-    if (record[0] <= fp) return 0;
-    fp = record[0];
-  }
-  // Then the caller's, as tight as it gets: about 18 instructions a frame with its hash step
-  // into lane count % 4 (four independent multiply chains). The frame limit is checked once
-  // per four frames while four more fit, then per frame. WalkFrame takes its state by pointer
-  // to locals, which inlining turns back into registers; a lambda capturing them by reference
-  // made GCC build its closure on the stack, so fp was stored and reloaded on every frame
-  // (callgrind: 8 % more instructions per captured stack).
+// The frame-pointer walk alone, where no call-frame information can be read (aarch64, glibc
+// before 2.35): each record is {saved fp, return address}.
+int WalkFramePointers(uintptr_t fp, uintptr_t last_record, uint64_t* pcs, int max_frames,
+                      uint64_t* hash, StackEnd* end) {
+  // As tight as it gets: about 18 instructions a frame with its hash step into lane count % 4
+  // (four independent multiply chains). The frame limit is checked once per four frames while
+  // four more fit, then per frame. WalkFrame takes its state by pointer to locals, which
+  // inlining turns back into registers.
   using namespace stack_hash;
   uint64_t lane0 = kSeed[0], lane1 = kSeed[1], lane2 = kSeed[2], lane3 = kSeed[3];
   int count = 0;
@@ -123,10 +151,63 @@ __attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames, uint64
   if (more && count < max_frames && WalkFrame(&fp, last_record, pcs, &count, &lane0) &&
       count < max_frames && WalkFrame(&fp, last_record, pcs, &count, &lane1) &&
       count < max_frames) {
-    WalkFrame(&fp, last_record, pcs, &count, &lane2);
+    more = WalkFrame(&fp, last_record, pcs, &count, &lane2);
+  }
+  if (more && count == max_frames) {
+    *end = StackEnd::kDepthLimit;
+  } else {
+    // A zero return address ends a chain on purpose (_start clears the frame pointer);
+    // anything else is a frame we cannot step past without call-frame information.
+    const bool outermost =
+        ValidRecord(fp, last_record) && reinterpret_cast<const uintptr_t*>(fp)[1] == 0;
+    *end = outermost || (count > 0 && pcs[count - 1] == 0) ? StackEnd::kOutermost
+                                                           : StackEnd::kUnsupported;
   }
   if (count > 0) *hash = Finish(lane0, lane1, lane2, lane3, count);
   return count;
+}
+
+}  // namespace
+
+void SetSkippedRange(uintptr_t begin, uintptr_t end) {
+  g_skip_begin.store(begin, std::memory_order_relaxed);
+  g_skip_end.store(end, std::memory_order_relaxed);
+}
+
+// noinline: its own frame is the first one walked, and always skipped.
+__attribute__((noinline)) int CaptureStack(uint64_t* pcs, int max_frames, uint64_t* hash,
+                                           StackEnd* end) {
+  *hash = 0;
+  *end = StackEnd::kUnspecified;
+  if (max_frames <= 0 || !LoadBounds()) return 0;
+  const uintptr_t skip_begin = g_skip_begin.load(std::memory_order_relaxed);
+  const uintptr_t skip_end = g_skip_end.load(std::memory_order_relaxed);
+  const uintptr_t high = t_stack_high;
+  uintptr_t fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  // Each step must move up the stack, stay aligned and below its top (ValidRecord).
+  const uintptr_t last_record = high - 2 * sizeof(uintptr_t);  // the highest valid record
+  // The agent's own frames (a handful, built with frame pointers) first. The record of the
+  // outermost one holds the caller's return address and frame pointer, and ends where the
+  // caller's stack pointer was: the exact state the walk starts from.
+  for (int steps = 0; steps < 16; ++steps) {
+    if (!ValidRecord(fp, last_record)) {
+      *end = StackEnd::kUnreadable;
+      return 0;
+    }
+    const uintptr_t* record = reinterpret_cast<const uintptr_t*>(fp);
+    if (record[1] < skip_begin || record[1] >= skip_end) break;
+    if (record[0] <= fp) {
+      *end = StackEnd::kUnreadable;
+      return 0;
+    }
+    fp = record[0];
+  }
+  if (CfiUnwindAvailable()) {
+    const uintptr_t* record = reinterpret_cast<const uintptr_t*>(fp);
+    return WalkWithRules(record[1], fp + 2 * sizeof(uintptr_t), record[0], high, pcs, max_frames,
+                         hash, end);
+  }
+  return WalkFramePointers(fp, last_record, pcs, max_frames, hash, end);
 }
 
 }  // namespace fragscope::agent

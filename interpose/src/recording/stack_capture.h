@@ -1,11 +1,14 @@
-// Call-stack capture by walking the frame-pointer chain: about a nanosecond per frame, no
-// allocation, no locks, async-signal-safe. Every frame pointer is checked against the calling
-// thread's stack bounds before it is read, so code built without frame pointers ends the walk
-// early instead of faulting. Frames inside the agent itself are skipped.
+// Call-stack capture: no allocation, no locks, async-signal-safe. Frames inside the agent itself
+// (built with frame pointers) are skipped; from the caller's frame on, each step follows the
+// frame's call-frame information (unwind_rules.h: a cached rule, one load per frame after its
+// first walk): frame-pointer frames by their frame record, frames of code built without frame
+// pointers (-O2 -fomit-frame-pointer, most distribution libraries) from the stack pointer.
+// Every address read is checked against the thread's stack bounds first. Where call-frame
+// information cannot be read (glibc before 2.35, aarch64) the walk follows frame pointers
+// alone, and a frame without one ends it.
 //
-// Limitation: a module compiled with -fomit-frame-pointer (the default for many distribution
-// libraries) ends the walk at its first frame. The hooks that matter are entered directly from
-// the application (runtime API) so its frames above the hook are usually intact.
+// Each walk says how it ended (StackEnd): the thread's first frame, the depth limit, a pc with
+// no unwind information, an unreadable frame, or an unsupported one (a signal frame).
 //
 // Thread safety: all functions are thread-safe; bounds are cached per thread.
 #ifndef FRAGSCOPE_INTERPOSE_STACK_CAPTURE_H_

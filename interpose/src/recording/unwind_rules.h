@@ -1,0 +1,64 @@
+// How to step from a frame to its caller, read from the code's DWARF call-frame information
+// (.eh_frame, found through the loader's .eh_frame_hdr search table) for the stack walk of
+// code built without frame pointers. x86-64 only; elsewhere FindUnwindRule says kUnsupported.
+//
+// A rule says where the caller's frame starts (the CFA: the stack pointer or the frame pointer
+// of this frame plus an offset), that the return address sits just below it, and where this
+// frame saved the caller's frame pointer, if it did. That is all a walk needs between two calls:
+// no other register is needed to find the next return address.
+//
+// Lookups go through a process-wide cache of 8192 one-word entries (64 KiB of .bss): after a
+// pc's first lookup, one load. A miss finds the object with glibc's _dl_find_object (lock-free,
+// async-signal-safe, glibc 2.35 and later; without it every rule is kNoInfo) and interprets the
+// FDE's instructions up to the pc: no allocation, no lock, no system call, every read inside
+// the object's mapping. Safe from any thread and from signal handlers. Not safe against a
+// dlclose of the object running at the same time, which no in-process unwinder is; the pcs a
+// walk looks up are return addresses on the walking thread's own stack, whose code cannot be
+// unloaded while it runs.
+#ifndef FRAGSCOPE_INTERPOSE_UNWIND_RULES_H_
+#define FRAGSCOPE_INTERPOSE_UNWIND_RULES_H_
+
+#include <cstdint>
+
+namespace fragscope::agent {
+
+struct UnwindRule {
+  enum class Kind : uint8_t {
+    kNoInfo,       // no object or no FDE covers the pc (JIT code, stripped of .eh_frame)
+    kUnsupported,  // a rule the walk does not follow: a DWARF expression, a signal frame
+    kOutermost,    // the return address is undefined: the thread's first frame (_start)
+    kSpBased,      // CFA = this frame's stack pointer + cfa_offset
+    kFpBased,      // CFA = this frame's frame pointer + cfa_offset
+  };
+  Kind kind = Kind::kNoInfo;
+  // Bytes; the return address is at CFA - 8 (the walk checks each rule says so).
+  int32_t cfa_offset = 0;
+  // Where the caller's frame pointer was saved: CFA + fp_offset (bytes, negative); 0 means this
+  // frame left the frame pointer as the caller had it.
+  int32_t fp_offset = 0;
+
+  // The frame-pointer rule: `push rbp; mov rbp, rsp` done, so the caller's frame pointer and
+  // return address are the record at the frame pointer.
+  bool IsFramePointerRecord() const {
+    return kind == Kind::kFpBased && cfa_offset == 16 && fp_offset == -16;
+  }
+};
+
+// Signature of glibc's _dl_find_object (dlfcn.h, glibc 2.35), taken as an opaque pointer so
+// the agent needs no newer glibc to load: the agent finds it with dlsym at start.
+using FindObjectFn = int (*)(void* address, void* result);
+// Sets the function misses use; nullptr turns CFI lookups off (every rule kNoInfo).
+void SetFindObject(FindObjectFn fn);
+// True once SetFindObject was given a function (and the architecture is supported).
+bool CfiUnwindAvailable();
+
+// The rule for the instruction at `pc` (for a return address, pass the call's last byte:
+// return address - 1, so a call at a function's end finds its own FDE).
+UnwindRule FindUnwindRule(uintptr_t pc);
+
+// The same without the cache (tests, and rules that do not fit a cache entry).
+UnwindRule ComputeUnwindRule(uintptr_t pc);
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_INTERPOSE_UNWIND_RULES_H_
