@@ -227,7 +227,7 @@ def _install_fallback(torch, agent, why):
         # are at the failure go first, so the failure is judged against them.
         if forwarder is not None:
             forwarder.sync("OOM")
-        frames = _diff.request_frames()  # the request's line, not this one
+        frames = _oom_frames()  # the request's line, not this one
         try:
             api.report_oom(alloc_size, device, frames)
         except Exception as error:  # never into PyTorch's OOM path
@@ -238,6 +238,7 @@ def _install_fallback(torch, agent, why):
     try:
         torch._C._cuda_attach_out_of_memory_observer(on_oom)
         parts.append("OOM observer")
+        _watch_backward(torch, None)
     except Exception as error:
         _warn("no OOM observer: %r" % (error,))
     if forwarder is not None:
@@ -313,16 +314,40 @@ def _watch_memory_history(torch):
     memory._record_memory_history = _record_memory_history
 
 
+# The Python frames of the backward passes running now (the calls of torch.autograd.backward
+# and .grad), innermost pass last; changed under the GIL only.
+_BACKWARD_CALLS = []
+
+
+def _oom_frames():
+    """The site of an OOM seen by PyTorch's observer: the failing request's Python frames, or,
+    on an autograd engine thread (no Python frames of the program), "(autograd backward)" above
+    the frames of the call that ran the pass, e.g. the line of loss.backward(). Called by the
+    observer: the request's frames start two frames up."""
+    try:
+        frames = _diff.stack_frames(sys._getframe(2))
+    except Exception:  # ValueError: no such frame (an engine thread runs only the observer)
+        frames = []
+    if not frames and _BACKWARD_CALLS:
+        frames = [("(autograd backward)", "", 0)] + list(_BACKWARD_CALLS[-1])
+    return frames
+
+
 def _watch_backward(torch, extension):
-    """Marks each backward pass for the extension: the autograd engine allocates gradients and
-    backward temporaries on threads of its own, without Python frames; blocks allocated during
-    a pass get "(autograd backward)" above the Python frames of the call that ran it.
-    Tensor.backward goes through torch.autograd.backward."""
+    """Follows each backward pass: the autograd engine allocates gradients and backward
+    temporaries on threads of its own, without Python frames. An OOM there is named by the call
+    that ran the pass (_oom_frames); with the extension, blocks allocated during a pass get
+    "(autograd backward)" above the same frames. Tensor.backward goes through
+    torch.autograd.backward."""
     import functools
 
     autograd = getattr(torch, "autograd", None)
-    if autograd is None or not hasattr(extension, "begin_backward"):
+    if autograd is None:
         return
+    marks_blocks = extension is not None and hasattr(extension, "begin_backward")
+    # Tensor.backward is torch's own frame above the program's call: the site starts at the
+    # program's line.
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
     for name in ("backward", "grad"):
         original = getattr(autograd, name, None)
         if original is None or getattr(original, "_fragscope_backward", False):
@@ -330,14 +355,21 @@ def _watch_backward(torch, extension):
 
         def marked(*args, _original=original, **kwargs):
             site = interrupted = 0
+            frames = None
             try:
                 frames = _diff.stack_frames(sys._getframe(1), limit=64)
-                site, interrupted = extension.begin_backward(frames)
+                while len(frames) > 1 and os.path.abspath(frames[0][1]).startswith(torch_dir):
+                    frames.pop(0)
+                _BACKWARD_CALLS.append(frames)
+                if marks_blocks:
+                    site, interrupted = extension.begin_backward(frames)
             except Exception:  # never into the program's backward pass
                 site = 0
             try:
                 return _original(*args, **kwargs)
             finally:
+                if frames is not None and _BACKWARD_CALLS and _BACKWARD_CALLS[-1] is frames:
+                    _BACKWARD_CALLS.pop()
                 if site:
                     extension.end_backward(site, interrupted)
 
@@ -391,7 +423,7 @@ def _install_python_sites(torch, extension):
         # failing request: its Python frames (this function's excluded) are the failure's site.
         _flush_sites(extension)
         try:
-            extension.report_oom(alloc_size, device, _diff.request_frames())
+            extension.report_oom(alloc_size, device, _oom_frames())
         except Exception as error:  # never into PyTorch's OOM path
             _warn("could not report the OOM to fragscope: %r" % (error,))
 

@@ -92,7 +92,7 @@ class TorchOnFakeCudaTest(unittest.TestCase):
     def setUpClass(cls):
         cls.extension_error = build_extension(environment)
 
-    def run_workload(self, name, extra_env, workload="torch_workload.py"):
+    def run_workload(self, name, extra_env, workload="torch_workload.py", args=()):
         trace = os.path.join(WORK, name + ".fst")
         result_path = os.path.join(WORK, name + ".json")
         for path in (trace, result_path):
@@ -100,7 +100,7 @@ class TorchOnFakeCudaTest(unittest.TestCase):
                 os.remove(path)
         r = subprocess.run(
             [CLI, "run", "-o", trace, "--", sys.executable,
-             os.path.join(HERE, workload), result_path],
+             os.path.join(HERE, workload), result_path] + list(args),
             env=environment(extra_env), capture_output=True, text=True, timeout=900)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         with open(result_path) as f:
@@ -324,6 +324,31 @@ class TorchOnFakeCudaTest(unittest.TestCase):
                    for f in backward[0]["stack"][1:]]
         self.assertIn(("train_step", "torch_backward_workload.py", line_of("loss.backward()")),
                       callers)
+
+    def check_oom_in_backward(self, name, extra_env):
+        """An OOM raised inside loss.backward() happens on an autograd engine thread, without
+        Python frames: its failed call is "(autograd backward)" above the line that called
+        backward(), not the adapter's or CPython's frames."""
+        trace, result, _ = self.run_workload(name, extra_env,
+                                             workload="torch_backward_workload.py",
+                                             args=["oom"])
+        self.assertIsNotNone(result["oom"], "the gradient's allocation did not fail")
+        line_of = self.line_finder("torch_backward_workload.py")
+        ooms = self.report_json(trace)["ooms"]
+        self.assertGreaterEqual(len(ooms), 1, ooms)
+        stack = [(f.get("function"), os.path.basename(f.get("file") or ""), f.get("line"))
+                 for f in ooms[-1]["stack"]]
+        self.assertEqual(stack[0][0], "(autograd backward)", stack)
+        self.assertEqual(stack[1], ("train_step", "torch_backward_workload.py",
+                                    line_of("loss.backward()")), stack)
+
+    def test_oom_in_backward_names_the_backward_call(self):
+        if self.extension_error:
+            self.fail("the adapter extension did not build:\n" + self.extension_error[-4000:])
+        self.check_oom_in_backward("backward_oom", {})
+
+    def test_oom_in_backward_names_the_backward_call_on_the_fallback(self):
+        self.check_oom_in_backward("backward_oom_fallback", {"FRAGSCOPE_TORCH_ADAPTER": "fallback"})
 
     def attach_to_dormant(self, name, extra_env):
         """Starts torch_dormant_workload.py under `fragscope run --dormant`, attaches once its
