@@ -7,8 +7,8 @@
 namespace fragscope::bench {
 
 // noinline and an empty asm after the recursive call: the compiler may neither inline the
-// recursion nor turn it into a loop or a tail call, so every level is a real frame (the file is
-// compiled with frame pointers, which the agent's walk follows).
+// recursion nor turn it into a loop or a tail call, so every level is a real frame, with or
+// without frame pointers (the workload is built both ways).
 template <typename Fn>
 __attribute__((noinline)) void AtDepth(int depth, Fn& fn) {
   if (depth <= 0) {

@@ -96,9 +96,28 @@ inline bool LoadBounds() {
     pcs[count] = pc;
     lanes[count & 3] = Step(lanes[count & 3], pc);
     ++count;
-    const UnwindRule rule = FindUnwindRule(pc - 1);
+    // Cached rules are the common case: the frame-pointer rule compared as packed bits (the
+    // step goes on speculatively while the lookup's load completes), a stack-pointer rule's
+    // offset taken with one shift.
+    UnwindRule rule;
+    uint32_t bits = 0;
     uintptr_t cfa;
-    if (__builtin_expect(rule.IsFramePointerRecord(), 1)) {
+    if (__builtin_expect(CachedReturnRuleBits(pc, &bits), 1)) {
+      if (__builtin_expect(bits == internal::kFramePointerRuleBits, 1)) {
+        cfa = fp + 16;
+        rule.fp_offset = -16;
+        goto step;
+      }
+      if ((bits & 7) == static_cast<uint32_t>(UnwindRule::Kind::kSpBased)) {
+        cfa = sp + ((bits >> 8) << 3);
+        rule.fp_offset = -static_cast<int32_t>((bits >> 3) & 31) * 8;
+        goto step;
+      }
+      rule = internal::UnpackRuleBits(bits);
+    } else {
+      rule = internal::FindReturnRuleSlow(pc);
+    }
+    if (rule.IsFramePointerRecord()) {
       cfa = fp + 16;
     } else if (rule.kind == UnwindRule::Kind::kSpBased) {
       cfa = sp + static_cast<uintptr_t>(rule.cfa_offset);
@@ -110,6 +129,7 @@ inline bool LoadBounds() {
                                                        : StackEnd::kUnsupported;
       break;
     }
+  step:
     // The return address (at CFA - 8) and the saved frame pointer must lie in this thread's
     // stack above the current frame; the caller's frame starts above it.
     const uintptr_t fp_at = cfa + static_cast<intptr_t>(rule.fp_offset);

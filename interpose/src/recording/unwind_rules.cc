@@ -461,35 +461,13 @@ UnwindRule RuleFromObject(const FoundObject& object, uintptr_t pc) {
   return RuleOf(row);
 }
 
-// Cache entry: the pc in the low 47 bits (user space on x86-64), the rule in the high 17:
-// kind (3 bits), cfa_offset / 8 (9 bits), -fp_offset / 8 (5 bits). One word, so a reader never
-// sees half of another pc's entry. Rules that do not fit are not cached.
-constexpr int kCacheBits = 13;
-constexpr uint64_t kPcMask = (uint64_t{1} << 47) - 1;
-constinit std::atomic<uint64_t> g_cache[1 << kCacheBits] = {};
-
-inline size_t CacheIndex(uintptr_t pc) {
-  return static_cast<size_t>((pc * 0x9e3779b97f4a7c15ull) >> (64 - kCacheBits));
-}
-
-bool Pack(uintptr_t pc, const UnwindRule& rule, uint64_t* entry) {
-  if (pc == 0 || (pc & ~kPcMask) != 0) return false;
+bool Pack(uintptr_t key, const UnwindRule& rule, uint64_t* entry) {
+  if (key == 0 || (key & ~internal::kRuleKeyMask) != 0) return false;
   if ((rule.cfa_offset & 7) != 0 || rule.cfa_offset / 8 > 511) return false;
   if ((rule.fp_offset & 7) != 0 || -rule.fp_offset / 8 > 31) return false;
-  const uint64_t bits = static_cast<uint64_t>(rule.kind) |
-                        static_cast<uint64_t>(rule.cfa_offset / 8) << 3 |
-                        static_cast<uint64_t>(-rule.fp_offset / 8) << 12;
-  *entry = pc | bits << 47;
+  const uint64_t bits = internal::PackRuleBits(rule.kind, rule.cfa_offset, rule.fp_offset);
+  *entry = key | bits << 47;
   return true;
-}
-
-UnwindRule Unpack(uint64_t entry) {
-  const uint64_t bits = entry >> 47;
-  UnwindRule rule;
-  rule.kind = static_cast<UnwindRule::Kind>(bits & 7);
-  rule.cfa_offset = static_cast<int32_t>((bits >> 3) & 511) * 8;
-  rule.fp_offset = -static_cast<int32_t>((bits >> 12) & 31) * 8;
-  return rule;
 }
 
 #endif  // __x86_64__
@@ -522,22 +500,23 @@ UnwindRule ComputeUnwindRule(uintptr_t pc) {
   return rule;
 }
 
-UnwindRule FindUnwindRule(uintptr_t pc) {
+namespace internal {
+
+constinit std::atomic<uint64_t> g_rule_cache[1 << kRuleCacheBits] = {};
+
+UnwindRule FindReturnRuleSlow(uintptr_t return_address) {
+  const UnwindRule rule = ComputeUnwindRule(return_address - 1);
 #if defined(__x86_64__)
-  std::atomic<uint64_t>& slot = g_cache[CacheIndex(pc)];
-  const uint64_t entry = slot.load(std::memory_order_relaxed);
-  if ((entry & kPcMask) == pc && pc != 0) return Unpack(entry);
-  const UnwindRule rule = ComputeUnwindRule(pc);
   uint64_t packed = 0;
-  // kNoInfo is not cached: a library loaded later may cover the pc... it cannot, a pc in no
-  // object is not code; but the finder may be set later than the first walk.
-  if (rule.kind != UnwindRule::Kind::kNoInfo && Pack(pc, rule, &packed)) {
-    slot.store(packed, std::memory_order_relaxed);
+  // Not kNoInfo: the finder may be set after a first walk, and a pc with no object stays slow
+  // rather than being remembered wrongly.
+  if (rule.kind != UnwindRule::Kind::kNoInfo && Pack(return_address, rule, &packed)) {
+    g_rule_cache[RuleCacheIndex(return_address)].store(packed, std::memory_order_relaxed);
   }
-  return rule;
-#else
-  return ComputeUnwindRule(pc);
 #endif
+  return rule;
 }
+
+}  // namespace internal
 
 }  // namespace fragscope::agent

@@ -18,6 +18,7 @@
 #ifndef FRAGSCOPE_INTERPOSE_UNWIND_RULES_H_
 #define FRAGSCOPE_INTERPOSE_UNWIND_RULES_H_
 
+#include <atomic>
 #include <cstdint>
 
 namespace fragscope::agent {
@@ -52,12 +53,61 @@ void SetFindObject(FindObjectFn fn);
 // True once SetFindObject was given a function (and the architecture is supported).
 bool CfiUnwindAvailable();
 
-// The rule for the instruction at `pc` (for a return address, pass the call's last byte:
-// return address - 1, so a call at a function's end finds its own FDE).
-UnwindRule FindUnwindRule(uintptr_t pc);
-
-// The same without the cache (tests, and rules that do not fit a cache entry).
+// The same as FindUnwindRule without the cache (tests, and rules that do not fit an entry).
 UnwindRule ComputeUnwindRule(uintptr_t pc);
+
+namespace internal {
+
+// Cache entry, keyed by return address (a walk's pcs): the address in the low 47 bits (user
+// space on x86-64), above it the rule of the call before it: kind (3 bits), -fp_offset / 8
+// (5 bits), cfa_offset / 8 (9 bits, the top ones, so a walk gets it with one shift). One word,
+// so a reader never sees half of another entry. Rules that do not fit are not cached.
+inline constexpr int kRuleCacheBits = 13;
+inline constexpr uint64_t kRuleKeyMask = (uint64_t{1} << 47) - 1;
+extern std::atomic<uint64_t> g_rule_cache[1 << kRuleCacheBits];
+
+// Shifts and an xor: a multiply would lengthen the walk's chain of dependent steps.
+inline size_t RuleCacheIndex(uintptr_t return_address) {
+  return static_cast<size_t>((return_address ^ (return_address >> kRuleCacheBits)) &
+                             ((1u << kRuleCacheBits) - 1));
+}
+inline constexpr uint32_t PackRuleBits(UnwindRule::Kind kind, int32_t cfa_offset,
+                                       int32_t fp_offset) {
+  return static_cast<uint32_t>(kind) | static_cast<uint32_t>(-fp_offset / 8) << 3 |
+         static_cast<uint32_t>(cfa_offset / 8) << 8;
+}
+inline UnwindRule UnpackRuleBits(uint32_t bits) {
+  UnwindRule rule;
+  rule.kind = static_cast<UnwindRule::Kind>(bits & 7);
+  rule.fp_offset = -static_cast<int32_t>((bits >> 3) & 31) * 8;
+  rule.cfa_offset = static_cast<int32_t>(bits >> 8) * 8;
+  return rule;
+}
+// The frame-pointer rule's bits: a walk compares them without unpacking.
+inline constexpr uint32_t kFramePointerRuleBits = PackRuleBits(UnwindRule::Kind::kFpBased, 16, -16);
+
+// A miss: computes the rule of the call before `return_address` and caches it when it fits.
+UnwindRule FindReturnRuleSlow(uintptr_t return_address);
+
+}  // namespace internal
+
+// Sets *bits to the cached rule of the call that returns to `return_address` and returns true,
+// or returns false on a miss. Inline: a hit costs a walk two shifts, an xor and a load.
+[[gnu::always_inline]] inline bool CachedReturnRuleBits(uintptr_t return_address, uint32_t* bits) {
+  const uint64_t entry = internal::g_rule_cache[internal::RuleCacheIndex(return_address)].load(
+      std::memory_order_relaxed);
+  if ((entry & internal::kRuleKeyMask) != return_address || return_address == 0) return false;
+  *bits = static_cast<uint32_t>(entry >> 47);
+  return true;
+}
+
+// The rule for the instruction at `pc` (for a return address, pass the call's last byte:
+// return address - 1, so a call at a function's end finds its own FDE). Cached by pc + 1.
+inline UnwindRule FindUnwindRule(uintptr_t pc) {
+  uint32_t bits;
+  if (CachedReturnRuleBits(pc + 1, &bits)) return internal::UnpackRuleBits(bits);
+  return internal::FindReturnRuleSlow(pc + 1);
+}
 
 }  // namespace fragscope::agent
 
