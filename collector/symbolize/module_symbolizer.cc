@@ -188,38 +188,45 @@ void ModuleSymbolizer::OpenMatchingFile(ModuleEntry& m) {
     }
   }
   for (std::size_t i = 0; i < candidates.size(); ++i) {
-    const std::string& file = candidates[i];
-    if (i > 0 && ::access(file.c_str(), R_OK) != 0) continue;
-    Dwfl* dwfl = dwfl_begin(&search_->callbacks);
-    if (dwfl == nullptr) continue;
-    dwfl_report_begin(dwfl);
-    // The load address the agent records is the load bias (dlpi_addr), which is what libdwfl
-    // wants as the base of an ET_DYN module; an ET_EXEC module is never relocated. A separate
-    // debug file has the same addresses as its module.
-    Dwfl_Module* module = dwfl_report_elf(dwfl, m.info.path().c_str(), file.c_str(), -1,
-                                          m.info.load_address(), false);
-    dwfl_report_end(dwfl, nullptr, nullptr);
-    if (module == nullptr) {
-      dwfl_end(dwfl);
-      continue;
-    }
-    const std::string have = BuildIdOf(module);
-    if (!want.empty() && have != want) {
-      // Another build of the module (or an unrelated file of that name): never read.
-      if (i == 0) {
-        m.file = ModuleFile::kBuildIdDiffers;
-        m.found_build_id = have;
-      }
-      dwfl_end(dwfl);
-      continue;
-    }
-    m.dwfl = dwfl;
-    m.module = module;
-    m.usable = true;
-    m.file = ModuleFile::kMatches;
-    m.found_build_id.clear();
-    return;
+    if (i > 0 && ::access(candidates[i].c_str(), R_OK) != 0) continue;
+    if (TryFile(m, candidates[i], i == 0)) return;
   }
+  // Last, a debuginfod server (DEBUGINFOD_URLS), by the recorded build-id only.
+  if (std::optional<std::string> fetched = debuginfod_.FindDebugInfo(want))
+    TryFile(m, *fetched, false);
+}
+
+bool ModuleSymbolizer::TryFile(ModuleEntry& m, const std::string& file, bool is_module_path) {
+  const std::string& want = m.info.build_id();
+  Dwfl* dwfl = dwfl_begin(&search_->callbacks);
+  if (dwfl == nullptr) return false;
+  dwfl_report_begin(dwfl);
+  // The load address the agent records is the load bias (dlpi_addr), which is what libdwfl
+  // wants as the base of an ET_DYN module; an ET_EXEC module is never relocated. A separate
+  // debug file has the same addresses as its module.
+  Dwfl_Module* module =
+      dwfl_report_elf(dwfl, m.info.path().c_str(), file.c_str(), -1, m.info.load_address(), false);
+  dwfl_report_end(dwfl, nullptr, nullptr);
+  if (module == nullptr) {
+    dwfl_end(dwfl);
+    return false;
+  }
+  const std::string have = BuildIdOf(module);
+  if (!want.empty() && have != want) {
+    // Another build of the module (or an unrelated file of that name): never read.
+    if (is_module_path) {
+      m.file = ModuleFile::kBuildIdDiffers;
+      m.found_build_id = have;
+    }
+    dwfl_end(dwfl);
+    return false;
+  }
+  m.dwfl = dwfl;
+  m.module = module;
+  m.usable = true;
+  m.file = ModuleFile::kMatches;
+  m.found_build_id.clear();
+  return true;
 }
 
 void ModuleSymbolizer::Resolve(ModuleEntry& m, SourceLocation& loc) {

@@ -185,6 +185,54 @@ TEST_F(StoredSymbols, DebugDirFindsTheDebugFileByBuildId) {
   EXPECT_TRUE(after["symbol_sources"].empty()) << after["symbol_sources"].dump(2);
 }
 
+// With DEBUGINFOD_URLS set, a module that is gone is fetched by build-id from a debuginfod
+// server (here a local HTTP server holding /buildid/ID/debuginfo, the protocol's path).
+TEST_F(StoredSymbols, DebuginfodServesTheDebugFileByBuildId) {
+  if (Shell("test -e /usr/lib/x86_64-linux-gnu/libdebuginfod.so.1 -o "
+            "-e /usr/lib/aarch64-linux-gnu/libdebuginfod.so.1 -o -e /usr/lib64/libdebuginfod.so.1")
+          .exit_code != 0) {
+    GTEST_SKIP() << "elfutils' libdebuginfod.so.1 is not installed (Debian: libdebuginfod1)";
+  }
+  const std::string raw = TraceWithAgentOnly();
+  ASSERT_EQ(std::remove(App().c_str()), 0);
+  const json before = ReportJson(raw);
+  ASSERT_FALSE(before.is_discarded());
+  ASSERT_EQ(before["symbol_sources"].size(), 1u);
+  const std::string id = before["symbol_sources"][0]["build_id"].get<std::string>();
+  ASSERT_GT(id.size(), 2u);
+  const std::string served = dir_ + "/server/buildid/" + id;
+  ASSERT_EQ(Shell("mkdir -p " + served + " && objcopy --only-keep-debug " + FRAGSCOPE_DEMO_BIN +
+                  " " + served + "/debuginfo")
+                .exit_code,
+            0);
+  // The server binds a free port and writes it to a file before serving.
+  const std::string server_py = dir_ + "/server.py";
+  std::ofstream(server_py) << "import functools, http.server, sys\n"
+                              "h = functools.partial(http.server.SimpleHTTPRequestHandler,\n"
+                              "                      directory=sys.argv[1])\n"
+                              "s = http.server.HTTPServer(('127.0.0.1', 0), h)\n"
+                              "open(sys.argv[2], 'w').write(str(s.server_port))\n"
+                              "s.serve_forever()\n";
+  const std::string port_file = dir_ + "/port";
+  ASSERT_EQ(Shell("python3 " + server_py + " " + dir_ + "/server " + port_file +
+                  " >/dev/null 2>&1 & echo $! > " + dir_ + "/server.pid; "
+                  "for i in $(seq 100); do test -s " + port_file + " && exit 0; sleep 0.1; done; "
+                  "exit 1")
+                .exit_code,
+            0);
+  const std::string env = "DEBUGINFOD_URLS=http://127.0.0.1:" + Slurp(port_file) +
+                          " DEBUGINFOD_CACHE_PATH=" + dir_ + "/cache DEBUGINFOD_TIMEOUT=10 ";
+  Result r = Shell(env + Fragscope() + " report " + raw + " --format json -o " + dir_ +
+                   "/fetched.json");
+  Shell("kill $(cat " + dir_ + "/server.pid)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json after = json::parse(Slurp(dir_ + "/fetched.json"), nullptr, false);
+  ASSERT_FALSE(after.is_discarded());
+  EXPECT_TRUE(NamesLogits(after)) << after["ooms"][0]["stack"].dump(2);
+  EXPECT_GT(DemoFramesWithFileAndLine(after), 0);
+  EXPECT_TRUE(after["symbol_sources"].empty()) << after["symbol_sources"].dump(2);
+}
+
 TEST_F(StoredSymbols, BadInputAndWrongFlagsFailWithAReason) {
   const std::string raw = TraceWithAgentOnly();
   const std::string bytes = Slurp(raw);

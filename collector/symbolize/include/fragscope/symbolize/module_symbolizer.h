@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fragscope.pb.h"
+#include "fragscope/symbolize/debuginfod_fetcher.h"
 
 namespace fragscope {
 
@@ -75,11 +76,16 @@ class ModuleSymbolizer {
   ModuleEntry* FindModule(uint64_t pc);
   void Resolve(ModuleEntry& module, SourceLocation& loc);
 
-  // Opens the module's file, or a file with its build-id in the debug folders; sets its state.
+  // Opens the module's file, or a file with its build-id in the debug folders, or one a
+  // debuginfod server has for the build-id; sets its state.
   void OpenMatchingFile(ModuleEntry& module);
+  // Opens `file` for the module if its build-id is the recorded one; `is_module_path`: the
+  // module's own path (a mismatch there is the module's state).
+  bool TryFile(ModuleEntry& module, const std::string& file, bool is_module_path);
 
   struct Search;  // libdwfl's callbacks and search path, which every Dwfl points to
   std::vector<std::string> debug_dirs_;
+  DebuginfodFetcher debuginfod_;
   std::unique_ptr<Search> search_;
   std::map<uint64_t, std::unique_ptr<ModuleEntry>> modules_;  // by load start address
   std::map<uint64_t, SourceLocation> cache_;
