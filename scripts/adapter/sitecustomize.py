@@ -345,9 +345,14 @@ def _watch_backward(torch, extension):
     if autograd is None:
         return
     marks_blocks = extension is not None and hasattr(extension, "begin_backward")
-    # Tensor.backward is torch's own frame above the program's call: the site starts at the
-    # program's line.
+    # Tensor.backward is torch's own frame above the program's call, and a pass started inside
+    # torch.autograd.grad has grad's and this wrapper's: the site starts at the program's line.
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    this_file = os.path.abspath(__file__)
+
+    def not_the_programs(frame):
+        path = os.path.abspath(frame[1])
+        return path.startswith(torch_dir) or path == this_file
     for name in ("backward", "grad"):
         original = getattr(autograd, name, None)
         if original is None or getattr(original, "_fragscope_backward", False):
@@ -358,7 +363,7 @@ def _watch_backward(torch, extension):
             frames = None
             try:
                 frames = _diff.stack_frames(sys._getframe(1), limit=64)
-                while len(frames) > 1 and os.path.abspath(frames[0][1]).startswith(torch_dir):
+                while len(frames) > 1 and not_the_programs(frames[0]):
                     frames.pop(0)
                 _BACKWARD_CALLS.append(frames)
                 if marks_blocks:
