@@ -436,7 +436,7 @@ void HtmlReport::SiteTable(const std::vector<SiteEntry>& sites) {
     const SiteEntry& e = sites[i];
     out_ << "<tr class=\"site-row\"><td class=\"num\">" << Esc(FormatBytes(e.live_bytes))
          << "</td><td class=\"num\">" << e.count << "</td><td class=\"site\">"
-         << Esc(sites_.Name(e.stack_id)) << "</td></tr>\n";
+         << Esc(sites_.SiteName(e)) << "</td></tr>\n";
   }
   out_ << "</table>\n";
 }

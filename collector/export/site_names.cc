@@ -6,8 +6,8 @@
 
 namespace fragscope::exporter {
 
-const std::string& SiteNames::Name(uint64_t stack_id) {
-  auto it = names_.find(stack_id);
+const std::string& SiteNames::Name(uint64_t stack_id, StackEnd end) {
+  auto it = names_.find({stack_id, end});
   if (it != names_.end()) return it->second;
   std::string name;
   if (stack_id == 0) {
@@ -20,8 +20,13 @@ const std::string& SiteNames::Name(uint64_t stack_id) {
       if (i > first) name += " < ";
       name += FormatFrame(frames[i]);
     }
+    if (!frames.empty()) {
+      if (const std::string cut = DescribeStackCut(end, summary_.stack_depth); !cut.empty()) {
+        name += " \u2026 " + cut;
+      }
+    }
   }
-  return names_.emplace(stack_id, std::move(name)).first->second;
+  return names_.emplace(std::make_pair(stack_id, end), std::move(name)).first->second;
 }
 
 }  // namespace fragscope::exporter

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "fragscope/export/pickle_writer.h"
+#include "fragscope/report/stack_cut.h"
 
 namespace fragscope::exporter {
 namespace {
@@ -56,6 +57,19 @@ class SnapshotWriter {
         w_.String(!f.file.empty() ? f.file : f.module);
         w_.String("line");
         w_.Uint(f.line);
+        w_.EndDict();
+      }
+      // A cut stack gets a synthetic outermost frame, so PyTorch's viewer (which shows frames
+      // only) does not show it as whole; `fragscope import` reads it back as the stack's end.
+      const std::string cut = StackCutFrameName(StackEndOf(in_.summary, stack_id));
+      if (!cut.empty()) {
+        w_.BeginDict();
+        w_.String("name");
+        w_.String(cut);
+        w_.String("filename");
+        w_.String("");
+        w_.String("line");
+        w_.Uint(0);
         w_.EndDict();
       }
     }

@@ -4,6 +4,52 @@
 
 namespace fragscope {
 
+StackEnd StackEndFromWire(int value) {
+  switch (value) {
+    case v1::STACK_END_OUTERMOST:
+      return StackEnd::kOutermost;
+    case v1::STACK_END_DEPTH_LIMIT:
+      return StackEnd::kDepthLimit;
+    case v1::STACK_END_NO_UNWIND_INFO:
+      return StackEnd::kNoUnwindInfo;
+    case v1::STACK_END_UNREADABLE:
+      return StackEnd::kUnreadable;
+    case v1::STACK_END_UNSUPPORTED:
+      return StackEnd::kUnsupported;
+    default:
+      return StackEnd::kUnspecified;
+  }
+}
+
+const char* StackEndName(StackEnd end) {
+  switch (end) {
+    case StackEnd::kOutermost:
+      return "outermost";
+    case StackEnd::kDepthLimit:
+      return "depth_limit";
+    case StackEnd::kNoUnwindInfo:
+      return "no_unwind_info";
+    case StackEnd::kUnreadable:
+      return "unreadable";
+    case StackEnd::kUnsupported:
+      return "unsupported";
+    case StackEnd::kUnspecified:
+      break;
+  }
+  return "unspecified";
+}
+
+bool IsCutStackEnd(StackEnd end) {
+  return end != StackEnd::kOutermost && end != StackEnd::kUnspecified;
+}
+
+StackEnd MergeStackEnds(StackEnd a, StackEnd b) {
+  if (IsCutStackEnd(a)) return a;
+  if (IsCutStackEnd(b)) return b;
+  if (a == StackEnd::kUnspecified || b == StackEnd::kUnspecified) return StackEnd::kUnspecified;
+  return StackEnd::kOutermost;
+}
+
 std::string ApiName(int api) {
   if (!v1::Api_IsValid(api)) return "";
   const std::string& name = v1::Api_Name(static_cast<v1::Api>(api));

@@ -364,6 +364,7 @@ class ProcessModel::Impl {
   bool attached_ = false;
   bool imported_ = false;
   bool release_stacks_off_ = false;  // Hello.release_stacks_off
+  uint32_t stack_depth_ = 0;         // Hello.stack_depth
   bool history_complete_ = true;
   uint64_t live_entries_not_held_ = 0;  // Snapshot.entries_not_held, the largest seen
   uint64_t not_held_since_seq_ = 0;     // seq of the first snapshot that lacked entries
@@ -861,6 +862,7 @@ void ProcessModel::Impl::OnHello(const v1::Hello& hello) {
   attached_ = hello.attached() || hello.backend() == v1::Hello::BACKEND_INJECTED;
   imported_ = hello.backend() == v1::Hello::BACKEND_IMPORTED;
   release_stacks_off_ = hello.release_stacks_off();
+  stack_depth_ = hello.stack_depth();
   if (attached_) history_complete_ = false;
   if (hello.has_rank()) rank_ = hello.rank();
   resumed_ = hello.resumed();
@@ -1555,6 +1557,7 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.exe = exe_;
   out.attached = attached_;
   out.release_stacks = !release_stacks_off_;
+  out.stack_depth = stack_depth_;
   out.imported = imported_;
   out.history_complete = history_complete_;
   out.frames = frames_;

@@ -29,6 +29,7 @@ void StackIndex::AddStacks(const v1::StackTable& table) {
     if (s.id() == 0) continue;
     StackInfo& info = stacks_[s.id()];
     info.pcs.assign(s.pcs().begin(), s.pcs().end());
+    info.end = StackEndFromWire(s.end());
     through_caching_allocator_.erase(s.id());
   }
   ++generation_;
@@ -41,6 +42,7 @@ void StackIndex::AddSymbolizedStack(const v1::SymbolizedStack& stack) {
   for (const v1::SourceFrame& f : stack.frames()) {
     info.source_frames.push_back({f.function(), f.file(), f.line()});
   }
+  info.end = StackEndFromWire(stack.end());
   through_caching_allocator_.erase(stack.id());
   ++generation_;
 }
@@ -96,16 +98,24 @@ std::vector<SiteEntry> StackIndex::MergeSites(std::vector<SiteEntry> entries) co
   absl::flat_hash_map<std::vector<uint64_t>, std::size_t> by_frames;  // -> index in out
   for (const SiteEntry& e : entries) {
     const StackInfo* stack = e.stack_id == 0 ? nullptr : Find(e.stack_id);
-    if (stack == nullptr || stack->pcs.empty()) {
+    if (stack == nullptr) {
       out.push_back(e);
+      continue;
+    }
+    const StackEnd end = e.end ? MergeStackEnds(*e.end, stack->end) : stack->end;
+    if (stack->pcs.empty()) {
+      out.push_back(e);
+      out.back().end = end;
       continue;
     }
     auto [it, inserted] = by_frames.try_emplace(Reported(*stack).pcs, out.size());
     if (inserted) {
       out.push_back(e);
+      out.back().end = end;
       continue;
     }
     SiteEntry& merged = out[it->second];
+    merged.end = MergeStackEnds(merged.end.value_or(end), end);
     merged.stack_id = std::min(merged.stack_id, e.stack_id);
     merged.live_bytes += e.live_bytes;
     merged.count += e.count;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "fragscope.pb.h"
 #include "fragscope/report/json_writer.h"
+#include "fragscope/report/stack_cut.h"
 
 namespace fragscope {
 namespace {
@@ -46,7 +47,9 @@ class JsonReport {
       w_.String(reason);
     }
   }
-  void Stack(uint64_t stack_id);
+  // "stack": its frames, then "stack_end": how the capture ended (`end`, StackEndName).
+  void Stack(uint64_t stack_id, StackEnd end);
+  void Stack(uint64_t stack_id) { Stack(stack_id, StackEndOf(s_, stack_id)); }
   void Sites(std::string_view key, const std::vector<SiteEntry>& sites);
   void Device(const DeviceSummary& d);
   void Failure(const FailedAllocation& f);
@@ -58,7 +61,7 @@ class JsonReport {
   const JsonReportOptions& options_;
 };
 
-void JsonReport::Stack(uint64_t stack_id) {
+void JsonReport::Stack(uint64_t stack_id, StackEnd end) {
   w_.Key("stack");
   w_.BeginArray();
   std::vector<SymbolizedFrame> frames = SymbolizeStack(s_, stack_id, symbolizer_);
@@ -85,6 +88,7 @@ void JsonReport::Stack(uint64_t stack_id) {
     w_.EndObject();
   }
   w_.EndArray();
+  w_.Field("stack_end", StackEndName(end));
 }
 
 void JsonReport::Sites(std::string_view key, const std::vector<SiteEntry>& sites) {
@@ -95,7 +99,7 @@ void JsonReport::Sites(std::string_view key, const std::vector<SiteEntry>& sites
     w_.Field("stack_id", site.stack_id);
     w_.Field("live_bytes", site.live_bytes);
     w_.Field("count", site.count);
-    Stack(site.stack_id);
+    Stack(site.stack_id, SiteStackEnd(s_, site));
     w_.EndObject();
   }
   w_.EndArray();
@@ -398,7 +402,7 @@ void JsonReport::Render() {
     w_.Field("stack_id", site.stack_id);
     w_.Field("live_bytes", site.live_bytes);
     w_.Field("count", site.count);
-    Stack(site.stack_id);
+    Stack(site.stack_id, SiteStackEnd(s_, site));
     w_.EndObject();
   }
   w_.EndArray();

@@ -8,6 +8,7 @@
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/report/free_range_sizes.h"
 #include "fragscope/report/report_caveats.h"
+#include "fragscope/report/stack_cut.h"
 
 namespace fragscope {
 namespace {
@@ -40,7 +41,8 @@ class TextReport {
     line.erase(line.find_last_not_of(' ') + 1);
     out_ << line << "\n";
   }
-  void Stack(uint64_t stack_id, std::string_view indent);
+  // `end`: how the stack (or the site's stacks) ended; a cut is said after the last frame.
+  void Stack(uint64_t stack_id, StackEnd end, std::string_view indent);
   void Sites(const std::vector<SiteEntry>& sites, std::string_view indent);
   void Device(const DeviceSummary& d);
   void Failures();
@@ -53,7 +55,7 @@ class TextReport {
   const TextReportOptions& options_;
 };
 
-void TextReport::Stack(uint64_t stack_id, std::string_view indent) {
+void TextReport::Stack(uint64_t stack_id, StackEnd end, std::string_view indent) {
   if (stack_id == 0) {
     out_ << indent << "(no stack recorded)\n";
     return;
@@ -66,11 +68,15 @@ void TextReport::Stack(uint64_t stack_id, std::string_view indent) {
   // fragscope's own frames (annotate.h's inline functions, the PyTorch adapter's callback) name
   // no site of the program's: the site starts below them.
   const std::size_t first = LeadingOwnFrames(frames);
-  const std::size_t end = std::min(frames.size(), first + options_.max_stack_frames);
-  for (std::size_t i = first; i < end; ++i)
+  const std::size_t shown = std::min(frames.size(), first + options_.max_stack_frames);
+  for (std::size_t i = first; i < shown; ++i)
     out_ << indent << "at " << FormatFrame(frames[i]) << "\n";
-  if (end < frames.size()) {
-    out_ << indent << absl::StrFormat("... %d more frames\n", frames.size() - end);
+  if (shown < frames.size()) {
+    out_ << indent << absl::StrFormat("... %d more frames\n", frames.size() - shown);
+  }
+  // Whole and unspecified (older agents) stacks print nothing more.
+  if (const std::string cut = DescribeStackCut(end, s_.stack_depth); !cut.empty()) {
+    out_ << indent << "\u2026 " << cut << "\n";
   }
 }
 
@@ -85,7 +91,7 @@ void TextReport::Sites(const std::vector<SiteEntry>& sites, std::string_view ind
     out_ << indent
          << absl::StrFormat("%s in %d allocation(s)\n", FormatBytes(sites[i].live_bytes),
                             sites[i].count);
-    Stack(sites[i].stack_id, inner);
+    Stack(sites[i].stack_id, SiteStackEnd(s_, sites[i]), inner);
   }
   if (shown < sites.size())
     out_ << indent << absl::StrFormat("... %d more sites\n", sites.size() - shown);
@@ -234,7 +240,7 @@ void TextReport::Oom(const OomPostMortem& o) {
   Row("untracked", Bytes(g.untracked_bytes));
   FreeRangesAtFailure(o);
   out_ << "\nFailed call:\n";
-  Stack(o.failure.stack_id, "    ");
+  Stack(o.failure.stack_id, StackEndOf(s_, o.failure.stack_id), "    ");
   out_ << "\nAdvice:\n";
   for (const std::string& a : o.advice) out_ << "  - " << a << "\n";
   out_ << "\nLive at the failure, by site:\n";

@@ -19,6 +19,17 @@ using Kind = PickleValue::Kind;
 constexpr int32_t kCudaErrorMemoryAllocation = 2;  // cudaErrorMemoryAllocation
 constexpr uint64_t kMaxCudaOrdinal = 1u << 20;     // far above any real device count
 
+// The synthetic outermost frame `fragscope export --torch-snapshot` writes for a cut stack
+// (StackCutFrameName, fragscope/report/stack_cut.h; this library does not link the reports, and
+// tests/export's round trip keeps the two in step): the stack's end, or UNSPECIFIED.
+v1::StackEnd CutFrameEnd(std::string_view function) {
+  if (function == "[stack cut: depth limit]") return v1::STACK_END_DEPTH_LIMIT;
+  if (function == "[stack cut: no unwind info]") return v1::STACK_END_NO_UNWIND_INFO;
+  if (function == "[stack cut: unreadable frame]") return v1::STACK_END_UNREADABLE;
+  if (function == "[stack cut: unsupported frame]") return v1::STACK_END_UNSUPPORTED;
+  return v1::STACK_END_UNSPECIFIED;
+}
+
 // Frames of PyTorch's own stack capture and of the interpreter's call machinery, which say
 // nothing about the program: PyTorch's memory viewer (torch/cuda/_memory_viz.py, _frame_filter,
 // as of PyTorch 2.15) leaves out frames whose function or file contains one of these, and so do
@@ -213,6 +224,15 @@ class Converter {
       if (!line.ok()) return line.status();
       frame.set_line(static_cast<uint32_t>(std::min<uint64_t>(*line, UINT32_MAX)));
       if (IsCaptureMachinery(frame)) continue;
+      // fragscope's own export marks a cut stack by a last synthetic frame: its end again.
+      if (i + 1 == frames->items().size() && frame.file().empty() && frame.line() == 0) {
+        if (const v1::StackEnd end = CutFrameEnd(frame.function());
+            end != v1::STACK_END_UNSPECIFIED) {
+          stack.set_end(end);
+          absl::StrAppend(&key, "\x1d", static_cast<int>(end));
+          continue;
+        }
+      }
       absl::StrAppend(&key, frame.function(), "\x1f", frame.file(), "\x1f", frame.line(), "\x1e");
       *stack.add_frames() = std::move(frame);
     }

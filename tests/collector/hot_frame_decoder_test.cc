@@ -551,5 +551,35 @@ TEST(HotFrameDecoder, ReaderEntryPointsAgree) {
   }
 }
 
+// Stack frames (Stack.end, format 1.11) are not one of the five hot shapes: the hand decoder
+// must leave them to libprotobuf, unchanged, so that their end is read, and every reader entry
+// point must give the stack with its end.
+TEST(HotFrameDecoder, StackFramesKeepTheirEndThroughEveryReader) {
+  std::vector<std::string> frames;
+  for (v1::StackEnd end :
+       {v1::STACK_END_OUTERMOST, v1::STACK_END_DEPTH_LIMIT, v1::STACK_END_NO_UNWIND_INFO,
+        v1::STACK_END_UNREADABLE, v1::STACK_END_UNSUPPORTED}) {
+    v1::Frame f;
+    v1::Stack* s = f.mutable_stacks()->add_stacks();
+    s->set_id(static_cast<uint64_t>(end) + 1);
+    s->add_pcs(0x401000);
+    s->set_end(end);
+    const std::string bytes = f.SerializeAsString();
+    const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+    HotEvent event;
+    EXPECT_FALSE(ParseHotEvent(data, bytes.size(), &event));
+    v1::Frame out;
+    out.mutable_alloc()->set_seq(5);
+    EXPECT_FALSE(DecodeHotFrame(data, bytes.size(), &out));
+    EXPECT_EQ(out.alloc().seq(), 5u);  // unchanged
+    v1::Frame parsed;
+    ASSERT_TRUE(parsed.ParseFromString(bytes));
+    EXPECT_EQ(parsed.stacks().stacks(0).end(), end);
+    frames.push_back(bytes);
+  }
+  RawTrace trace;
+  ExpectSameThroughEveryReader(trace.Write(frames, ""), frames);
+}
+
 }  // namespace
 }  // namespace fragscope

@@ -205,5 +205,56 @@ TEST(StreamSession, DecodedEventsAreCopiedAndAppliedLikeFrames) {
   rmdir(dir_template);
 }
 
+// The daemon's trace copy re-writes each frame it read: a stack's end (format 1.11) must survive
+// it, and the session's model must keep it for the daemon's reports.
+TEST(StreamSession, TheTraceCopyAndTheModelKeepHowEachStackEnded) {
+  char dir_template[] = "/tmp/fragscope-session-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string path = std::string(dir_template) + "/copy.fst";
+  StreamSession session(ModelOptions{}, [&](const v1::Frame&) { return path; });
+  PipeStream stream(&session);
+  v1::Frame hello;
+  hello.mutable_hello()->set_pid(79);
+  hello.mutable_hello()->set_stack_depth(2);
+  v1::Frame stacks;
+  for (v1::StackEnd end :
+       {v1::STACK_END_OUTERMOST, v1::STACK_END_DEPTH_LIMIT, v1::STACK_END_NO_UNWIND_INFO,
+        v1::STACK_END_UNREADABLE, v1::STACK_END_UNSUPPORTED}) {
+    v1::Stack* s = stacks.mutable_stacks()->add_stacks();
+    s->set_id(static_cast<uint64_t>(end));
+    s->add_pcs(0x401000 + end);
+    s->set_end(end);
+  }
+  std::string bytes = Framed(hello) + Framed(stacks);
+  for (uint64_t id = 1; id <= 5; ++id) {  // a summary keeps the stacks its sites name
+    v1::Frame alloc = Alloc(id, 0x7f0000000000 + (id << 24));
+    alloc.mutable_alloc()->set_stack_id(id);
+    bytes += Framed(alloc);
+  }
+  stream.Put(bytes);
+  const StreamOutcome outcome = stream.Finish();
+  EXPECT_TRUE(outcome.trace_error.empty()) << outcome.trace_error;
+  const ModelSummary s = session.Summarize();
+  EXPECT_EQ(s.stack_depth, 2u);
+  ASSERT_EQ(s.stacks.size(), 5u);
+  EXPECT_EQ(s.stacks.at(v1::STACK_END_OUTERMOST).end, StackEnd::kOutermost);
+  EXPECT_EQ(s.stacks.at(v1::STACK_END_DEPTH_LIMIT).end, StackEnd::kDepthLimit);
+  EXPECT_EQ(s.stacks.at(v1::STACK_END_NO_UNWIND_INFO).end, StackEnd::kNoUnwindInfo);
+  EXPECT_EQ(s.stacks.at(v1::STACK_END_UNREADABLE).end, StackEnd::kUnreadable);
+  EXPECT_EQ(s.stacks.at(v1::STACK_END_UNSUPPORTED).end, StackEnd::kUnsupported);
+  auto reader = FrameReader::OpenFile(path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  v1::Frame f;
+  int stack_frames = 0;
+  while (reader->Next(&f) == FrameReader::Result::kFrame) {
+    if (!f.has_stacks()) continue;
+    ++stack_frames;
+    EXPECT_EQ(f.SerializeAsString(), stacks.SerializeAsString());
+  }
+  EXPECT_EQ(stack_frames, 1);
+  std::remove(path.c_str());
+  rmdir(dir_template);
+}
+
 }  // namespace
 }  // namespace fragscope

@@ -33,10 +33,36 @@ struct Measured {
 };
 
 // Live bytes held by one allocation site (interned stack id; 0 = no stack recorded).
+// How the agent's capture of a stack ended (proto StackEnd). Anything but kOutermost may lack the
+// frames nearer main(): reports say so after the last frame rather than show it as whole.
+enum class StackEnd : uint8_t {
+  kUnspecified = 0,   // not recorded (an agent before format 1.11, a converted stream)
+  kOutermost = 1,     // reached the thread's first frame: whole
+  kDepthLimit = 2,    // more frames than FRAGSCOPE_STACK_DEPTH
+  kNoUnwindInfo = 3,  // the last pc lies in no module or has no unwind table (JIT, stripped)
+  kUnreadable = 4,    // the next frame's saved registers lie outside the thread's stack
+  kUnsupported = 5,   // a signal frame, a DWARF expression, an architecture without CFI unwinding
+};
+
+// From Stack.end; a value this reader does not know says nothing it can name: kUnspecified.
+StackEnd StackEndFromWire(int value);
+// The JSON name: "outermost", "depth_limit", "no_unwind_info", "unreadable", "unsupported",
+// "unspecified".
+const char* StackEndName(StackEnd end);
+// True for the ends that say frames are missing (not kOutermost, not kUnspecified).
+bool IsCutStackEnd(StackEnd end);
+// The end of a site merged from stacks ending `a` and `b`: a cut one if either is (the first
+// of two cuts), else kUnspecified if either is, else kOutermost. A site must never look whole
+// because one of its stacks was.
+StackEnd MergeStackEnds(StackEnd a, StackEnd b);
+
 struct SiteEntry {
   uint64_t stack_id = 0;
   uint64_t live_bytes = 0;
   uint64_t count = 0;  // live allocations/blocks attributed to the site
+  // How its stacks ended (StackIndex::MergeSites, merged with MergeStackEnds); unset before
+  // that and for stacks not in the stream: the stack's own end then (reports, SiteStackEnd).
+  std::optional<StackEnd> end = std::nullopt;
 };
 
 // One point of a device's memory timeline.
@@ -284,6 +310,7 @@ using StoredSymbols = std::map<uint64_t, std::vector<SourceFrameInfo>>;
 struct StackInfo {
   std::vector<uint64_t> pcs;                   // innermost first
   std::vector<SourceFrameInfo> source_frames;  // set instead of pcs: converted streams, adapters
+  StackEnd end = StackEnd::kUnspecified;       // how the capture ended (Stack.end)
 };
 
 struct ModelSummary {
@@ -304,6 +331,8 @@ struct ModelSummary {
   bool ended_by_exec = false;
   bool attached = false;
   bool imported = false;  // converted from another tool's snapshot (Hello BACKEND_IMPORTED)
+  // Hello.stack_depth: FRAGSCOPE_STACK_DEPTH in force, for "deeper than ..." (0: not said).
+  uint32_t stack_depth = 0;
   // False when the agent took no stack on releases (Hello.release_stacks_off): a free's
   // stack_id 0 then means "not recorded", not "no stack".
   bool release_stacks = true;

@@ -44,7 +44,8 @@ class StackIndex {
   // like an allocation site of its own. Converted (symbolized) stacks are left as they are.
   StackInfo Reported(const StackInfo& stack) const;
   // `entries` with the sites whose reported stacks are equal merged into one: bytes and counts
-  // summed, under the smallest stack id among them. Stack 0 and stacks not here stay apart.
+  // summed, under the smallest stack id among them, cut if any of their stacks is (each
+  // entry's `end` set, MergeStackEnds). Stack 0 and stacks not here stay apart.
   // O(entries x depth); for summaries and post-mortems, not the per-event path.
   std::vector<SiteEntry> MergeSites(std::vector<SiteEntry> entries) const;
   const std::vector<ModuleInfo>& modules() const { return modules_; }
