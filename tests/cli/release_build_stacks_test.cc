@@ -46,6 +46,7 @@ TEST_F(ReleaseBuildStacks, TheOomStackReachesMain) {
     const json r = json::parse(Slurp(dir_ + "/report.json"), nullptr, false);
     ASSERT_FALSE(r.is_discarded());
     ASSERT_FALSE(r["ooms"].empty()) << r.dump(2);
+    EXPECT_EQ(r["ooms"][0].value("stack_end", ""), "outermost") << r["ooms"][0].dump(2);
     std::vector<std::string> functions;
     for (const json& f : r["ooms"][0]["stack"]) functions.push_back(f.value("function", ""));
     const std::vector<std::string> expected = {"AllocateWeights", "BuildLayer", "Train", "main"};
