@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "fragscope.pb.h"
 #include "fragscope/report/json_writer.h"
+#include "fragscope/report/report_verdict.h"
 #include "fragscope/report/stack_cut.h"
 
 namespace fragscope {
@@ -21,6 +22,7 @@ class JsonReport {
       : s_(summary), symbolizer_(symbolizer), w_(out, options.pretty), options_(options) {}
 
   void Render();
+  void Verdict();
 
  private:
   void MaybeUint(std::string_view key, const Measured<uint64_t>& m) {
@@ -299,9 +301,47 @@ void JsonReport::Oom(const OomPostMortem& o) {
   w_.EndObject();
 }
 
+// The answer a reader looks for first, as the text report opens with it (report_verdict.h).
+void JsonReport::Verdict() {
+  const ReportVerdict v = BuildVerdict(s_);
+  w_.Key("verdict");
+  w_.BeginObject();
+  w_.Field("headline", FormatVerdictHeadline(v));
+  w_.Field("ending", v.ending);
+  w_.Field("approximate", v.approximate);
+  w_.Key("ooms");
+  w_.BeginArray();
+  for (const VerdictOom& o : v.ooms) {
+    w_.BeginObject();
+    w_.Field("device", o.device);
+    w_.Field("requested_bytes", o.requested_bytes);
+    w_.Field("class", o.oom_class);
+    w_.Field("reason", o.reason);
+    w_.Field("first_seq", o.first_seq);
+    w_.Field("last_seq", o.last_seq);
+    w_.Field("count", o.count);
+    w_.Field("recovered", o.recovered);
+    w_.EndObject();
+  }
+  w_.EndArray();
+  w_.Key("fragmentation");
+  w_.BeginArray();
+  for (const VerdictFragmentation& f : v.fragmentation) {
+    w_.BeginObject();
+    w_.Field("device", f.device);
+    MaybeDouble("worst", f.worst);
+    NullReason("worst_null_reason", f.worst.unknown_reason, f.worst.known());
+    w_.Field("peak_reserved_bytes", f.peak_reserved_bytes);
+    w_.EndObject();
+  }
+  w_.EndArray();
+  w_.EndObject();
+}
+
 void JsonReport::Render() {
   w_.BeginObject();
   w_.Field("schema_version", kJsonReportSchemaVersion);
+  Verdict();
   w_.Key("process");
   w_.BeginObject();
   w_.Field("pid", static_cast<uint64_t>(s_.pid));

@@ -8,6 +8,7 @@
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/report/free_range_sizes.h"
 #include "fragscope/report/report_caveats.h"
+#include "fragscope/report/report_verdict.h"
 #include "fragscope/report/stack_cut.h"
 
 namespace fragscope {
@@ -296,11 +297,19 @@ void TextReport::Render() {
     out_ << "stream cut before its end (figures are as of the last frame)";
   }
   out_ << "\n";
+  // The answer first: what failed and why, before the end-of-run state (which after an OOM is
+  // usually a cache given back: zeros).
+  const ReportVerdict verdict = BuildVerdict(s_);
+  out_ << "Verdict: " << FormatVerdictHeadline(verdict) << "\n";
+  for (const VerdictOom& o : verdict.ooms) out_ << "  " << FormatVerdictOom(o) << "\n";
+  for (const VerdictFragmentation& f : verdict.fragmentation) {
+    out_ << "  " << FormatVerdictFragmentation(f) << "\n";
+  }
   for (const std::string& caveat : ReportCaveats(s_)) out_ << "Note: " << caveat << "\n";
   for (const SymbolSourceNote& note : symbolizer_.SymbolSourceNotes()) {
     out_ << "Note: symbols: " << DescribeSymbolSource(note) << "\n";
   }
-  out_ << "\n";
+  out_ << "\nAt the end of the run:\n";
   for (const DeviceSummary& d : s_.devices) Device(d);
   if (!s_.orphan_blocks.empty()) {
     out_ << absl::StrFormat(
