@@ -543,9 +543,13 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
     EXPECT_NE(Slurp(job + "/html/" + page[1].str()).find("<svg"), std::string::npos)
         << "each rank's own page, with its segment map";
   }
-  EXPECT_NE(index.find("<li class=\"first\"><a href=\"0" + std::to_string(first_rank)),
+  EXPECT_NE(index.find("<tr class=\"first\"><td><a href=\"0" + std::to_string(first_rank)),
             std::string::npos)
       << index;
+  // The job is a table (a row per process and device), not preformatted text.
+  EXPECT_NE(index.find("<table class=\"job\">"), std::string::npos) << index;
+  EXPECT_EQ(index.find("<pre>"), std::string::npos) << index;
+  EXPECT_EQ(Count(index, "<tr class=\"first\">") + Count(index, "<tr><td>"), 3) << index;
   EXPECT_EQ(Shell(Fragscope() + " report " + traces + " --format html").exit_code, 2)
       << "several pages need a folder";
   EXPECT_EQ(
