@@ -464,10 +464,10 @@ int WaitForProgram(pid_t child) {
 void SayNothingConnected(const RunOptions& o) {
   const std::string& cmd = o.command[0];
   if (o.setup.use_cupti) {
+    // CUPTI loads only once the program initialises CUDA, and only with a real driver.
     std::fprintf(stderr,
-                 "fragscope run: nothing to report: '%s' made no CUDA call, or the CUPTI backend "
-                 "found no real CUDA driver (it needs one)\n",
-                 cmd.c_str());
+                 "fragscope run: no agent connected, nothing was measured: the CUPTI backend "
+                 "needs a real CUDA driver and a program that initialises CUDA\n");
     return;
   }
   if (std::string why = WhyPreloadIgnored(cmd); !why.empty()) {
