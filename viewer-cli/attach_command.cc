@@ -325,14 +325,17 @@ std::optional<int> ParseAttachOptions(const std::vector<std::string>& args,
   reader.Option("torch-wait", "", &torch_wait_text);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return exit;
   if (!ParseReportFormat(format_name, &o.format)) {
-    std::fprintf(stderr, "fragscope attach: unknown --format '%s' (text or json)\n%s",
-                 format_name.c_str(), kUsage);
+    std::fprintf(
+        stderr,
+        "fragscope attach: unknown --format '%s' (text or json) (fragscope attach --help)\n",
+        format_name.c_str());
     return kExitUsage;
   }
   long pid_value = 0;
   if (reader.positionals().size() != 1 ||
       !ParsePositive(reader.positionals()[0], 1L << 22, &pid_value)) {
-    std::fprintf(stderr, "fragscope attach: give exactly one process id\n%s", kUsage);
+    std::fprintf(stderr,
+                 "fragscope attach: give exactly one process id (fragscope attach --help)\n");
     return kExitUsage;
   }
   o.pid = static_cast<pid_t>(pid_value);

@@ -92,20 +92,20 @@ int ExportCommand(const std::vector<std::string>& args) {
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   if (!UseDebugDirs("export", debug_dir)) return kExitUsage;
   if (reader.positionals().empty() || reader.saw_dashdash()) {
-    std::fprintf(stderr, "fragscope export: expected a TRACE\n%s", kUsage);
+    std::fprintf(stderr, "fragscope export: expected a TRACE (fragscope export --help)\n");
     return kExitUsage;
   }
   if (reader.positionals().size() > 1 && !torch_path.empty()) {
     std::fprintf(stderr,
                  "fragscope export: --torch-snapshot holds one process: give one TRACE (got "
-                 "%zu), or use --perfetto for the job\n%s",
-                 reader.positionals().size(), kUsage);
+                 "%zu), or use --perfetto for the job (fragscope export --help)\n",
+                 reader.positionals().size());
     return kExitUsage;
   }
   if (perfetto_path.empty() && torch_path.empty()) {
     std::fprintf(stderr,
-                 "fragscope export: say what to write: --perfetto and/or --torch-snapshot\n%s",
-                 kUsage);
+                 "fragscope export: say what to write: --perfetto and/or --torch-snapshot "
+                 "(fragscope export --help)\n");
     return kExitUsage;
   }
   if (OutputIsAnInput("export", {{"--perfetto", &perfetto_path}, {"--torch-snapshot", &torch_path}},

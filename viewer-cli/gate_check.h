@@ -61,7 +61,33 @@ struct GateCheck {
   std::string name;  // "device 0 fragmentation at peak (seq 812)"
   bool passed = true;
   std::string reason;  // one line, set when !passed
+  // The check apart from its moment ("fragmentation", "stranded", "history", ...) and its
+  // device (-1: the whole trace): checks with the same kind and device are one CI test case.
+  std::string kind;
+  int device = -1;
+  std::string when;  // "at peak (seq 812)"; empty for checks of the whole run
+  // The figure judged and its limit, where the check has them (a visibility or history check
+  // has none); as text for people, as numbers to tell the worst moment.
+  std::optional<double> value, limit;
+  std::string value_text, limit_text;
+  // For a check that stands for several moments (WorstPerCheck): how many, and how many failed.
+  int moments = 1;
+  int failed_moments = 0;
 };
+
+// A failed check without a figure (a trace unreadable, history or visibility missing).
+GateCheck FailedCheck(std::string name, std::string kind, std::string reason, int device = -1,
+                      std::string when = "");
+
+// How far a check is past its limit (value / limit); measured failures rank above those
+// without a figure, which rank above passes. For choosing the worst moment and violation.
+double GateSeverity(const GateCheck& c);
+
+// One check per kind and device, in the order first seen: the worst of its moments decides
+// (it fails if any moment fails) and is the one quoted, with how many moments failed. What CI
+// shows as test cases and tables: `--at all` judges every sample, and a reader wants to know
+// which limit broke on which device, not every sample that broke it.
+std::vector<GateCheck> WorstPerCheck(const std::vector<GateCheck>& checks);
 
 // Every check the limits ask for, over every device and moment. A summary with no device
 // memory at all yields one failed check: nothing measured must not pass as "fine".

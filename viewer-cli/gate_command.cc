@@ -1,5 +1,9 @@
 // fragscope gate TRACE... [limits...]: exits 1 with a one-line reason when a limit is exceeded.
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -25,7 +29,8 @@ constexpr char kUsage[] =
     "                            [--max-increase D] [--max-reserved-increase R]]\n"
     "                            [--allow-opaque] [--allow-coarse-blocks]\n"
     "                            [--allow-partial-history] [--junit OUT.xml]\n"
-    "  F and D are fractions (0.25 = 25 %); BYTES take K/M/G suffixes (powers of 1024).\n"
+    "  F and D are fractions (0.25 or 25%); BYTES take K/M/G/T suffixes (powers of 1024;\n  1.5G, "
+    "512MiB).\n"
     "  --at: which moments to judge, comma-separated; peak,oom (default): the peak of\n"
     "  reserved memory on each device and every OOM (at the failure); end: the end; all:\n"
     "  every sample, the end and every OOM. Opaque segments fail the gate unless --allow-opaque;\n"
@@ -39,11 +44,9 @@ constexpr char kUsage[] =
     "  gate passes only if all do. Exit: 0 pass, 1 fail, 2 usage, 3 bad input.\n";
 
 bool ParseFraction(const std::string& s, double* out) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || !(v >= 0.0 && v <= 1.0)) return false;
-  *out = v;
-  return true;
+  std::optional<double> v = ArgReader::ParseFraction(s);
+  if (v) *out = *v;
+  return v.has_value();
 }
 
 // "peak,oom" -> GateMoment bits; false for an empty list or an unknown word.
@@ -98,7 +101,7 @@ std::string RankList(const std::map<uint32_t, BaselineFigures>& by_rank) {
 }
 
 int Usage(const std::string& message) {
-  std::fprintf(stderr, "fragscope gate: %s\n%s", message.c_str(), kUsage);
+  std::fprintf(stderr, "fragscope gate: %s (fragscope gate --help)\n", message.c_str());
   return kExitUsage;
 }
 
@@ -135,7 +138,8 @@ std::optional<int> ParseGateOptions(const std::vector<std::string>& args, GateOp
   double f = 0;
   if (!max_frag.empty()) {
     if (!ParseFraction(max_frag, &f))
-      return Usage("--max-fragmentation '" + max_frag + "' must be a fraction between 0 and 1");
+      return Usage("--max-fragmentation '" + max_frag +
+                   "' must be a fraction between 0 and 1 (0.3 or 30%)");
     limits.max_fragmentation = f;
   }
   for (auto [text, dest, flag] :
@@ -162,18 +166,18 @@ std::optional<int> ParseGateOptions(const std::vector<std::string>& args, GateOp
   }
   if (!max_increase.empty()) {
     if (!ParseFraction(max_increase, &f)) {
-      return Usage("--max-increase '" + max_increase + "' must be a fraction between 0 and 1");
+      return Usage("--max-increase '" + max_increase +
+                   "' must be a fraction between 0 and 1 (0.3 or 30%)");
     }
     limits.max_increase = f;
   }
   if (!max_reserved_increase.empty()) {
-    char* end = nullptr;
-    const double r = std::strtod(max_reserved_increase.c_str(), &end);
-    if (*end != '\0' || !(r >= 0.0 && r <= 100.0)) {
+    const std::optional<double> r = ArgReader::ParseFraction(max_reserved_increase, 0.0, 100.0);
+    if (!r) {
       return Usage("--max-reserved-increase '" + max_reserved_increase +
-                   "' must be a relative rise of at least 0 (0.05 = 5 %)");
+                   "' must be a relative rise of at least 0 (0.05 or 5% = 5 %)");
     }
-    limits.max_reserved_increase = r;
+    limits.max_reserved_increase = *r;
   }
   if (!limits.max_fragmentation && !limits.max_stranded_bytes && !limits.max_reserved_bytes &&
       !limits.max_increase && !limits.max_reserved_increase) {
@@ -245,13 +249,14 @@ std::vector<GateCheck> JudgeTrace(const std::string& path, const GateOptions& o,
   if (!loaded.ok()) {
     std::fprintf(stderr, "fragscope gate: %s\n", std::string(loaded.status().message()).c_str());
     *unreadable = true;
-    return {{"trace readable", false, std::string(loaded.status().message())}};
+    return {
+        FailedCheck("trace readable", "trace readable", std::string(loaded.status().message()))};
   }
   if (!loaded->damage.empty()) {
     std::fprintf(stderr, "fragscope gate: %s; refusing to judge a damaged trace\n",
                  loaded->damage.c_str());
     *unreadable = true;
-    return {{"trace whole", false, loaded->damage}};
+    return {FailedCheck("trace whole", "trace whole", loaded->damage)};
   }
   std::vector<GateCheck> checks;
   GateLimits limits = o.limits;
@@ -263,15 +268,15 @@ std::vector<GateCheck> JudgeTrace(const std::string& path, const GateOptions& o,
     auto it = rank ? baseline.by_rank.find(*rank) : baseline.by_rank.end();
     if (it == baseline.by_rank.end()) {
       // Another job shape: comparing it with the baseline would be comparing other things.
-      checks.push_back(
-          {"baseline for this process", false,
-           rank ? absl::StrFormat("rank %d is not in the baseline %s (its ranks: %s); make a "
-                                  "new baseline for this job",
-                                  *rank, o.baseline_path, RankList(baseline.by_rank))
-                : absl::StrFormat("the trace has no rank (no RANK in its launcher's "
-                                  "environment), and the baseline %s is a job's, matched by "
-                                  "rank",
-                                  o.baseline_path)});
+      checks.push_back(FailedCheck(
+          "baseline for this process", "baseline for this process",
+          rank ? absl::StrFormat("rank %d is not in the baseline %s (its ranks: %s); make a "
+                                 "new baseline for this job",
+                                 *rank, o.baseline_path, RankList(baseline.by_rank))
+               : absl::StrFormat("the trace has no rank (no RANK in its launcher's "
+                                 "environment), and the baseline %s is a job's, matched by "
+                                 "rank",
+                                 o.baseline_path)));
     } else {
       limits.baseline_max_fragmentation = it->second.max_fragmentation;
       limits.baseline_peak_reserved = it->second.peak_reserved;
@@ -282,36 +287,140 @@ std::vector<GateCheck> JudgeTrace(const std::string& path, const GateOptions& o,
   return checks;
 }
 
-// One line on stderr for a judged trace: its first failed check, or that nothing was judged, or
-// (in a job) that it passed. Returns whether a check failed.
-bool SayTraceVerdict(const std::string& path, const std::vector<GateCheck>& checks,
-                     const GateOptions& o) {
-  const bool several = o.traces.size() > 1;
-  int failed = 0;
-  const GateCheck* first = nullptr;
-  for (const GateCheck& c : checks) {
-    if (!c.passed) {
-      ++failed;
-      if (first == nullptr) first = &c;
+// A judged trace: its checks, one per kind and device (WorstPerCheck).
+struct JudgedTrace {
+  std::string path;
+  std::vector<GateCheck> checks;
+  bool unreadable = false;
+};
+
+// The failed checks of every trace, worst first, one line each on stderr: the first line is
+// the worst violation of the run. Then, per trace, what passed or that nothing was judged.
+// Returns how many traces failed a check.
+int SayVerdicts(const std::vector<JudgedTrace>& traces, const GateOptions& o) {
+  const bool several = traces.size() > 1;
+  std::vector<std::pair<const JudgedTrace*, const GateCheck*>> failures;
+  for (const JudgedTrace& t : traces) {
+    if (t.unreadable) continue;
+    for (const GateCheck& c : t.checks) {
+      if (!c.passed) failures.emplace_back(&t, &c);
     }
   }
-  if (first != nullptr) {
-    std::fprintf(stderr, "fragscope gate: FAILED: %s%s", several ? (path + ": ").c_str() : "",
-                 first->reason.c_str());
-    if (failed > 1) std::fprintf(stderr, " (and %d more failed checks)", failed - 1);
-    std::fprintf(stderr, "\n");
-  } else if (checks.empty()) {
-    // Nothing failed, but nothing was judged either: say so rather than look like a clean bill.
-    std::fprintf(stderr,
-                 "fragscope gate: %spassed, but no check applied: no device had at least %s "
-                 "cached at the chosen moment (--at), so fragmentation was not judged\n",
-                 several ? (path + ": ").c_str() : "",
-                 FormatBytes(o.limits.min_cached_bytes).c_str());
-  } else if (several) {
-    std::fprintf(stderr, "fragscope gate: %s: passed (%zu check%s)\n", path.c_str(), checks.size(),
-                 checks.size() == 1 ? "" : "s");
+  std::stable_sort(failures.begin(), failures.end(), [](const auto& a, const auto& b) {
+    return GateSeverity(*a.second) > GateSeverity(*b.second);
+  });
+  for (const auto& [trace, check] : failures) {
+    std::fprintf(stderr, "fragscope gate: FAILED: %s%s\n",
+                 several ? (trace->path + ": ").c_str() : "", check->reason.c_str());
   }
-  return first != nullptr;
+  int failed_traces = 0;
+  for (const JudgedTrace& t : traces) {
+    if (t.unreadable) continue;
+    const bool failed =
+        std::any_of(t.checks.begin(), t.checks.end(), [](const GateCheck& c) { return !c.passed; });
+    failed_traces += failed ? 1 : 0;
+    if (failed) continue;
+    if (t.checks.empty()) {
+      // Nothing failed, but nothing was judged either: say so rather than look like a clean bill.
+      std::fprintf(stderr,
+                   "fragscope gate: %spassed, but no check applied: no device had at least %s "
+                   "cached at the chosen moment (--at), so fragmentation was not judged\n",
+                   several ? (t.path + ": ").c_str() : "",
+                   FormatBytes(o.limits.min_cached_bytes).c_str());
+    } else if (several) {
+      std::fprintf(stderr, "fragscope gate: %s: passed (%zu check%s)\n", t.path.c_str(),
+                   t.checks.size(), t.checks.size() == 1 ? "" : "s");
+    }
+  }
+  return failed_traces;
+}
+
+// GitHub Actions' workflow commands: data escapes %, CR and LF; properties also : and ,.
+std::string GithubEscape(const std::string& s, bool property) {
+  std::string out;
+  for (char c : s) {
+    if (c == '%') {
+      out += "%25";
+    } else if (c == '\r') {
+      out += "%0D";
+    } else if (c == '\n') {
+      out += "%0A";
+    } else if (property && c == ':') {
+      out += "%3A";
+    } else if (property && c == ',') {
+      out += "%2C";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// A Markdown table cell: a pipe would end the cell, a newline the row.
+std::string MarkdownCell(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') {
+      out += "\\|";
+    } else if (c == '\n') {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out.empty() ? "–" : out;
+}
+
+// Under GitHub Actions: an error annotation per failed check (on stdout, where the runner reads
+// workflow commands) and the checks as a table in the job's summary page.
+void ReportToGithub(const std::vector<JudgedTrace>& traces) {
+  const char* actions = std::getenv("GITHUB_ACTIONS");
+  if (actions == nullptr || std::string(actions) != "true") return;
+  const bool several = traces.size() > 1;
+  for (const JudgedTrace& t : traces) {
+    for (const GateCheck& c : t.checks) {
+      if (c.passed) continue;
+      const std::string title =
+          "fragscope gate: " + (several ? t.path + ": " : std::string()) + c.name;
+      std::printf("::error title=%s::%s\n", GithubEscape(title, true).c_str(),
+                  GithubEscape(c.reason, false).c_str());
+    }
+  }
+  std::fflush(stdout);
+  const char* summary_path = std::getenv("GITHUB_STEP_SUMMARY");
+  if (summary_path == nullptr || summary_path[0] == '\0') return;
+  bool all_passed = true;
+  for (const JudgedTrace& t : traces) {
+    for (const GateCheck& c : t.checks) all_passed = all_passed && c.passed;
+  }
+  std::string md = absl::StrFormat("### fragscope gate: %s\n\n", all_passed ? "passed" : "FAILED");
+  md += several ? "| trace | check | device | limit | worst value | at | result |\n"
+                  "|---|---|---|---|---|---|---|\n"
+                : "| check | device | limit | worst value | at | result |\n"
+                  "|---|---|---|---|---|---|\n";
+  for (const JudgedTrace& t : traces) {
+    for (const GateCheck& c : t.checks) {
+      std::string at = c.when.rfind("at ", 0) == 0 ? c.when.substr(3) : c.when;
+      if (c.moments > 1) absl::StrAppendFormat(&at, " (worst of %d)", c.moments);
+      std::string result = c.passed ? "pass" : "**FAIL**";
+      if (!c.passed && !c.value) result += ": " + c.reason;
+      md += absl::StrFormat("%s| %s | %s | %s | %s | %s | %s |\n",
+                            several ? "| " + MarkdownCell(t.path) + " " : "", MarkdownCell(c.kind),
+                            c.device >= 0 ? std::to_string(c.device) : "–",
+                            MarkdownCell(c.limit_text), MarkdownCell(c.value_text),
+                            MarkdownCell(at), MarkdownCell(result));
+    }
+  }
+  md += "\n";
+  // Appended: other steps of the job write their own sections to the same file.
+  std::ofstream out(summary_path, std::ios::app);
+  out << md;
+  out.flush();
+  if (!out) {
+    std::fprintf(stderr,
+                 "fragscope gate: cannot append the summary to %s (GITHUB_STEP_SUMMARY): %s\n",
+                 summary_path, std::strerror(errno));
+  }
 }
 
 // The job's last line and the exit code.
@@ -332,7 +441,7 @@ int GateVerdict(const GateOptions& o, int unreadable, int failed_traces, std::si
     }
     return kExitGateFailed;
   }
-  if (total_checks == 0 && !several) return kExitOk;  // said by SayTraceVerdict
+  if (total_checks == 0 && !several) return kExitOk;  // said by SayVerdicts
   if (several && total_checks == 0) {
     std::fprintf(stderr, "fragscope gate: passed, but no check applied in any of the %zu traces\n",
                  traces);
@@ -355,21 +464,24 @@ int GateCommand(const std::vector<std::string>& args) {
   // Every trace is judged, whatever the others do: a job passes only when each of its
   // processes does, and one unreadable or damaged trace fails it (exit 3), since the moment
   // that fails could be in what was not read.
-  std::vector<GateSuite> suites;
-  int unreadable = 0, failed_traces = 0;
+  std::vector<JudgedTrace> traces;
+  int unreadable = 0;
   std::size_t total_checks = 0;
   for (const std::string& path : options.traces) {
-    bool cannot_judge = false;
-    std::vector<GateCheck> checks = JudgeTrace(path, options, baseline, &cannot_judge);
-    if (cannot_judge) {
+    JudgedTrace t{path, {}, false};
+    t.checks = WorstPerCheck(JudgeTrace(path, options, baseline, &t.unreadable));
+    if (t.unreadable) {
       ++unreadable;
     } else {
-      total_checks += checks.size();
-      if (SayTraceVerdict(path, checks, options)) ++failed_traces;
+      total_checks += t.checks.size();
     }
-    suites.push_back({path, std::move(checks)});
+    traces.push_back(std::move(t));
   }
+  const int failed_traces = SayVerdicts(traces, options);
+  ReportToGithub(traces);
   if (!options.junit_path.empty()) {
+    std::vector<GateSuite> suites;
+    for (const JudgedTrace& t : traces) suites.push_back({t.path, t.checks});
     // 0644 at most, whatever the umask.
     if (absl::Status s = WriteOutputFile(options.junit_path, GateJunitXml(suites)); !s.ok()) {
       std::fprintf(stderr, "fragscope gate: cannot write JUnit XML: %s\n",

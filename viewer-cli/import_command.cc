@@ -23,7 +23,8 @@ int ImportCommand(const std::vector<std::string>& args) {
   reader.Option("output", "o", &out_path);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   if (reader.positionals().size() != 1 || out_path.empty()) {
-    std::fprintf(stderr, "fragscope import: expected one SNAPSHOT and -o TRACE\n%s", kUsage);
+    std::fprintf(
+        stderr, "fragscope import: expected one SNAPSHOT and -o TRACE (fragscope import --help)\n");
     return kExitUsage;
   }
   if (OutputIsAnInput("import", {{"-o", &out_path}}, reader.positionals())) return kExitUsage;

@@ -51,6 +51,20 @@ int main(int argc, char** argv) {
     std::printf("fragscope %s\n", FRAGSCOPE_VERSION);
     return fragscope::cli::kExitOk;
   }
-  std::fprintf(stderr, "fragscope: unknown command '%s'\n%s", command.c_str(), kUsage);
+  // The one wrong word, and the command it most likely was.
+  const char* nearest = nullptr;
+  for (const char* known :
+       {"run", "attach", "top", "report", "gate", "import", "export", "symbolize", "help"}) {
+    const std::size_t n = std::strlen(known);
+    if (command.size() + 1 >= n && command.size() <= n + 1 &&
+        (command.compare(0, 2, known, 2) == 0 ||
+         command.compare(command.size() - 2, 2, known + n - 2, 2) == 0)) {
+      nearest = known;
+      break;
+    }
+  }
+  std::fprintf(stderr, "fragscope: unknown command '%s'%s%s%s (fragscope --help)\n",
+               command.c_str(), nearest != nullptr ? "; did you mean " : "",
+               nearest != nullptr ? nearest : "", nearest != nullptr ? "?" : "");
   return fragscope::cli::kExitUsage;
 }

@@ -97,19 +97,20 @@ int ReportCommand(const std::vector<std::string>& args) {
   if (!UseDebugDirs("report", debug_dir)) return kExitUsage;
   ReportFormat format;
   if (!ParseReportFormat(format_name, &format)) {
-    std::fprintf(stderr, "fragscope report: unknown --format '%s' (text, json or html)\n%s",
-                 format_name.c_str(), kUsage);
+    std::fprintf(
+        stderr,
+        "fragscope report: unknown --format '%s' (text, json or html) (fragscope report --help)\n",
+        format_name.c_str());
     return kExitUsage;
   }
   if (reader.positionals().empty() || reader.saw_dashdash()) {
-    std::fprintf(stderr, "fragscope report: expected a TRACE\n%s", kUsage);
+    std::fprintf(stderr, "fragscope report: expected a TRACE (fragscope report --help)\n");
     return kExitUsage;
   }
   if (reader.positionals().size() > 1 && format == ReportFormat::kHtml && out_path == "-") {
     std::fprintf(stderr,
                  "fragscope report: several traces as HTML make a folder (index.html and a page "
-                 "per process): give -o DIR\n%s",
-                 kUsage);
+                 "per process): give -o DIR (fragscope report --help)\n");
     return kExitUsage;
   }
   if (OutputIsAnInput("report", {{"-o", &out_path}}, reader.positionals())) return kExitUsage;

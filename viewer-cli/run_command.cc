@@ -8,6 +8,8 @@
 // With --daemon (to a running fragscope-collector) or --dormant (for a later `fragscope
 // attach`) there is no embedded collector: `run` sets up the same environment (agent, PyTorch
 // adapter) and execs CMD in its place, so CMD keeps this process's pid, signals and status.
+#include <elf.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -43,7 +45,9 @@ namespace fragscope::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: fragscope run [options] -- CMD [ARGS...]\n"
+    "usage: fragscope run [options] [--] CMD [ARGS...]\n"
+    "  CMD and everything after it are the program's (its own options included); `--` is\n"
+    "  needed only when CMD starts with '-'\n"
     "  -o, --output TRACE     keep the trace (other processes of the run: TRACE.<pid>)\n"
     "  --format text|json     report format (default text)\n"
     "  --report FILE          write the report to FILE instead of stderr ('-' = stdout)\n"
@@ -72,7 +76,7 @@ void ForwardSignal(int sig) {
 
 // A usage error: the reason, then the options.
 int Usage(const std::string& message) {
-  std::fprintf(stderr, "fragscope run: %s\n%s", message.c_str(), kUsage);
+  std::fprintf(stderr, "fragscope run: %s (fragscope run --help)\n", message.c_str());
   return kExitUsage;
 }
 
@@ -132,14 +136,64 @@ void SetAgentEnvironment(const AgentSetup& setup) {
   if (setup.no_free_stacks) setenv("FRAGSCOPE_FREE_STACKS", "0", 1);
 }
 
-// Replaces this process with CMD (the --daemon and --dormant modes); returns only on failure.
-int ExecInPlace(std::vector<std::string> cmd) {
+// Why CMD could not be run, as a shell says it, and the status a shell gives (127: not found,
+// 126: found but not executable).
+int SayCannotRun(const std::string& cmd, int error) {
+  std::fprintf(stderr, "fragscope run: cannot run '%s': %s%s\n", cmd.c_str(), std::strerror(error),
+               error == ENOENT && cmd.find('/') == std::string::npos ? " (not found on PATH)" : "");
+  return error == ENOENT ? 127 : 126;
+}
+
+// Replaces this process with CMD (the --daemon and --dormant modes); returns only on failure,
+// with errno set.
+int ExecInPlace(std::vector<std::string> cmd, bool say_failure = true) {
   std::vector<char*> argv;
   for (std::string& a : cmd) argv.push_back(a.data());
   argv.push_back(nullptr);
   execvp(argv[0], argv.data());
-  std::fprintf(stderr, "fragscope run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
-  return 127;
+  const int error = errno;
+  const int status = say_failure ? SayCannotRun(cmd[0], error) : (error == ENOENT ? 127 : 126);
+  errno = error;
+  return status;
+}
+
+// Where execvp would find `cmd` (PATH search for a bare name); empty if nowhere.
+std::string ResolveCommand(const std::string& cmd) {
+  if (cmd.find('/') != std::string::npos) return cmd;
+  const char* path = getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    std::size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + cmd;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+// Why a program would ignore LD_PRELOAD (the dynamic loader applies it, and not to a static
+// program or a setuid one); empty when it would load the agent.
+std::string WhyPreloadIgnored(const std::string& cmd) {
+  const std::string path = ResolveCommand(cmd);
+  struct stat st {};
+  if (path.empty() || stat(path.c_str(), &st) != 0) return "";
+  if ((st.st_mode & (S_ISUID | S_ISGID)) != 0) return "it is setuid or setgid";
+  std::ifstream in(path, std::ios::binary);
+  Elf64_Ehdr eh{};
+  if (!in.read(reinterpret_cast<char*>(&eh), sizeof(eh)) ||
+      std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64) {
+    return "";  // a script: its interpreter is what loads, and it is dynamic as a rule
+  }
+  for (int i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    in.seekg(static_cast<std::streamoff>(eh.e_phoff + static_cast<uint64_t>(i) * eh.e_phentsize));
+    if (!in.read(reinterpret_cast<char*>(&ph), sizeof(ph))) return "";
+    if (ph.p_type == PT_INTERP) return "";
+  }
+  return "it is statically linked";
 }
 
 // Whether a collector's socket is at `path` (a daemon started later is fine too: the agent
@@ -177,6 +231,7 @@ std::optional<int> ParseRunOptions(const std::vector<std::string>& args, RunOpti
   bool no_adapter = false, no_free_stacks = false, daemon = false, dormant = false;
   RunOptions& o = *options;
   ArgReader reader("run", args);
+  reader.CommandFollows();
   reader.Option("output", "o", &o.trace_path);
   reader.Option("format", "f", &format_name);
   reader.Option("report", "", &o.report_path);
@@ -218,8 +273,8 @@ std::optional<int> ParseRunOptions(const std::vector<std::string>& args, RunOpti
   if (!ParseReportFormat(format_name, &o.format)) {
     return Usage("unknown --format '" + format_name + "' (text or json)");
   }
-  if (!reader.positionals().empty() || reader.after_dashdash().empty()) {
-    return Usage("put the command after '--'");
+  if (reader.after_dashdash().empty()) {
+    return Usage("expected a command to run: fragscope run [options] [--] CMD [ARGS...]");
   }
   o.command = reader.after_dashdash();
   long value = 0;
@@ -346,18 +401,41 @@ absl::StatusOr<std::unique_ptr<SessionServer>> StartEmbeddedCollector(const RunO
 }
 
 // Forks and execs the program with the agent pointed at `socket`; -1 if fork failed (said).
-pid_t StartProgram(const RunOptions& o, const std::string& socket) {
+// *exec_error: the exec's errno when the program could not be run at all, else 0.
+pid_t StartProgram(const RunOptions& o, const std::string& socket, int* exec_error) {
+  *exec_error = 0;
+  // Closed by a successful exec; an exec that fails writes its errno there first, so the run
+  // can say the program could not be run rather than guess at the agent.
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "fragscope run: pipe: %s\n", std::strerror(errno));
+    return -1;
+  }
   pid_t child = fork();
   if (child < 0) {
-    std::perror("fragscope run: fork");
+    std::fprintf(stderr, "fragscope run: fork: %s\n", std::strerror(errno));
+    close(report[0]);
+    close(report[1]);
     return -1;
   }
   if (child == 0) {
+    close(report[0]);
     AgentSetup setup = o.setup;
     setup.socket = socket;
     SetAgentEnvironment(setup);
-    _exit(ExecInPlace(o.command));
+    const int status = ExecInPlace(o.command, /*say_failure=*/false);
+    const int error = errno;
+    ssize_t ignored = write(report[1], &error, sizeof(error));
+    (void)ignored;
+    _exit(status);
   }
+  close(report[1]);
+  int error = 0;
+  ssize_t n;
+  while ((n = read(report[0], &error, sizeof(error))) < 0 && errno == EINTR) {
+  }
+  close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof(error))) *exec_error = error;
   return child;
 }
 
@@ -380,19 +458,30 @@ int WaitForProgram(pid_t child) {
                            : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1);
 }
 
-// Says that nothing was measured, and the likely reason.
+// Says that nothing was measured, and why. The agent sends nothing until the program's first
+// CUDA memory call, so a program the loader preloads it into but that never calls CUDA is the
+// common case; a static or setuid program never loads it.
 void SayNothingConnected(const RunOptions& o) {
+  const std::string& cmd = o.command[0];
   if (o.setup.use_cupti) {
+    // CUPTI loads only once the program initialises CUDA, and only with a real driver.
     std::fprintf(stderr,
                  "fragscope run: no agent connected, nothing was measured: the CUPTI backend "
                  "needs a real CUDA driver and a program that initialises CUDA\n");
-  } else {
-    std::fprintf(stderr,
-                 "fragscope run: no agent connected, nothing was measured: '%s' did not load "
-                 "%s (a statically linked or setuid program ignores LD_PRELOAD%s)\n",
-                 o.command[0].c_str(), o.setup.agent.c_str(),
-                 o.backend == "auto" ? "; on a real GPU try --backend cupti" : "");
+    return;
   }
+  if (std::string why = WhyPreloadIgnored(cmd); !why.empty()) {
+    std::fprintf(stderr,
+                 "fragscope run: nothing was measured: '%s' did not load %s, since %s and so "
+                 "ignores LD_PRELOAD%s\n",
+                 cmd.c_str(), o.setup.agent.c_str(), why.c_str(),
+                 o.backend == "auto" ? "; on a real GPU try --backend cupti" : "");
+    return;
+  }
+  std::fprintf(stderr,
+               "fragscope run: '%s' made no CUDA call (nor did any program it started); nothing "
+               "to report\n",
+               cmd.c_str());
 }
 
 // The report of the run's streams (one process's report, or a job's for several), the warnings
@@ -482,9 +571,15 @@ int RunUnderEmbeddedCollector(RunOptions& o) {
     std::fprintf(stderr, "fragscope run: %s\n", std::string(collector.status().message()).c_str());
     return kExitBadInput;
   }
-  const pid_t child = StartProgram(o, (*collector)->socket_path());
+  int exec_error = 0;
+  const pid_t child = StartProgram(o, (*collector)->socket_path(), &exec_error);
   if (child < 0) return kExitBadInput;
   const int exit_code = WaitForProgram(child);
+  if (exec_error != 0) {
+    // Nothing ran, so there is nothing to say about the agent.
+    (*collector)->Finish(0);
+    return SayCannotRun(o.command[0], exec_error);
+  }
   std::vector<CollectedStream> streams = (*collector)->Finish(static_cast<int>(o.linger_ms));
   if (streams.empty()) {
     SayNothingConnected(o);

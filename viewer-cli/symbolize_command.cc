@@ -107,13 +107,14 @@ int SymbolizeCommand(const std::vector<std::string>& args) {
   reader.Option("debug-dir", "", &debug_dirs);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   if (reader.positionals().size() != 1 || reader.saw_dashdash()) {
-    std::fprintf(stderr, "fragscope symbolize: expected one TRACE\n%s", kUsage);
+    std::fprintf(stderr, "fragscope symbolize: expected one TRACE (fragscope symbolize --help)\n");
     return kExitUsage;
   }
   const std::string& path = reader.positionals()[0];
   if (out_path == "-") {
-    std::fprintf(stderr, "fragscope symbolize: -o - : a trace is binary; give -o a file\n%s",
-                 kUsage);
+    std::fprintf(stderr,
+                 "fragscope symbolize: -o - : a trace is binary; give -o a file (fragscope "
+                 "symbolize --help)\n");
     return kExitUsage;
   }
   if (!out_path.empty() && OutputIsAnInput("symbolize", {{"-o", &out_path}}, {path})) {

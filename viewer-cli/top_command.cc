@@ -74,11 +74,11 @@ int TopCommand(const std::vector<std::string>& args) {
   reader.Flag("once", &once);
   if (std::optional<int> exit = reader.ParseOrExit(kUsage)) return *exit;
   if (format != "text" && format != "json") {
-    std::fprintf(stderr, "fragscope top: --format must be text or json\n%s", kUsage);
+    std::fprintf(stderr, "fragscope top: --format must be text or json (fragscope top --help)\n");
     return kExitUsage;
   }
   if (format == "json" && !once) {
-    std::fprintf(stderr, "fragscope top: --format json needs --once\n%s", kUsage);
+    std::fprintf(stderr, "fragscope top: --format json needs --once (fragscope top --help)\n");
     return kExitUsage;
   }
   char* end = nullptr;
@@ -99,8 +99,8 @@ int TopCommand(const std::vector<std::string>& args) {
   if (!reader.positionals().empty()) {
     pid_filter = std::strtol(reader.positionals()[0].c_str(), &end, 10);
     if (*end != '\0' || pid_filter <= 0) {
-      std::fprintf(stderr, "fragscope top: '%s' is not a process id\n%s",
-                   reader.positionals()[0].c_str(), kUsage);
+      std::fprintf(stderr, "fragscope top: '%s' is not a process id (fragscope top --help)\n",
+                   reader.positionals()[0].c_str());
       return kExitUsage;
     }
   }

@@ -40,7 +40,7 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: fragscope-collector [--socket PATH] [--dir DIR] [--no-traces]\n"
+    "usage: fragscope-collector [--socket PATH] [--dir DIR] [--no-traces] [--version]\n"
     "                           [--metrics HOST:PORT [--metrics-allow-remote]]\n"
     "  --socket PATH  where agents connect (default $XDG_RUNTIME_DIR/fragscope/collector.sock\n"
     "                 or /tmp/fragscope-$UID/collector.sock)\n"
@@ -124,8 +124,18 @@ int main(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
+    } else if (a == "--version") {
+      std::printf("fragscope-collector %s\n", FRAGSCOPE_VERSION);
+      return 0;
+    } else if (a == "--socket" || a == "--dir" || a == "--metrics") {
+      std::fprintf(stderr,
+                   "fragscope-collector: option %s needs a value (fragscope-collector --help)\n",
+                   a.c_str());
+      return 2;
     } else {
-      std::fprintf(stderr, "fragscope-collector: unknown argument '%s'\n%s", a.c_str(), kUsage);
+      std::fprintf(stderr,
+                   "fragscope-collector: unknown argument '%s' (fragscope-collector --help)\n",
+                   a.c_str());
       return 2;
     }
   }

@@ -7,6 +7,8 @@
 //
 // Exit: 0 ok, 2 usage, 3 unreadable, malformed or truncated input (whole frames before the
 // damage are still printed, so nothing readable is lost).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -131,13 +133,24 @@ std::string OpName(OpEnum op, const google::protobuf::EnumDescriptor* desc) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-    std::fprintf(stderr,
-                 "usage: fragscope-dump TRACE\n"
-                 "Prints every event of a fragscope trace as one line of text.\n");
-    return argc == 2 ? 0 : kExitUsage;
+  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+    std::printf("fragscope-dump %s\n", FRAGSCOPE_VERSION);
+    return 0;
   }
-  auto reader = fragscope::FrameReader::OpenFile(argv[1]);
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::printf(
+        "usage: fragscope-dump TRACE   (- reads the trace from stdin)\n"
+        "Prints every event of a fragscope trace as one line of text. --version: the build.\n");
+    return 0;
+  }
+  if (argc != 2) {
+    std::fprintf(stderr, "fragscope-dump: expected one TRACE (fragscope-dump --help)\n");
+    return kExitUsage;
+  }
+  // `-`: the trace on stdin (a pipe); any other path may be a pipe too, read once, in order.
+  const bool from_stdin = std::strcmp(argv[1], "-") == 0;
+  auto reader = from_stdin ? fragscope::FrameReader::FromFd(dup(0), "stdin")
+                           : fragscope::FrameReader::OpenFile(argv[1]);
   if (!reader.ok()) {
     std::fprintf(stderr, "fragscope-dump: %s\n", std::string(reader.status().message()).c_str());
     return kExitBadInput;

@@ -302,11 +302,61 @@ TEST(GateCheck, EmptyTraceFails) {
 }
 
 TEST(GateCheck, JunitXmlEscapesAndCountsFailures) {
-  std::vector<GateCheck> checks = {{"a <ok>", true, ""}, {"b", false, "x > y & \"z\""}};
+  GateCheck ok;
+  ok.name = "a <ok>";
+  std::vector<GateCheck> checks = {ok, FailedCheck("b", "b", "x > y & \"z\"")};
   std::string xml = GateJunitXml(checks, "t.fst");
   EXPECT_NE(xml.find("tests=\"2\" failures=\"1\""), std::string::npos) << xml;
   EXPECT_NE(xml.find("name=\"a &lt;ok&gt;\""), std::string::npos) << xml;
   EXPECT_NE(xml.find("message=\"x &gt; y &amp; &quot;z&quot;\""), std::string::npos) << xml;
+}
+
+// `--at all` judges every sample; CI gets one check per kind and device, decided and quoted by
+// its worst moment, with how many moments failed.
+TEST(GateCheck, WorstPerCheckKeepsOneCheckPerKindAndDeviceQuotingTheWorstMoment) {
+  ModelSummary s = OneDevice();
+  s.devices[0].timeline.push_back(
+      TimelinePoint{30, 0, 1024 * kMiB, 524 * kMiB, 500 * kMiB, 50 * kMiB, 0.9});
+  DeviceSummary other = s.devices[0];
+  other.ordinal = 1;
+  s.devices.push_back(other);
+  GateLimits limits;
+  limits.max_fragmentation = 0.5;
+  limits.max_stranded_bytes = 1024 * kMiB;  // passes everywhere
+  limits.min_cached_bytes = 0;
+  limits.at = GateMoment::kAll;
+  const std::vector<GateCheck> every = EvaluateGate(s, limits);
+  ASSERT_GT(every.size(), 4u);
+  const std::vector<GateCheck> worst = WorstPerCheck(every);
+  ASSERT_EQ(worst.size(), 4u);  // fragmentation and stranded, on devices 0 and 1
+  for (const GateCheck& c : worst) {
+    if (c.kind == "stranded") {
+      EXPECT_TRUE(c.passed) << c.name;
+      // The moment nearest the limit: 450 MiB stranded at seq 30.
+      EXPECT_EQ(c.when, "at seq 30") << c.name;
+      continue;
+    }
+    ASSERT_EQ(c.kind, "fragmentation");
+    EXPECT_FALSE(c.passed);
+    EXPECT_EQ(c.name, c.device == 0 ? "device 0 fragmentation" : "device 1 fragmentation");
+    // The worst sample (0.9 at seq 30) decides and is quoted, not the first failing one.
+    EXPECT_NE(c.reason.find("fragmentation 0.900 > limit 0.500 at seq 30"), std::string::npos)
+        << c.reason;
+    EXPECT_EQ(c.failed_moments, 3) << "seq 20, seq 30 and the end";
+    EXPECT_NE(c.reason.find("the worst of 3 moments over the limit"), std::string::npos)
+        << c.reason;
+  }
+  // The worst violation ranks first.
+  GateCheck mild = worst[0];
+  mild.value = 0.6;
+  EXPECT_GT(GateSeverity(worst[0]), GateSeverity(mild));
+  const std::string xml = GateJunitXml(worst, "t.fst");
+  int cases = 0;
+  for (std::size_t at = xml.find("<testcase"); at != std::string::npos;
+       at = xml.find("<testcase", at + 1)) {
+    ++cases;
+  }
+  EXPECT_EQ(cases, 4) << xml;
 }
 
 }  // namespace
