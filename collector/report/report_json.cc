@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "fragscope.pb.h"
 #include "fragscope/report/json_writer.h"
+#include "fragscope/report/oom_file.h"
 #include "fragscope/report/report_verdict.h"
 #include "fragscope/report/stack_cut.h"
 
@@ -23,6 +24,8 @@ class JsonReport {
 
   void Render();
   void Verdict();
+  // One OOM's file (oom_file.h).
+  void RenderOomFile(const OomPostMortem& o, const OomFileNote& note);
 
  private:
   void MaybeUint(std::string_view key, const Measured<uint64_t>& m) {
@@ -338,6 +341,37 @@ void JsonReport::Verdict() {
   w_.EndObject();
 }
 
+void JsonReport::RenderOomFile(const OomPostMortem& o, const OomFileNote& note) {
+  w_.BeginObject();
+  w_.Field("schema_version", kJsonReportSchemaVersion);
+  w_.Key("process");
+  w_.BeginObject();
+  w_.Field("pid", static_cast<uint64_t>(s_.pid));
+  w_.Field("host", s_.host);
+  w_.Field("exe", s_.exe);
+  w_.FieldOrNull("rank", s_.rank);
+  w_.FieldOrNull("world_size", s_.world_size);
+  w_.EndObject();
+  w_.Field("written_because", note.written_because);
+  w_.Field("stream_ended", note.stream_ended);
+  w_.Key("repeats");
+  w_.BeginObject();
+  w_.Field("count", note.repeats);
+  w_.Field("first_seq", note.first_seq);
+  w_.Field("last_seq", note.last_seq);
+  w_.EndObject();
+  w_.Field("recovered", note.recovered_by_seq != 0);
+  w_.Key("recovered_by_seq");
+  if (note.recovered_by_seq != 0) {
+    w_.Uint(note.recovered_by_seq);
+  } else {
+    w_.Null();
+  }
+  w_.Key("oom");
+  Oom(o);
+  w_.EndObject();
+}
+
 void JsonReport::Render() {
   w_.BeginObject();
   w_.Field("schema_version", kJsonReportSchemaVersion);
@@ -468,6 +502,12 @@ void JsonReport::Render() {
 void RenderJson(const ModelSummary& summary, Symbolizer& symbolizer, std::ostream& out,
                 const JsonReportOptions& options) {
   JsonReport(summary, symbolizer, out, options).Render();
+}
+
+void RenderOomJson(const ModelSummary& summary, const OomPostMortem& oom, const OomFileNote& note,
+                   Symbolizer& symbolizer, std::ostream& out) {
+  const JsonReportOptions options;
+  JsonReport(summary, symbolizer, out, options).RenderOomFile(oom, note);
 }
 
 void RenderJson(const ModelSummary& summary, std::ostream& out, const JsonReportOptions& options) {

@@ -7,6 +7,7 @@
 #include "fragscope.pb.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/report/free_range_sizes.h"
+#include "fragscope/report/oom_file.h"
 #include "fragscope/report/report_caveats.h"
 #include "fragscope/report/report_verdict.h"
 #include "fragscope/report/stack_cut.h"
@@ -35,8 +36,11 @@ class TextReport {
       : s_(s), symbolizer_(symbolizer), out_(out), options_(options) {}
 
   void Render();
+  // One OOM's file (oom_file.h).
+  void RenderOomFile(const OomPostMortem& o, const OomFileNote& note);
 
  private:
+  void Title();
   void Row(std::string_view label, const std::string& value, const std::string& note = {}) {
     std::string line = absl::StrFormat("  %-22s %-14s %s", label, value, note);
     line.erase(line.find_last_not_of(' ') + 1);
@@ -274,7 +278,29 @@ void TextReport::Oom(const OomPostMortem& o) {
   out_ << "\n";
 }
 
-void TextReport::Render() {
+void TextReport::RenderOomFile(const OomPostMortem& o, const OomFileNote& note) {
+  Title();
+  out_ << "Written because " << note.written_because << ".\n";
+  if (note.repeats > 1) {
+    out_ << absl::StrFormat(
+        "The same request failed %d times (seq %d to %d): this file stands for all of them.\n",
+        note.repeats, note.first_seq, note.last_seq);
+  }
+  if (note.recovered_by_seq != 0) {
+    out_ << absl::StrFormat(
+        "RECOVERED: the program later allocated that size on this device (seq %d).\n",
+        note.recovered_by_seq);
+  } else {
+    out_ << (note.stream_ended ? "Not recovered: no later success of that size before the "
+                                 "stream ended.\n"
+                               : "Not recovered so far: no later success of that size yet.\n");
+  }
+  for (const std::string& caveat : ReportCaveats(s_)) out_ << "Note: " << caveat << "\n";
+  out_ << "\n";
+  Oom(o);
+}
+
+void TextReport::Title() {
   if (s_.imported) {
     out_ << "fragscope report — imported allocator snapshot";
   } else {
@@ -297,6 +323,10 @@ void TextReport::Render() {
     out_ << "stream cut before its end (figures are as of the last frame)";
   }
   out_ << "\n";
+}
+
+void TextReport::Render() {
+  Title();
   // The answer first: what failed and why, before the end-of-run state (which after an OOM is
   // usually a cache given back: zeros).
   const ReportVerdict verdict = BuildVerdict(s_);
@@ -335,6 +365,12 @@ void TextReport::Render() {
 void RenderText(const ModelSummary& summary, Symbolizer& symbolizer, std::ostream& out,
                 const TextReportOptions& options) {
   TextReport(summary, symbolizer, out, options).Render();
+}
+
+void RenderOomText(const ModelSummary& summary, const OomPostMortem& oom, const OomFileNote& note,
+                   Symbolizer& symbolizer, std::ostream& out) {
+  const TextReportOptions options;
+  TextReport(summary, symbolizer, out, options).RenderOomFile(oom, note);
 }
 
 void RenderText(const ModelSummary& summary, std::ostream& out, const TextReportOptions& options) {

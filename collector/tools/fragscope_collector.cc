@@ -15,14 +15,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "fragscope/report/report_json.h"
@@ -34,6 +38,7 @@
 #include "fragscope/symbolize/dwarf_symbolizer.h"
 #include "fragscope/symbolize/symbol_table_builder.h"
 #include "fragscope/trace/output_file.h"
+#include "oom_file_writer.h"
 #include "output_dir.h"
 #include "stream_file_names.h"
 
@@ -42,12 +47,16 @@ namespace {
 constexpr char kUsage[] =
     "usage: fragscope-collector [--socket PATH] [--dir DIR] [--no-traces] [--version]\n"
     "                           [--metrics HOST:PORT [--metrics-allow-remote]]\n"
+    "                           [--oom-window SECONDS]\n"
     "  --socket PATH  where agents connect (default $XDG_RUNTIME_DIR/fragscope/collector.sock\n"
     "                 or /tmp/fragscope-$UID/collector.sock)\n"
     "  --dir DIR      traces, OOM post-mortems and final reports (default ./fragscope-traces)\n"
     "  --no-traces    keep models and post-mortems only, no trace files\n"
     "  --metrics HOST:PORT  Prometheus exposition at http://HOST:PORT/metrics (loopback only\n"
     "                 unless --metrics-allow-remote; port 0 picks a free port)\n"
+    "  --oom-window SECONDS  a failed cudaMalloc/cuMemAlloc gets its post-mortem file once the\n"
+    "                 program has not allocated that size for this long (default 2; a\n"
+    "                 sub-allocator's OOM, e.g. PyTorch's, is written at once)\n"
     "Point agents at it: FRAGSCOPE_SOCKET=PATH LD_PRELOAD=.../libfragscope.so CMD\n";
 
 std::mutex g_log_mu;  // one line at a time on stderr from many stream threads
@@ -88,6 +97,12 @@ std::string StreamName(const fragscope::v1::Hello& h, pid_t peer,
 // stacks of a user's job, and must never be writable by others. A failure is said on stderr
 // with the path and the reason (a file that could not be written whole is not left behind).
 // `path` is in `dir`, which is made again first if it was removed.
+uint64_t NowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
 bool WriteFile(fragscope::OutputDir& dir, const std::string& path, const std::string& text) {
   dir.Ensure();
   absl::Status written = fragscope::WriteOutputFile(path, text);
@@ -113,8 +128,25 @@ std::string Render(const fragscope::ModelSummary& s, bool json) {
 int main(int argc, char** argv) {
   std::string socket_path, dir = "fragscope-traces", metrics;
   bool traces = true, allow_remote = false;
+  uint64_t oom_window_ms = 2000;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--oom-window") {
+      const char* text = i + 1 < argc ? argv[++i] : "";
+      char* end = nullptr;
+      const double seconds = std::strtod(text, &end);
+      // Plain decimal seconds only (no sign, space, hex or exponent), at most an hour.
+      const bool plain = *text != '\0' && std::strspn(text, "0123456789.") == std::strlen(text);
+      if (!plain || end == text || *end != '\0' || !(seconds > 0) || seconds > 3600) {
+        std::fprintf(stderr,
+                     "fragscope-collector: --oom-window '%s' is not a number of seconds in (0, "
+                     "3600], e.g. 2 or 0.5 (fragscope-collector --help)\n",
+                     text);
+        return 2;
+      }
+      oom_window_ms = static_cast<uint64_t>(seconds * 1000 + 0.5);
+      continue;
+    }
     if ((a == "--socket" || a == "--dir" || a == "--metrics") && i + 1 < argc) {
       (a == "--socket" ? socket_path : a == "--dir" ? dir : metrics) = argv[++i];
     } else if (a == "--metrics-allow-remote") {
@@ -172,9 +204,17 @@ int main(int argc, char** argv) {
              : "post-mortems and reports go there from now on; the files it held before are gone",
       Say);
 
-  // Post-mortems already written, per stream, so each OOM is announced once.
-  std::mutex written_mu;
-  std::set<std::pair<const void*, uint64_t>> written;
+  // Each OOM's post-mortem, in a file of its own, as soon as it is clear the program did not
+  // recover (oom_file_writer.h).
+  fragscope::OomFileWriter oom_files(
+      {dir, oom_window_ms},
+      [&out_dir](const std::string& path, const std::string& text) {
+        return WriteFile(out_dir, path, text);
+      },
+      [](const std::string& line) {
+        std::lock_guard<std::mutex> lock(g_log_mu);
+        std::fprintf(stderr, "fragscope-collector: %s\n", line.c_str());
+      });
   // Each stream's file names, never another stream's: processes with the same executable and
   // pid (pid namespaces, pid reuse) get names of their own.
   fragscope::StreamFileNames names(dir);
@@ -212,26 +252,6 @@ int main(int argc, char** argv) {
           path, *rewritten));
     };
   }
-  // Writes the post-mortems of `summary` not written yet. A sub-allocator's OOM is final when
-  // it arrives; a driver failure is only judged once the stream ends (the program may still
-  // retry and recover, or its allocator may report the OOM itself), so `final_only` skips those.
-  // `stream` identifies the stream for good; `name` is the one its files get now.
-  auto write_postmortems = [&](const void* stream, const std::string& name,
-                               const fragscope::ModelSummary& summary, bool final_only) {
-    for (const fragscope::OomPostMortem& oom : summary.ooms) {
-      if (final_only && !oom.failure.from_sub_allocator) continue;
-      {
-        std::lock_guard<std::mutex> lock(written_mu);
-        if (!written.insert({stream, oom.failure.seq}).second) continue;
-      }
-      std::string base = absl::StrFormat("%s/%s.oom-%d", dir, name, oom.failure.seq);
-      bool ok = WriteFile(out_dir, base + ".txt", Render(summary, false)) &&
-                WriteFile(out_dir, base + ".json", Render(summary, true));
-      std::lock_guard<std::mutex> lock(g_log_mu);
-      std::fprintf(stderr, "fragscope-collector: %s: %s -> %s.txt%s\n", name.c_str(),
-                   oom.headline.c_str(), base.c_str(), ok ? "" : " (not written, see above)");
-    }
-  };
   // The refused agent says so on its program's stderr too (it checks the collector's uid), but
   // whoever runs the daemon should learn that someone's job is pointed at the wrong collector.
   options.on_refused_peer = [](const fragscope::RefusedPeer& peer) {
@@ -247,7 +267,7 @@ int main(int argc, char** argv) {
   };
   options.on_failure = [&](const fragscope::StreamSession& session, pid_t peer,
                            const fragscope::ModelSummary& summary) {
-    write_postmortems(&session, name_of(session, peer), summary, /*final_only=*/true);
+    oom_files.OnFailure(&session, name_of(session, peer), summary, NowMs());
   };
   options.on_stream_end = [&](const fragscope::CollectedStream& s,
                               const fragscope::ModelSummary& summary) {
@@ -277,16 +297,10 @@ int main(int argc, char** argv) {
       }
     }
     const std::string name = names.Find(stream);
-    write_postmortems(stream, name, summary, /*final_only=*/false);
+    oom_files.OnStreamEnd(stream, name, summary);
     bool ok = WriteFile(out_dir, dir + "/" + name + ".report.txt", Render(summary, false)) &&
               WriteFile(out_dir, dir + "/" + name + ".report.json", Render(summary, true));
     names.Forget(stream);
-    {
-      std::lock_guard<std::mutex> lock(written_mu);
-      for (auto it = written.begin(); it != written.end();) {
-        it = it->first == stream ? written.erase(it) : std::next(it);
-      }
-    }
     std::lock_guard<std::mutex> lock(g_log_mu);
     const bool clean =
         s.outcome.saw_end_frame && s.outcome.result == fragscope::FrameReader::Result::kEnd;
@@ -353,10 +367,21 @@ int main(int argc, char** argv) {
                "fragscope-collector: listening on %s; writing to %s/\n"
                "  run jobs with: FRAGSCOPE_SOCKET=%s LD_PRELOAD=<prefix>/lib/libfragscope.so CMD\n",
                socket_path.c_str(), dir.c_str(), socket_path.c_str());
+  // Driver OOMs are judged once their recovery window has passed, even when the program makes
+  // no further call (a hang after its OOM).
+  std::atomic<bool> stop{false};
+  std::thread ticker([&] {
+    while (!stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      oom_files.Tick(NowMs());
+    }
+  });
   int sig = 0;
   sigwait(&set, &sig);
   std::fprintf(stderr, "fragscope-collector: %s, finishing open streams\n", strsignal(sig));
   if (metrics_server) metrics_server->Stop();
   (*server)->Finish(1000);
+  stop = true;
+  ticker.join();
   return 0;
 }

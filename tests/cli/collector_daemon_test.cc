@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -175,6 +176,88 @@ TEST_F(CollectorDaemon, ManyProcessesEachGetTraceReportsAndPostMortems) {
       << job;
   EXPECT_NE(job.find("==== job: 3 processes, 6 OOMs in 3 of them ===="), std::string::npos) << job;
   EXPECT_NE(job.find("First OOM: rank "), std::string::npos) << job;
+}
+
+// The post-mortem files of a stream in the daemon's folder: name -> contents.
+std::map<std::string, std::string> PostMortemFiles(const std::string& dir, const char* ext) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename();
+    if (name.find(".oom-") != std::string::npos && name.ends_with(ext)) {
+      files[name] = Slurp(e.path());
+    }
+  }
+  return files;
+}
+
+// A plain cudaMalloc OOM after which the program hangs: its post-mortem is written while the
+// program still runs, holding that OOM alone, and completed when the stream ends.
+TEST_F(CollectorDaemon, AHangAfterAnOomStillLeavesItsPostMortem) {
+  FILE* app = popen((AgentEnv() + FRAGSCOPE_OOM_RETRY_APP + " hang").c_str(), "w");
+  ASSERT_NE(app, nullptr);
+  std::map<std::string, std::string> txt;
+  for (int i = 0; i < 600 && txt.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    txt = PostMortemFiles(dir_ + "/out", ".txt");
+  }
+  ASSERT_EQ(txt.size(), 1u) << Slurp(log_);
+  const std::string& during = txt.begin()->second;
+  EXPECT_NE(during.find("Written because the program had not allocated that size within 2.0 s"),
+            std::string::npos)
+      << during;
+  EXPECT_NE(during.find("Not recovered so far"), std::string::npos) << during;
+  EXPECT_NE(during.find("OOM on device 0: requested 64.00 GiB"), std::string::npos) << during;
+  // That OOM alone, not the whole report again.
+  EXPECT_EQ(during.find("Verdict:"), std::string::npos) << during;
+  EXPECT_EQ(during.find("At the end of the run:"), std::string::npos) << during;
+  const auto json = nlohmann::json::parse(PostMortemFiles(dir_ + "/out", ".json").begin()->second);
+  EXPECT_EQ(json["oom"]["requested_bytes"], uint64_t{64} << 30);
+  EXPECT_EQ(json["recovered"], false);
+  EXPECT_EQ(json["stream_ended"], false);
+  pclose(app);  // stdin closes: the program ends
+  WaitForLog(" ended ", 1);
+  const std::string after = PostMortemFiles(dir_ + "/out", ".txt").begin()->second;
+  EXPECT_NE(after.find("Not recovered: no later success of that size before the stream ended"),
+            std::string::npos)
+      << after;
+}
+
+// A program that recovers after its OOM's file was written: the file says so at the end.
+TEST_F(CollectorDaemon, APostMortemSaysWhenTheProgramLaterRecovered) {
+  std::string out;
+  EXPECT_EQ(ShellStatus("FAKECUDA_CAPACITY=4G " + AgentEnv() + FRAGSCOPE_OOM_RETRY_APP +
+                            " recover " + dir_ + "/out",
+                        &out),
+            0)
+      << out;
+  WaitForLog(" ended ", 1);
+  const auto txt = PostMortemFiles(dir_ + "/out", ".txt");
+  ASSERT_EQ(txt.size(), 1u) << Slurp(log_);
+  EXPECT_NE(txt.begin()->second.find("RECOVERED: the program later allocated that size"),
+            std::string::npos)
+      << txt.begin()->second;
+  const auto json = nlohmann::json::parse(PostMortemFiles(dir_ + "/out", ".json").begin()->second);
+  EXPECT_EQ(json["recovered"], true);
+  EXPECT_GT(json["recovered_by_seq"].get<uint64_t>(), json["oom"]["seq"].get<uint64_t>());
+  EXPECT_NE(Slurp(log_).find("the program recovered from the OOM at seq"), std::string::npos);
+}
+
+// A retry loop of 300 failures writes one post-mortem, which counts them, not 300 reports.
+TEST_F(CollectorDaemon, ARetryLoopWritesOnePostMortem) {
+  std::string out;
+  EXPECT_EQ(ShellStatus(AgentEnv() + FRAGSCOPE_OOM_RETRY_APP + " retry 300", &out), 1) << out;
+  WaitForLog(" ended ", 1);
+  const auto txt = PostMortemFiles(dir_ + "/out", ".txt");
+  ASSERT_EQ(txt.size(), 1u) << Slurp(log_);
+  EXPECT_NE(txt.begin()->second.find("The same request failed 300 times"), std::string::npos)
+      << txt.begin()->second;
+  EXPECT_LT(txt.begin()->second.size(), 64u * 1024);
+  const auto json = PostMortemFiles(dir_ + "/out", ".json");
+  ASSERT_EQ(json.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(json.begin()->second)["repeats"]["count"], 300);
+  // Announced once, not 300 times.
+  std::string log = Slurp(log_);
+  EXPECT_EQ(log.find(".oom-"), log.rfind(".oom-")) << log;
 }
 
 // An agent of another build (this build's with its version string changed, which is all that
@@ -787,6 +870,13 @@ TEST(CollectorDaemonUsage, MetricsRefuseNonLoopbackUnlessAsked) {
 TEST(CollectorDaemonUsage, BadArgumentsExit2) {
   std::string out;
   EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_COLLECTOR_BIN) + " --bogus", &out), 2) << out;
+  for (const char* window : {"0", "-1", "0x10", "' 2'", "1e2", "abc", "4000"}) {
+    out.clear();
+    EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_COLLECTOR_BIN) + " --oom-window " + window, &out),
+              2)
+        << window;
+    EXPECT_NE(out.find("--oom-window"), std::string::npos) << out;
+  }
   EXPECT_EQ(ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " top --format json", &out), 2);
   EXPECT_EQ(
       ShellStatus(std::string(FRAGSCOPE_CLI_BIN) + " top --once --socket /nonexistent.sock", &out),
