@@ -2,10 +2,12 @@
 // chain built -O2 -fomit-frame-pointer, with a frame that leaves a plausible fake frame record
 // in rbp, a frame larger than the rule cache's small offsets, and the rule cache itself.
 #include <dlfcn.h>
+#include <link.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -120,6 +122,44 @@ TEST_F(UnwindRulesTest, NoRuleOutsideCode) {
   EXPECT_FALSE(CfiUnwindAvailable());
   EXPECT_EQ(ComputeUnwindRule(reinterpret_cast<uintptr_t>(&WalkInto) + 4).kind,
             UnwindRule::Kind::kNoInfo);
+}
+
+// Every FDE of every loaded object (libc, libstdc++, gtest, this binary), looked up at pcs all
+// through their code: the interpreter never faults, and every rule it gives is one a walk can
+// take (a CFA above the frame, the caller's frame pointer saved below it).
+TEST_F(UnwindRulesTest, EveryLoadedObjectsRulesAreSane) {
+  struct Code {
+    uintptr_t begin, end;
+  };
+  std::vector<Code> code;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X) != 0) {
+            const uintptr_t b = info->dlpi_addr + ph.p_vaddr;
+            static_cast<std::vector<Code>*>(data)->push_back({b, b + ph.p_memsz});
+          }
+        }
+        return 0;
+      },
+      &code);
+  ASSERT_GE(code.size(), 3u);
+  int walkable = 0, lookups = 0;
+  for (const Code& c : code) {
+    const uintptr_t step = std::max<uintptr_t>(7, (c.end - c.begin) / 40000);
+    for (uintptr_t pc = c.begin; pc < c.end; pc += step) {
+      ++lookups;
+      const UnwindRule rule = ComputeUnwindRule(pc);
+      if (rule.kind == UnwindRule::Kind::kSpBased || rule.kind == UnwindRule::Kind::kFpBased) {
+        ++walkable;
+        ASSERT_GE(rule.cfa_offset, 16) << std::hex << pc;
+        ASSERT_LE(rule.fp_offset, 0) << std::hex << pc;
+        ASSERT_GE(rule.fp_offset, -rule.cfa_offset) << std::hex << pc;
+      }
+    }
+  }
+  EXPECT_GT(walkable, lookups / 2) << "most code has a rule a walk can take";
 }
 
 Walk g_in_handler;

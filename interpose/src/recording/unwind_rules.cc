@@ -221,6 +221,12 @@ bool ParseCie(uintptr_t at, uintptr_t limit, Cie* cie) {
   return true;
 }
 
+// factored * data_align, wrapping instead of overflowing on a corrupt table (the rule is then
+// refused by its bounds, never undefined behaviour).
+inline int64_t Scaled(uint64_t factored, int64_t data_align) {
+  return static_cast<int64_t>(factored * static_cast<uint64_t>(data_align));
+}
+
 // Runs CFA instructions [from, to) until the location passes `target`. Returns false on an
 // instruction it does not know (the rule is then unknown, never guessed).
 bool RunCfaProgram(uintptr_t from, uintptr_t to, const Cie& cie, uintptr_t location,
@@ -259,7 +265,7 @@ bool RunCfaProgram(uintptr_t from, uintptr_t to, const Cie& cie, uintptr_t locat
         if (!advance(low)) return true;
         continue;
       case 2:  // DW_CFA_offset
-        set_saved(low, RowState::Saved::kAtOffset, static_cast<int64_t>(c.Uleb()) * cie.data_align);
+        set_saved(low, RowState::Saved::kAtOffset, Scaled(c.Uleb(), cie.data_align));
         continue;
       case 3:  // DW_CFA_restore
         restore(low);
@@ -285,7 +291,7 @@ bool RunCfaProgram(uintptr_t from, uintptr_t to, const Cie& cie, uintptr_t locat
         break;
       case 0x05: {  // offset_extended
         const uint64_t reg = c.Uleb();
-        set_saved(reg, RowState::Saved::kAtOffset, static_cast<int64_t>(c.Uleb()) * cie.data_align);
+        set_saved(reg, RowState::Saved::kAtOffset, Scaled(c.Uleb(), cie.data_align));
         break;
       }
       case 0x06:
@@ -339,16 +345,17 @@ bool RunCfaProgram(uintptr_t from, uintptr_t to, const Cie& cie, uintptr_t locat
       }
       case 0x11: {  // offset_extended_sf
         const uint64_t reg = c.Uleb();
-        set_saved(reg, RowState::Saved::kAtOffset, c.Sleb() * cie.data_align);
+        set_saved(reg, RowState::Saved::kAtOffset,
+                  Scaled(static_cast<uint64_t>(c.Sleb()), cie.data_align));
         break;
       }
       case 0x12:  // def_cfa_sf
         row->cfa_reg = c.Uleb();
-        row->cfa_offset = c.Sleb() * cie.data_align;
+        row->cfa_offset = Scaled(static_cast<uint64_t>(c.Sleb()), cie.data_align);
         row->cfa_is_expression = false;
         break;
       case 0x13:
-        row->cfa_offset = c.Sleb() * cie.data_align;
+        row->cfa_offset = Scaled(static_cast<uint64_t>(c.Sleb()), cie.data_align);
         break;      // def_cfa_offset_sf
       case 0x14:    // val_offset
       case 0x15: {  // val_offset_sf
@@ -365,8 +372,7 @@ bool RunCfaProgram(uintptr_t from, uintptr_t to, const Cie& cie, uintptr_t locat
         break;      // GNU_args_size
       case 0x2f: {  // GNU_negative_offset_extended
         const uint64_t reg = c.Uleb();
-        set_saved(reg, RowState::Saved::kAtOffset,
-                  -static_cast<int64_t>(c.Uleb()) * cie.data_align);
+        set_saved(reg, RowState::Saved::kAtOffset, Scaled(0 - c.Uleb(), cie.data_align));
         break;
       }
       default:
