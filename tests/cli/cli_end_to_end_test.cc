@@ -22,15 +22,10 @@ namespace {
 using nlohmann::json;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
+using fragscope::testing::Count;
 using fragscope::testing::Result;
 using fragscope::testing::Shell;
 using fragscope::testing::Slurp;
-
-int Count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
 
 class CliEndToEnd : public ::testing::Test {
  protected:

@@ -15,15 +15,10 @@
 
 namespace {
 
+using fragscope::testing::Count;
 using fragscope::testing::Result;
 using fragscope::testing::Shell;
 using fragscope::testing::Slurp;
-
-int Count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
 
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 

@@ -38,6 +38,13 @@ inline std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
+// How many times `needle` occurs in `text` (overlapping occurrences counted).
+inline int Count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace fragscope::testing
 
 #endif  // FRAGSCOPE_TESTS_CLI_SHELL_COMMAND_H_

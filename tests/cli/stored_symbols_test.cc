@@ -58,6 +58,13 @@ class StoredSymbols : public ::testing::Test {
     return json::parse(Slurp(dir_ + "/report.json"), nullptr, false);
   }
 
+  // The build-id the report of `raw` names for its one missing module ("" if not so).
+  std::string MissingModuleBuildId(const std::string& raw) {
+    const json report = ReportJson(raw);
+    if (report.is_discarded() || report["symbol_sources"].size() != 1) return "";
+    return report["symbol_sources"][0]["build_id"].get<std::string>();
+  }
+
   std::string dir_;
 };
 
@@ -168,10 +175,7 @@ TEST_F(StoredSymbols, SymbolizeCompletesAnAgentOnlyTrace) {
 TEST_F(StoredSymbols, DebugDirFindsTheDebugFileByBuildId) {
   const std::string raw = TraceWithAgentOnly();
   ASSERT_EQ(std::remove(App().c_str()), 0);
-  const json before = ReportJson(raw);
-  ASSERT_FALSE(before.is_discarded());
-  ASSERT_EQ(before["symbol_sources"].size(), 1u);
-  const std::string id = before["symbol_sources"][0]["build_id"].get<std::string>();
+  const std::string id = MissingModuleBuildId(raw);
   ASSERT_GT(id.size(), 2u);
   const std::string debug = dir_ + "/debug/.build-id/" + id.substr(0, 2);
   ASSERT_EQ(Shell("mkdir -p " + debug + " && objcopy --only-keep-debug " + FRAGSCOPE_DEMO_BIN +
@@ -195,10 +199,7 @@ TEST_F(StoredSymbols, DebuginfodServesTheDebugFileByBuildId) {
   }
   const std::string raw = TraceWithAgentOnly();
   ASSERT_EQ(std::remove(App().c_str()), 0);
-  const json before = ReportJson(raw);
-  ASSERT_FALSE(before.is_discarded());
-  ASSERT_EQ(before["symbol_sources"].size(), 1u);
-  const std::string id = before["symbol_sources"][0]["build_id"].get<std::string>();
+  const std::string id = MissingModuleBuildId(raw);
   ASSERT_GT(id.size(), 2u);
   const std::string served = dir_ + "/server/buildid/" + id;
   ASSERT_EQ(Shell("mkdir -p " + served + " && objcopy --only-keep-debug " + FRAGSCOPE_DEMO_BIN +
@@ -215,15 +216,18 @@ TEST_F(StoredSymbols, DebuginfodServesTheDebugFileByBuildId) {
                               "s.serve_forever()\n";
   const std::string port_file = dir_ + "/port";
   ASSERT_EQ(Shell("python3 " + server_py + " " + dir_ + "/server " + port_file +
-                  " >/dev/null 2>&1 & echo $! > " + dir_ + "/server.pid; "
-                  "for i in $(seq 100); do test -s " + port_file + " && exit 0; sleep 0.1; done; "
+                  " >/dev/null 2>&1 & echo $! > " + dir_ +
+                  "/server.pid; "
+                  "for i in $(seq 100); do test -s " +
+                  port_file +
+                  " && exit 0; sleep 0.1; done; "
                   "exit 1")
                 .exit_code,
             0);
   const std::string env = "DEBUGINFOD_URLS=http://127.0.0.1:" + Slurp(port_file) +
                           " DEBUGINFOD_CACHE_PATH=" + dir_ + "/cache DEBUGINFOD_TIMEOUT=10 ";
-  Result r = Shell(env + Fragscope() + " report " + raw + " --format json -o " + dir_ +
-                   "/fetched.json");
+  Result r =
+      Shell(env + Fragscope() + " report " + raw + " --format json -o " + dir_ + "/fetched.json");
   Shell("kill $(cat " + dir_ + "/server.pid)");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json after = json::parse(Slurp(dir_ + "/fetched.json"), nullptr, false);
