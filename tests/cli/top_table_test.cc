@@ -204,5 +204,14 @@ TEST(TopTable, ProcessesOnOneGpuAreSaidToShareIt) {
   EXPECT_EQ(TopTable(doc, 0, &rates, 5.0).find("shared GPU"), std::string::npos);
 }
 
+TEST(TopTable, FitToWidthCutsLongLinesOnly) {
+  EXPECT_EQ(FitToWidth("abcdef\nabc\n", 4), "abc\u2026\nabc\n");
+  EXPECT_EQ(FitToWidth("abcd\n", 4), "abcd\n");
+  // Display columns, not bytes: "é" is one column.
+  EXPECT_EQ(FitToWidth("\u00e9t\u00e9s", 4), "\u00e9t\u00e9s");
+  EXPECT_EQ(FitToWidth("\u00e9t\u00e9s!", 4), "\u00e9t\u00e9\u2026");
+  EXPECT_EQ(FitToWidth("abcdef", 0), "abcdef");  // no terminal: whole lines
+}
+
 }  // namespace
 }  // namespace fragscope::cli
