@@ -96,7 +96,10 @@ std::string SharedGpuNotes(const nlohmann::json& streams, long pid_filter) {
     const uint64_t pid = s.value("pid", 0ull);
     const std::string host = r.contains("process") ? r["process"].value("host", "") : "";
     for (const auto& d : r.value("devices", nlohmann::json::array())) {
-      const std::string uuid = d.value("uuid", "");
+      // The collector's form (nvidia-smi's) or an older collector's bare hex: one GPU either way.
+      const std::string given = d.value("uuid", "");
+      const std::string hex = GpuUuidHex(given);
+      const std::string uuid = hex.empty() ? given : hex;
       const bool holds = d.contains("reserved_bytes") && d["reserved_bytes"].is_number() &&
                          d["reserved_bytes"].get<double>() > 0;
       if (uuid.empty() || !holds) continue;
