@@ -46,8 +46,9 @@ constexpr char kUsage[] =
     "                 or /tmp/fragscope-$UID/collector.sock)\n"
     "  --dir DIR      traces, OOM post-mortems and final reports (default ./fragscope-traces)\n"
     "  --no-traces    keep models and post-mortems only, no trace files\n"
-    "  --metrics HOST:PORT  Prometheus exposition at http://HOST:PORT/metrics (loopback only\n"
-    "                 unless --metrics-allow-remote; port 0 picks a free port)\n"
+    "  --metrics HOST:PORT  Prometheus exposition at http://HOST:PORT/metrics; HOST is localhost,\n"
+    "                 an IPv4 address or an IPv6 one in brackets ([::1]:9464); loopback only\n"
+    "                 unless --metrics-allow-remote; port 0 picks a free port\n"
     "Point agents at it: FRAGSCOPE_SOCKET=PATH LD_PRELOAD=.../libfragscope.so CMD\n";
 
 std::mutex g_log_mu;  // one line at a time on stderr from many stream threads
