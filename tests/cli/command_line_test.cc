@@ -56,7 +56,7 @@ TEST_F(CommandLine, EveryBinaryAnswersVersionAndHelpOnStdout) {
     EXPECT_NE(help.output.find("usage:"), std::string::npos) << bin << ": " << help.output;
   }
   for (const char* sub :
-       {"run", "attach", "top", "report", "gate", "import", "export", "symbolize"}) {
+       {"run", "attach", "top", "report", "gate", "import", "export", "symbolize", "torch-setup"}) {
     Result help = Shell(Cli() + " " + sub + " --help" + quiet_stderr);
     EXPECT_EQ(help.exit_code, 0) << sub << ": " << help.output;
     EXPECT_NE(help.output.find(std::string("usage: fragscope ") + sub), std::string::npos)

@@ -85,5 +85,19 @@ TEST_F(InstallPrefix, InstalledRunUsesTheInstalledAdapterAndCuptiLibrary) {
   EXPECT_NE(cupti.output.find("CUPTI"), std::string::npos) << cupti.output;
 }
 
+// torch-setup builds with the installed adapter, so into the cache runs of this install read. A
+// stand-in python that prints what it was asked to run shows which adapter file that is.
+TEST_F(InstallPrefix, TorchSetupRunsTheInstalledAdapter) {
+  const std::string python = dir_ + "/python-stand-in";
+  ASSERT_EQ(Shell("printf '#!/bin/sh\\necho \"ran $*\"\\n' > " + python + " && chmod +x " + python)
+                .exit_code,
+            0);
+  Result setup = Installed("torch-setup --python " + python);
+  EXPECT_EQ(setup.exit_code, 0) << setup.output;
+  EXPECT_NE(setup.output.find("ran " + kPrefix + "/share/fragscope/adapter/sitecustomize.py"),
+            std::string::npos)
+      << setup.output;
+}
+
 }  // namespace
 }  // namespace fragscope
