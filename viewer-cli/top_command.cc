@@ -31,7 +31,9 @@ namespace {
 constexpr char kUsage[] =
     "usage: fragscope top [--socket PATH] [--pid PID] [--once] [--format text|json]\n"
     "                     [--interval SECONDS]\n"
-    "  Live view of the processes a fragscope-collector is collecting from.\n";
+    "  Live view of the processes a fragscope-collector is collecting from. On a terminal the\n"
+    "  screen is redrawn at each refresh, lines cut to its width ($COLUMNS when it reports\n"
+    "  none); into a pipe or file, plain text frames one after another.\n";
 
 // Asks the collector for its state; empty string and `error` set on failure.
 std::string Query(const std::string& socket_path, std::string* error) {
