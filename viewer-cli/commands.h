@@ -16,6 +16,7 @@ int GateCommand(const std::vector<std::string>& args);
 int TopCommand(const std::vector<std::string>& args);
 int ExportCommand(const std::vector<std::string>& args);
 int SymbolizeCommand(const std::vector<std::string>& args);
+int TorchSetupCommand(const std::vector<std::string>& args);
 
 }  // namespace fragscope::cli
 

@@ -23,6 +23,8 @@ constexpr char kUsage[] =
     "  export TRACE --perfetto OUT.json | --torch-snapshot OUT.pickle   for Perfetto / PyTorch\n"
     "  symbolize TRACE [-o OUT]    store the trace's function names, read from this machine's\n"
     "                              binaries (a trace written without a collector)\n"
+    "  torch-setup [--python PY]   build the PyTorch adapter's extension now, not at the first "
+    "run\n"
     "  help                        this text; `fragscope COMMAND --help` for a command's options\n"
     "exit codes: 0 ok, 1 gate failed, 2 usage error, 3 bad or unreadable input; `run` passes\n"
     "the program's own exit status through.\n";
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
   if (command == "top") return fragscope::cli::TopCommand(args);
   if (command == "export") return fragscope::cli::ExportCommand(args);
   if (command == "symbolize") return fragscope::cli::SymbolizeCommand(args);
+  if (command == "torch-setup") return fragscope::cli::TorchSetupCommand(args);
   if (command == "help" || command == "--help" || command == "-h") {
     std::fputs(kUsage, stdout);
     return fragscope::cli::kExitOk;
@@ -53,8 +56,8 @@ int main(int argc, char** argv) {
   }
   // The one wrong word, and the command it most likely was.
   const char* nearest = nullptr;
-  for (const char* known :
-       {"run", "attach", "top", "report", "gate", "import", "export", "symbolize", "help"}) {
+  for (const char* known : {"run", "attach", "top", "report", "gate", "import", "export",
+                            "symbolize", "torch-setup", "help"}) {
     const std::size_t n = std::strlen(known);
     if (command.size() + 1 >= n && command.size() <= n + 1 &&
         (command.compare(0, 2, known, 2) == 0 ||

@@ -1,4 +1,6 @@
 // fragscope report TRACE [--format text|json|html] [-o OUT]
+#include <unistd.h>
+
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -24,7 +26,8 @@ constexpr char kUsage[] =
     ".pickle;\n"
     "          several (the ranks of a job): each one's report, then the job summary (which\n"
     "          process ran out of memory first)\n"
-    "  html    one self-contained page (segment map, timeline, OOM post-mortems); use -o FILE,\n"
+    "  html    one self-contained page (segment map, timeline, OOM post-mortems); use -o FILE\n"
+    "          (not written to a terminal),\n"
     "          or for several TRACEs -o DIR: index.html (the job) and a page per process\n"
     "  --debug-dir  folders of debug files for binaries not here or rebuilt, found by build-id\n"
     "          (DIR/.build-id/xx/yyyy.debug) or by name (DIR/NAME.debug); without them and\n"
@@ -111,6 +114,14 @@ int ReportCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr,
                  "fragscope report: several traces as HTML make a folder (index.html and a page "
                  "per process): give -o DIR (fragscope report --help)\n");
+    return kExitUsage;
+  }
+  // A page of markup and inline SVG scrolling by is of no use to anyone; a pipe or a redirect
+  // (`> report.html`, `| gzip`) still gets it.
+  if (format == ReportFormat::kHtml && out_path == "-" && isatty(STDOUT_FILENO) == 1) {
+    std::fprintf(stderr,
+                 "fragscope report: HTML to a terminal is unreadable: add -o report.html (or "
+                 "redirect stdout to a file)\n");
     return kExitUsage;
   }
   if (OutputIsAnInput("report", {{"-o", &out_path}}, reader.positionals())) return kExitUsage;

@@ -3,12 +3,14 @@
 // Live per-process, per-device view of a running fragscope-collector: reserved, allocated,
 // largest free range, fragmentation, allocation rate and the top site. `--once --format json`
 // prints the collector's answer for scripts.
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -29,7 +31,9 @@ namespace {
 constexpr char kUsage[] =
     "usage: fragscope top [--socket PATH] [--pid PID] [--once] [--format text|json]\n"
     "                     [--interval SECONDS]\n"
-    "  Live view of the processes a fragscope-collector is collecting from.\n";
+    "  Live view of the processes a fragscope-collector is collecting from. On a terminal the\n"
+    "  screen is redrawn at each refresh, lines cut to its width ($COLUMNS when it reports\n"
+    "  none); into a pipe or file, plain text frames one after another.\n";
 
 // Asks the collector for its state; empty string and `error` set on failure.
 std::string Query(const std::string& socket_path, std::string* error) {
@@ -59,6 +63,21 @@ std::string Query(const std::string& socket_path, std::string* error) {
   close(fd);
   if (out.empty()) *error = socket_path + ": the collector sent nothing (refused this user?)";
   return out;
+}
+
+// The width to fit the table to: the terminal's, else $COLUMNS (a terminal that reports no size,
+// as under `script` or some serial consoles), else 100.
+int TerminalColumns() {
+  winsize ws{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (const char* env = std::getenv("COLUMNS"); env != nullptr) {
+    char* end = nullptr;
+    const long columns = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && columns > 0 && columns < 100000) {
+      return static_cast<int>(columns);
+    }
+  }
+  return 100;
 }
 
 }  // namespace
@@ -112,7 +131,11 @@ int TopCommand(const std::vector<std::string>& args) {
     }
     socket_path = *dir + "/collector.sock";
   }
+  // A terminal gets a screen redrawn in place, fitted to its width; a pipe or file gets plain
+  // frames one after another, whole, for logs and scripts (no escape codes to strip).
+  const bool terminal = isatty(STDOUT_FILENO) == 1;
   TopRates rates;
+  bool first_frame = true;
   auto start = std::chrono::steady_clock::now();
   for (;;) {
     std::string error;
@@ -132,8 +155,14 @@ int TopCommand(const std::vector<std::string>& args) {
       return kExitBadInput;
     }
     double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!once) std::printf("\033[H\033[2J");  // clear the screen for the next frame
-    std::fputs(TopTable(doc, pid_filter, &rates, now).c_str(), stdout);
+    if (terminal && !once) {
+      std::printf("\033[H\033[2J");  // clear the screen for the next frame
+    } else if (!first_frame) {
+      std::putchar('\n');  // frames apart
+    }
+    first_frame = false;
+    const int columns = terminal ? TerminalColumns() : 0;  // each frame: the window may resize
+    std::fputs(FitToWidth(TopTable(doc, pid_filter, &rates, now), columns).c_str(), stdout);
     std::fflush(stdout);
     if (once) return kExitOk;
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/report/job_summary.h"
 #include "fragscope/report/symbolizer.h"
@@ -95,7 +96,10 @@ std::string SharedGpuNotes(const nlohmann::json& streams, long pid_filter) {
     const uint64_t pid = s.value("pid", 0ull);
     const std::string host = r.contains("process") ? r["process"].value("host", "") : "";
     for (const auto& d : r.value("devices", nlohmann::json::array())) {
-      const std::string uuid = d.value("uuid", "");
+      // The collector's form (nvidia-smi's) or an older collector's bare hex: one GPU either way.
+      const std::string given = d.value("uuid", "");
+      const std::string hex = GpuUuidHex(given);
+      const std::string uuid = hex.empty() ? given : hex;
       const bool holds = d.contains("reserved_bytes") && d["reserved_bytes"].is_number() &&
                          d["reserved_bytes"].get<double>() > 0;
       if (uuid.empty() || !holds) continue;
@@ -207,6 +211,30 @@ std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates
         "* PyTorch's blocks as of its last sync (snapshot diffs: exact at syncs only); blocks "
         "that came and went since are not seen.\n";
   }
+  return out;
+}
+
+std::string FitToWidth(const std::string& text, int columns) {
+  if (columns <= 0) return text;
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    // Display columns: UTF-8 continuation bytes (10xxxxxx) take none.
+    int width = 0;
+    std::size_t cut = line.size();
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      if ((static_cast<unsigned char>(line[i]) & 0xC0) == 0x80) continue;
+      if (width == columns - 1) cut = i;  // where "…" goes if the line is too long
+      if (++width > columns) break;
+    }
+    if (width > columns) {
+      out.append(line.data(), cut);
+      out.append("\u2026");
+    } else {
+      out.append(line.data(), line.size());
+    }
+    out.push_back('\n');
+  }
+  out.pop_back();  // StrSplit gave one piece more than there are newlines
   return out;
 }
 

@@ -23,6 +23,11 @@ using TopRates = std::map<uint64_t, std::pair<uint64_t, double>>;
 // has its block columns starred, with a note under the table.
 std::string TopTable(const nlohmann::json& doc, long pid_filter, TopRates* rates, double now);
 
+// `text` with every line cut to `columns` display columns, a cut line ending in "…", so that a
+// terminal does not wrap the table's rows (the site column is as long as a function's name).
+// `columns` <= 0: unchanged.
+std::string FitToWidth(const std::string& text, int columns);
+
 }  // namespace fragscope::cli
 
 #endif  // FRAGSCOPE_VIEWER_CLI_TOP_TABLE_H_

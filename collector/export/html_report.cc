@@ -16,6 +16,7 @@
 #include "fragscope/export/site_names.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/report/free_range_sizes.h"
+#include "fragscope/report/job_summary.h"
 #include "fragscope/report/json_writer.h"
 #include "fragscope/report/report_caveats.h"
 #include "fragscope/report/report_verdict.h"
@@ -494,7 +495,7 @@ void HtmlReport::Device(const DeviceSummary& d) {
   if (!d.name.empty()) out_ << " &middot; " << Esc(d.name);
   out_ << "</h2>\n";
   if (!d.uuid_hex.empty())
-    out_ << "<p class=\"muted\">UUID <code>" << Esc(d.uuid_hex) << "</code></p>\n";
+    out_ << "<p class=\"muted\">UUID <code>" << Esc(GpuUuidName(d.uuid_hex)) << "</code></p>\n";
   out_ << "<div class=\"figures\">\n";
   Figure("reserved", FormatBytes(d.reserved_bytes));
   Figure("allocated", FormatBytes(d.allocated_bytes));

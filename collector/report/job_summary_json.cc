@@ -90,7 +90,7 @@ void RenderJobJson(const JobSummary& job, const std::vector<std::string>& member
   for (const SharedDevice& g : job.shared_devices) {
     w.BeginObject();
     w.Field("host", g.host);
-    w.Field("uuid", g.uuid_hex);
+    w.Field("uuid", GpuUuidName(g.uuid_hex));
     w.Key("users");
     w.BeginArray();
     for (const SharedDevice::User& u : g.users) {

@@ -1,5 +1,6 @@
 // RenderJobSummaryText: the job table and the first OOM per host.
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 
 #include "absl/strings/str_format.h"
@@ -98,6 +99,27 @@ std::string GpuUuidName(const std::string& uuid_hex) {
   if (uuid_hex.size() != 32) return uuid_hex;
   return absl::StrFormat("GPU-%s-%s-%s-%s-%s", uuid_hex.substr(0, 8), uuid_hex.substr(8, 4),
                          uuid_hex.substr(12, 4), uuid_hex.substr(16, 4), uuid_hex.substr(20));
+}
+
+std::string GpuUuidHex(const std::string& either) {
+  std::string digits;
+  if (either.size() == 40 && either.compare(0, 4, "GPU-") == 0) {
+    // The dashes must be where nvidia-smi puts them: 8-4-4-4-12.
+    for (std::size_t i = 4; i < either.size(); ++i) {
+      const bool dash_here = i == 12 || i == 17 || i == 22 || i == 27;
+      if ((either[i] == '-') != dash_here) return "";
+      if (!dash_here) digits.push_back(either[i]);
+    }
+  } else if (either.size() == 32) {
+    digits = either;
+  } else {
+    return "";
+  }
+  for (char& c : digits) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return "";
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return digits;
 }
 
 void RenderJobSummaryText(const JobSummary& job, std::ostream& out) {

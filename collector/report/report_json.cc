@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "fragscope.pb.h"
+#include "fragscope/report/job_summary.h"
 #include "fragscope/report/json_writer.h"
 #include "fragscope/report/oom_file.h"
 #include "fragscope/report/report_verdict.h"
@@ -113,7 +114,7 @@ void JsonReport::Sites(std::string_view key, const std::vector<SiteEntry>& sites
 void JsonReport::Device(const DeviceSummary& d) {
   w_.BeginObject();
   w_.Field("device", d.ordinal);
-  w_.Field("uuid", d.uuid_hex);
+  w_.Field("uuid", GpuUuidName(d.uuid_hex));  // nvidia-smi's form, "" when unknown
   w_.Field("name", d.name);
   MaybeUint("total_bytes", d.total_bytes);
   MaybeUint("device_free_bytes", d.device_free_bytes);

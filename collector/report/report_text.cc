@@ -7,6 +7,7 @@
 #include "fragscope.pb.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/report/free_range_sizes.h"
+#include "fragscope/report/job_summary.h"
 #include "fragscope/report/oom_file.h"
 #include "fragscope/report/report_caveats.h"
 #include "fragscope/report/report_verdict.h"
@@ -105,7 +106,7 @@ void TextReport::Sites(const std::vector<SiteEntry>& sites, std::string_view ind
 void TextReport::Device(const DeviceSummary& d) {
   out_ << absl::StrFormat("Device %d", d.ordinal);
   if (!d.name.empty()) out_ << " (" << d.name << ")";
-  if (!d.uuid_hex.empty()) out_ << " uuid " << d.uuid_hex;
+  if (!d.uuid_hex.empty()) out_ << " uuid " << GpuUuidName(d.uuid_hex);
   out_ << " — total " << Bytes(d.total_bytes) << "\n";
   Row("reserved", FormatBytes(d.reserved_bytes),
       "peak " + FormatBytes(d.peak_reserved_bytes) + PeakSince(s_));

@@ -14,33 +14,84 @@
 
 namespace fragscope {
 
+namespace {
+
+constexpr char kForms[] = "localhost:PORT, 127.0.0.1:PORT or [::1]:PORT";
+
+}  // namespace
+
+absl::StatusOr<MetricsAddress> ParseMetricsAddress(const std::string& address) {
+  MetricsAddress out;
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos || (!address.empty() && address.back() == ']')) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--metrics '%s': expected HOST:PORT (%s; port 0 picks a free one)", address, kForms));
+  }
+  std::string host = address.substr(0, colon);
+  const std::string port_text = address.substr(colon + 1);
+  int port = -1;
+  if (!absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535 ||
+      port_text.find_first_not_of("0123456789") != std::string::npos) {
+    // "::1" alone lands here too: its last colon is taken for the port's.
+    const bool bare_ipv6 = host.find(':') != std::string::npos && host.front() != '[';
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--metrics '%s': %s", address,
+        bare_ipv6
+            ? "put an IPv6 address in brackets, e.g. [::1]:9464"
+            : absl::StrFormat("'%s' is not a port (0-65535); expected %s", port_text, kForms)));
+  }
+  if (host.find(':') != std::string::npos && host.front() != '[') {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--metrics '%s': put an IPv6 address in brackets, e.g. [::1]:%d", address, port));
+  }
+  // localhost is the one name taken: binding 127.0.0.1 is what it means everywhere, and other
+  // names would need a resolver whose answer may change under a running daemon.
+  if (host == "localhost") host = "127.0.0.1";
+  out.port = port;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(static_cast<uint16_t>(port));
+    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a.sin6_addr) != 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--metrics '%s': %s is not an IPv6 address; expected %s", address, host, kForms));
+    }
+    out.loopback = IN6_IS_ADDR_LOOPBACK(&a.sin6_addr) ||
+                   (IN6_IS_ADDR_V4MAPPED(&a.sin6_addr) && a.sin6_addr.s6_addr[12] == 127);
+    std::memcpy(&out.storage, &a, sizeof(a));
+    out.length = sizeof(a);
+    return out;
+  }
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--metrics '%s': host '%s' is not localhost, an IPv4 address or a bracketed IPv6 "
+        "address; expected %s",
+        address, host, kForms));
+  }
+  out.loopback = (ntohl(a.sin_addr.s_addr) >> 24) == 127;
+  std::memcpy(&out.storage, &a, sizeof(a));
+  out.length = sizeof(a);
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& address, bool allow_remote, std::function<std::string()> render) {
-  auto colon = address.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--metrics '%s': expected HOST:PORT, e.g. 127.0.0.1:9464", address));
-  }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--metrics '%s': host must be an IPv4 address such as 127.0.0.1", address));
-  }
-  const bool loopback = (ntohl(addr.sin_addr.s_addr) >> 24) == 127;
-  if (!loopback && !allow_remote) {
+  absl::StatusOr<MetricsAddress> parsed = ParseMetricsAddress(address);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->loopback && !allow_remote) {
     return absl::PermissionDeniedError(absl::StrFormat(
         "--metrics '%s' is not a loopback address; pass --metrics-allow-remote to expose "
         "metrics on the network",
         address));
   }
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage addr = parsed->storage;
+  int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), parsed->length) != 0 ||
       listen(fd, 16) != 0) {
     int err = errno;
     if (fd >= 0) close(fd);
@@ -49,8 +100,10 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  std::unique_ptr<MetricsHttpServer> s(
-      new MetricsHttpServer(fd, ntohs(addr.sin_port), std::move(render)));
+  const uint16_t port = addr.ss_family == AF_INET6
+                            ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                            : reinterpret_cast<sockaddr_in*>(&addr)->sin_port;
+  std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer(fd, ntohs(port), std::move(render)));
   s->thread_ = std::thread([raw = s.get()] { raw->Serve(); });
   return s;
 }

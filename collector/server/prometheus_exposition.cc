@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "fragscope/report/job_summary.h"
 
 namespace fragscope {
 
@@ -108,7 +109,7 @@ std::string RenderPrometheus(const std::vector<SessionServer::StreamState>& stre
     for (const auto& [cls, n] : by_class) e.Add(kOoms, proc + ",class=\"" + cls + "\"", n);
     for (const DeviceSummary& d : s.summary.devices) {
       const std::string labels =
-          proc + absl::StrFormat(",device=\"%d\",uuid=\"%s\"", d.ordinal, d.uuid_hex);
+          proc + absl::StrFormat(",device=\"%d\",uuid=\"%s\"", d.ordinal, GpuUuidName(d.uuid_hex));
       e.Add(kReserved, labels, static_cast<double>(d.reserved_bytes));
       e.Add(kAllocated, labels, static_cast<double>(d.allocated_bytes));
       e.Add(kCached, labels, static_cast<double>(d.cached_bytes));

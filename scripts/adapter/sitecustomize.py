@@ -160,20 +160,46 @@ def _include_dir():
     return None
 
 
-def _build_extension(torch):
-    """Builds (or loads from the cache) the C++ extension for this torch version."""
+def _extension_place(torch):
+    """The extension's module name and the folder it is built into and loaded from: one per
+    torch version, under FRAGSCOPE_CACHE_DIR (default $XDG_CACHE_HOME/fragscope or
+    ~/.cache/fragscope). `fragscope torch-setup` builds into the same place."""
     import re
 
+    version = re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
+    cache_root = os.environ.get("FRAGSCOPE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fragscope")
+    return "fragscope_torch_adapter_" + version, os.path.join(cache_root, "torch-" + version)
+
+
+def _extension_built(name, build_dir):
+    """Whether cpp_extension.load will load the module without compiling: it is there and newer
+    than its source (ninja rebuilds it otherwise)."""
+    try:
+        built = os.path.getmtime(os.path.join(build_dir, name + ".so"))
+        return built >= os.path.getmtime(os.path.join(_HERE, "fragscope_torch_adapter.cpp"))
+    except OSError:
+        return False
+
+
+_BUILD_NOTICE = ("building the PyTorch adapter extension (once, about a minute; "
+                 "`fragscope torch-setup` does it ahead of time)")
+
+
+def _build_extension(torch, notice=_BUILD_NOTICE):
+    """Builds (or loads from the cache) the C++ extension for this torch version. A build that
+    is not cached yet says so first in one line (`notice`): it takes about a minute, silent
+    otherwise, and would look like a hang."""
     from torch.utils import cpp_extension
 
     include = _include_dir()
     if include is None:
         raise RuntimeError("fragscope/annotate.h not found (set FRAGSCOPE_INCLUDE_DIR)")
-    version = re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
-    cache_root = os.environ.get("FRAGSCOPE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fragscope")
-    build_dir = os.path.join(cache_root, "torch-" + version)
+    name, build_dir = _extension_place(torch)
     os.makedirs(build_dir, exist_ok=True)
+    if notice and not _extension_built(name, build_dir):
+        _warn(notice)
+        sys.stderr.flush()
     # with_cuda=True is for CUDA's headers and torch's CUDA libraries; the source has no device
     # code, yet cpp_extension still computes nvcc arch flags and, without TORCH_CUDA_ARCH_LIST,
     # takes them from the visible GPUs (none visible: IndexError in _get_cuda_arch_flags, seen
@@ -183,7 +209,7 @@ def _build_extension(torch):
         os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0"
     try:
         return cpp_extension.load(
-            name="fragscope_torch_adapter_" + version,
+            name=name,
             sources=[os.path.join(_HERE, "fragscope_torch_adapter.cpp")],
             extra_include_paths=[include],
             build_directory=build_dir,
@@ -193,6 +219,41 @@ def _build_extension(torch):
     finally:
         if arch_unset:
             os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+
+
+def _torch_setup():
+    """`fragscope torch-setup`: this file run as a script by the python that runs the training.
+    Builds the extension into the cache the adapter loads it from at run time, so that the first
+    `fragscope run` does not stop for the build. Exit 0 when it is there, 3 (with the reason)
+    when it cannot be."""
+    def say(message):
+        sys.stderr.write("fragscope torch-setup: %s\n" % message)
+
+    try:
+        import torch
+    except Exception as error:  # ImportError, or a broken install that raises anything
+        say("%s cannot import torch (%s); give the python that runs your training: "
+            "fragscope torch-setup --python PATH" % (sys.executable, _first_line(error)))
+        return 3
+    name, build_dir = _extension_place(torch)
+    if _extension_built(name, build_dir):
+        say("the PyTorch adapter extension for torch %s is already built in %s"
+            % (torch.__version__, build_dir))
+        return 0
+    say("building the PyTorch adapter extension for torch %s into %s (about a minute)"
+        % (torch.__version__, build_dir))
+    try:
+        _build_extension(torch, notice=None)
+    except Exception as error:
+        say("cannot build the extension with %s: %s; `fragscope run` will fall back to "
+            "snapshot diffs (scripts/adapter/README.md)" % (sys.executable, _first_line(error)))
+        return 3
+    say("built in %s; `fragscope run` loads it from there" % build_dir)
+    return 0
+
+
+def _first_line(error):
+    return (str(error).strip().splitlines() or [repr(error)])[0]
 
 
 def _snapshot_path():
@@ -521,7 +582,7 @@ def _on_cuda_init(torch):
                 return
             why = "the allocator refused a trace tracker"
         except Exception as error:
-            why = "extension unavailable: %s" % (str(error).splitlines() or [repr(error)])[0]
+            why = "extension unavailable: %s" % _first_line(error)
             _warn("PyTorch adapter extension not used (%s); falling back" % why)
     _install_fallback(torch, agent, why)
 
@@ -638,4 +699,7 @@ def _main():
         sys.meta_path.insert(0, _TorchWatcher())
 
 
+if __name__ == "__main__":
+    # `fragscope torch-setup` runs this file as a script: build, do not install any hook.
+    sys.exit(_torch_setup())
 _main()

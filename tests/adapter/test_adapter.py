@@ -230,6 +230,81 @@ class AdapterTest(unittest.TestCase):
         self.assertTrue(r.stdout.startswith("fallback (extension unavailable: "), r.stdout)
         self.assertIn("falling back", r.stderr)
 
+    # A stand-in torch.utils.cpp_extension whose load() "builds" by writing the module file,
+    # as the real one leaves it in the build folder, and counts its builds.
+    FAKE_CPP_EXTENSION = textwrap.dedent('''
+        import os
+        def load(name, sources, extra_include_paths, build_directory, with_cuda, verbose):
+            path = os.path.join(build_directory, name + ".so")
+            if not os.path.exists(path):
+                open(path, "w").close()
+                with open(os.path.join(build_directory, "builds"), "a") as f:
+                    f.write("built\\n")
+            return object()
+    ''')
+
+    def fake_torch_that_builds(self):
+        torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH)
+        self.write("pkgs/torch/utils/__init__.py", "")
+        self.write("pkgs/torch/utils/cpp_extension.py", self.FAKE_CPP_EXTENSION)
+        return os.path.dirname(torch_dir)
+
+    def test_the_first_build_says_so_and_a_cached_one_is_silent(self):
+        pkgs = self.fake_torch_that_builds()
+        cache = os.path.join(self.dir, "cache")
+        code = '''
+            import torch, sitecustomize
+            sitecustomize._build_extension(torch)
+        '''
+        first = self.run_python(code, path=[pkgs], env={"FRAGSCOPE_CACHE_DIR": cache})
+        self.assertEqual(first.stderr, "fragscope: building the PyTorch adapter extension (once, "
+                         "about a minute; `fragscope torch-setup` does it ahead of time)\n")
+        again = self.run_python(code, path=[pkgs], env={"FRAGSCOPE_CACHE_DIR": cache})
+        self.assertEqual(again.stderr, "")
+        with open(os.path.join(cache, "torch-0_0_fake", "builds")) as f:
+            self.assertEqual(f.read(), "built\n")
+
+    def torch_setup(self, pkgs, cache, python=None):
+        environment = {k: v for k, v in os.environ.items()
+                       if not k.startswith("FRAGSCOPE_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
+        environment.update({"PYTHONPATH": pkgs, "PYTHONNOUSERSITE": "1",
+                            "FRAGSCOPE_CACHE_DIR": cache, "FRAGSCOPE_ADAPTER_DIR": ADAPTER_DIR})
+        return subprocess.run([CLI, "torch-setup", "--python", python or sys.executable],
+                              env=environment, capture_output=True, text=True, timeout=60)
+
+    def test_torch_setup_builds_into_the_cache_the_adapter_uses(self):
+        if CLI is None:
+            self.skipTest("no fragscope command given")
+        pkgs = self.fake_torch_that_builds()
+        cache = os.path.join(self.dir, "cache")
+        built = os.path.join(cache, "torch-0_0_fake")
+        r = self.torch_setup(pkgs, cache)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("built in %s" % built, r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(built, "fragscope_torch_adapter_0_0_fake.so")))
+        # The adapter at run time finds it there: no build, no notice.
+        run = self.run_python('''
+            import torch, sitecustomize
+            sitecustomize._build_extension(torch)
+        ''', path=[pkgs], env={"FRAGSCOPE_CACHE_DIR": cache})
+        self.assertEqual(run.stderr, "")
+        again = self.torch_setup(pkgs, cache)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertIn("already built in %s" % built, again.stderr)
+        with open(os.path.join(built, "builds")) as f:
+            self.assertEqual(f.read(), "built\n")
+
+    def test_torch_setup_without_torch_says_why(self):
+        if CLI is None:
+            self.skipTest("no fragscope command given")
+        r = self.torch_setup(os.path.join(self.dir, "empty"), os.path.join(self.dir, "cache"))
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("%s cannot import torch" % sys.executable, r.stderr)
+        self.assertIn("--python PATH", r.stderr)
+        missing = self.torch_setup(self.dir, self.dir, python=os.path.join(self.dir, "nopython"))
+        self.assertEqual(missing.returncode, 3, missing.stderr)
+        self.assertIn("cannot run '%s'" % os.path.join(self.dir, "nopython"), missing.stderr)
+
     def test_oom_observer_reaches_the_agent_trace(self):
         self.need_agent()
         torch_dir = self.write("pkgs/torch/__init__.py", FAKE_TORCH)

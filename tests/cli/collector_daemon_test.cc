@@ -527,6 +527,54 @@ TEST_F(CollectorDaemon, TopShowsALiveProcessAndACrashIsReportedNotFatal) {
   EXPECT_NE(ended_table.find("main (ended)"), std::string::npos) << ended_table;
 }
 
+// `script` (util-linux) gives the command a pseudo-terminal for stdout, as a user's shell has;
+// its window size is 0x0 (script's own stdin is no terminal) unless the command sets one.
+std::string OnATerminal(const std::string& command) {
+  return "script -eqc '" + command + "' /dev/null </dev/null";
+}
+
+// Display columns of the widest line, escape sequences and carriage returns left out.
+int WidestLine(const std::string& text) {
+  const std::string plain =
+      std::regex_replace(text, std::regex("\033\\[[0-9;?]*[A-Za-z]|\r"), std::string());
+  int widest = 0;
+  std::istringstream lines(plain);
+  for (std::string line; std::getline(lines, line);) {
+    int width = 0;
+    for (unsigned char c : line) width += (c & 0xC0) != 0x80;  // UTF-8: count lead bytes
+    widest = std::max(widest, width);
+  }
+  return widest;
+}
+
+TEST_F(CollectorDaemon, TopToAPipeIsPlainTextAndToATerminalFitsItsWidth) {
+  const std::string top = std::string(FRAGSCOPE_CLI_BIN) + " top --socket " + socket_;
+  // Refreshing into a pipe: frames one after another, no escape codes, lines whole.
+  std::string piped;
+  EXPECT_EQ(ShellStatus("timeout 2 " + top + " --interval 0.2 | cat", &piped), 0) << piped;
+  EXPECT_EQ(piped.find('\033'), std::string::npos) << piped;
+  const size_t header = piped.find("PID      PROCESS");
+  ASSERT_NE(header, std::string::npos) << piped;
+  EXPECT_NE(piped.find("PID      PROCESS", header + 1), std::string::npos)
+      << "one frame: " << piped;
+  EXPECT_GT(WidestLine(piped), 80) << "the header is not cut in a pipe: " << piped;
+  // A terminal's own width (TIOCGWINSZ) wins over $COLUMNS.
+  std::string sized;
+  EXPECT_EQ(ShellStatus(OnATerminal("stty cols 70; COLUMNS=50 " + top + " --once"), &sized), 0)
+      << sized;
+  EXPECT_NE(sized.find("PID"), std::string::npos) << sized;
+  EXPECT_EQ(WidestLine(sized), 70) << sized;
+  // A terminal that reports no size: $COLUMNS.
+  std::string columns;
+  EXPECT_EQ(ShellStatus(OnATerminal("COLUMNS=60 " + top + " --once"), &columns), 0) << columns;
+  EXPECT_EQ(WidestLine(columns), 60) << columns;
+  // Refreshing on a terminal redraws the screen in place.
+  std::string live;
+  ShellStatus(OnATerminal("COLUMNS=60 timeout 2 " + top + " --interval 0.2"), &live);
+  EXPECT_NE(live.find("\033[2J"), std::string::npos) << live;
+  EXPECT_LE(WidestLine(live), 60) << live;
+}
+
 TEST_F(CollectorDaemon, OtherUsersCannotConnect) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user (setuid)";
   pid_t child = fork();

@@ -51,7 +51,7 @@ TEST_F(CommandLine, EveryBinaryAnswersVersionAndHelpOnStdout) {
     EXPECT_NE(help.output.find("usage:"), std::string::npos) << bin << ": " << help.output;
   }
   for (const char* sub :
-       {"run", "attach", "top", "report", "gate", "import", "export", "symbolize"}) {
+       {"run", "attach", "top", "report", "gate", "import", "export", "symbolize", "torch-setup"}) {
     Result help = Shell(Cli() + " " + sub + " --help" + quiet_stderr);
     EXPECT_EQ(help.exit_code, 0) << sub << ": " << help.output;
     EXPECT_NE(help.output.find(std::string("usage: fragscope ") + sub), std::string::npos)
@@ -129,6 +129,33 @@ TEST_F(CommandLine, ReportAndDumpReadATraceFromAPipe) {
   Result empty = Shell("printf '' | " + Cli() + " report -");
   EXPECT_EQ(empty.exit_code, 3) << empty.output;
   EXPECT_NE(empty.output.find("stdin"), std::string::npos) << empty.output;
+}
+
+// `script` (util-linux) runs a command on a pseudo-terminal: stdout is then a terminal, as when a
+// user types the command. -e passes the command's exit status through.
+std::string OnATerminal(const std::string& command) {
+  std::string quoted;
+  for (char c : command) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return "script -eqc '" + quoted + "' /dev/null </dev/null";
+}
+
+TEST_F(CommandLine, HtmlIsNotWrittenToATerminalButIsToAPipe) {
+  Result terminal = Shell(OnATerminal(Cli() + " report " + Trace() + " --format html"));
+  EXPECT_EQ(terminal.exit_code, 2) << terminal.output.substr(0, 2000);
+  EXPECT_NE(terminal.output.find("HTML to a terminal is unreadable: add -o report.html"),
+            std::string::npos)
+      << terminal.output.substr(0, 2000);
+  EXPECT_EQ(terminal.output.find("<!DOCTYPE html>"), std::string::npos);
+  // Text is still for the terminal.
+  Result text = Shell(OnATerminal(Cli() + " report " + Trace()));
+  EXPECT_EQ(text.exit_code, 0) << text.output.substr(0, 2000);
+  // To a pipe or a redirect the page is written as asked.
+  Result piped = Shell(Cli() + " report " + Trace() + " --format html 2>/dev/null | head -c 4096");
+  EXPECT_NE(piped.output.find("<!DOCTYPE html>"), std::string::npos) << piped.output.substr(0, 500);
+  const std::string page = dir_ + "/redirected.html";
+  Result redirected = Shell(Cli() + " report " + Trace() + " --format html > " + page);
+  EXPECT_EQ(redirected.exit_code, 0) << redirected.output;
+  EXPECT_NE(Slurp(page).find("</html>"), std::string::npos);
 }
 
 TEST_F(CommandLine, GateGivesCiOneCaseAndOneAnnotationPerCheckAndDevice) {

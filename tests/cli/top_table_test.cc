@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "fragscope/report/job_summary.h"
 #include "gtest/gtest.h"
 
 namespace fragscope::cli {
@@ -202,6 +203,32 @@ TEST(TopTable, ProcessesOnOneGpuAreSaidToShareIt) {
   doc["streams"][1]["connected"] = true;
   doc["streams"][1]["report"]["devices"][0]["uuid"] = "";
   EXPECT_EQ(TopTable(doc, 0, &rates, 5.0).find("shared GPU"), std::string::npos);
+}
+
+// A collector writes nvidia-smi's form; one from before wrote bare hex. Either way one GPU.
+TEST(TopTable, AGpuIsOneWhicheverFormItsUuidCameIn) {
+  TopRates rates;
+  nlohmann::json a = Stream(71, 10), b = Stream(72, 10);
+  a["report"]["devices"][0]["uuid"] = "GPU-01234567-89ab-cdef-0123-456789abcdef";
+  b["report"]["devices"][0]["uuid"] = "0123456789ABCDEF0123456789abcdef";
+  const std::string table = TopTable({{"streams", {a, b}}}, 0, &rates, 1.0);
+  EXPECT_NE(table.find("shared GPU GPU-01234567-89ab-cdef-0123-456789abcdef: pid 71, pid 72"),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(GpuUuidHex("GPU-01234567-89ab-cdef-0123-456789abcdef"),
+            "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(GpuUuidHex("GPU-0123456789ab-cdef-0123-456789abcdef"), "");  // dashes misplaced
+  EXPECT_EQ(GpuUuidHex("MIG-01234567-89ab-cdef-0123-456789abcdef"), "");
+  EXPECT_EQ(GpuUuidHex(""), "");
+}
+
+TEST(TopTable, FitToWidthCutsLongLinesOnly) {
+  EXPECT_EQ(FitToWidth("abcdef\nabc\n", 4), "abc\u2026\nabc\n");
+  EXPECT_EQ(FitToWidth("abcd\n", 4), "abcd\n");
+  // Display columns, not bytes: "é" is one column.
+  EXPECT_EQ(FitToWidth("\u00e9t\u00e9s", 4), "\u00e9t\u00e9s");
+  EXPECT_EQ(FitToWidth("\u00e9t\u00e9s!", 4), "\u00e9t\u00e9\u2026");
+  EXPECT_EQ(FitToWidth("abcdef", 0), "abcdef");  // no terminal: whole lines
 }
 
 }  // namespace

@@ -398,7 +398,7 @@ TEST(JobSummary, RanksOnOneGpuAreSaidToShareIt) {
   RenderJobJson(job, {}, json);
   const nlohmann::json j = nlohmann::json::parse(json.str());
   ASSERT_EQ(j["job"]["shared_devices"].size(), 1u);
-  EXPECT_EQ(j["job"]["shared_devices"][0]["uuid"], gpu0);
+  EXPECT_EQ(j["job"]["shared_devices"][0]["uuid"], "GPU-aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa");
   EXPECT_EQ(j["job"]["shared_devices"][0]["users"][1]["rank"], 1);
   EXPECT_EQ(j["job"]["shared_devices"][0]["users"][0]["peak_reserved_bytes"], 950 * kMiB);
 

@@ -387,7 +387,7 @@ TEST(ReportJsonTest, FragmentationOomScenario) {
   ASSERT_EQ(v["devices"].items.size(), 1u);
   const JsonValue& d = v["devices"][0];
   EXPECT_EQ(d["device"].text, "0");
-  EXPECT_EQ(d["uuid"].text, "01010101010101010101010101010101");
+  EXPECT_EQ(d["uuid"].text, "GPU-01010101-0101-0101-0101-010101010101");  // nvidia-smi's form
   EXPECT_EQ(d["reserved_bytes"].text, std::to_string(2 * kGiB));
   EXPECT_EQ(d["allocated_bytes"].text, std::to_string(kGiB));
   EXPECT_EQ(d["opaque_bytes"].text, "0");

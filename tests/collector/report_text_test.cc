@@ -46,7 +46,7 @@ TEST(ReportTextTest, FragmentationPostMortem) {
   ExpectContains(text, "the largest free range is 512.00 MiB");
   ExpectContains(text, "expandable_segments:True");
   // Device table with units.
-  ExpectContains(text, "Device 0 (Test GPU)");
+  ExpectContains(text, "Device 0 (Test GPU) uuid GPU-01010101-0101-0101-0101-010101010101 ");
   ExpectContains(text, "fragmentation          50.0 %");
   ExpectContains(text, "stranded               512.00 MiB");
   // Where the cache lay at the failure: two 512 MiB pieces, one per segment.

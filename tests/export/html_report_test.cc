@@ -64,6 +64,9 @@ TEST(HtmlReportTest, PageHoldsEveryPartAndNothingFromTheNetwork) {
   exporter::ExportInput in = Capture(ExportTrace().frames());
   const std::string page = Render(in);
   EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  // The GPU as nvidia-smi names it.
+  EXPECT_NE(page.find("UUID <code>GPU-10101010-1010-1010-1010-101010101010</code>"),
+            std::string::npos);
   // The devices' maps (the end of the trace) come before the post-mortems.
   const std::size_t ooms_at = page.find("<h2 id=\"ooms\">");
   ASSERT_NE(ooms_at, std::string::npos);

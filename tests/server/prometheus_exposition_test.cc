@@ -38,6 +38,16 @@ TEST(PrometheusExposition, FamiliesAndUnknownFiguresAbsent) {
   EXPECT_EQ(text.find("fragscope_untracked_bytes{"), std::string::npos) << "unknown: absent";
 }
 
+TEST(PrometheusExposition, TheGpuIsLabelledAsNvidiaSmiNamesIt) {
+  SessionServer::StreamState s = Stream();
+  s.summary.devices[0].uuid_hex = "8f0c29a1b2c3d4e5f60718293a4b5c6d";
+  const std::string text = RenderPrometheus({s});
+  EXPECT_NE(text.find(std::string("fragscope_reserved_bytes{") + kProc +
+                      ",device=\"0\",uuid=\"GPU-8f0c29a1-b2c3-d4e5-f607-18293a4b5c6d\"} 1000\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST(PrometheusExposition, BlocksOfAnOlderSyncAreSaidToBeSo) {
   SessionServer::StreamState followed = Stream();
   std::string text = RenderPrometheus({followed});

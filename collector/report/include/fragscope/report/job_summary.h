@@ -129,8 +129,13 @@ inline constexpr uint64_t kWallClockMarginNs = 100'000'000;  // 100 ms
 JobSummary BuildJobSummary(const std::vector<JobMember>& members);
 
 // A GPU as nvidia-smi names it, "GPU-8f0c29a1-...", from DeviceSummary::uuid_hex (32 hex
-// digits); any other text comes back as it is.
+// digits); any other text comes back as it is. Every report shows UUIDs in this form.
 std::string GpuUuidName(const std::string& uuid_hex);
+
+// The 32 lowercase hex digits of a UUID given in either form: nvidia-smi's (what reports write)
+// or bare hex (what reports wrote before they used nvidia-smi's form); "" for anything else.
+// For comparing UUIDs read from reports, which may come from older builds.
+std::string GpuUuidHex(const std::string& either);
 
 // The job table and the first OOM, as text (what `fragscope run` prints after the processes'
 // reports when it traced more than one, and `fragscope report` for several traces).

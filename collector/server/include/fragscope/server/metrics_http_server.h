@@ -4,6 +4,8 @@
 #ifndef FRAGSCOPE_SERVER_METRICS_HTTP_SERVER_H_
 #define FRAGSCOPE_SERVER_METRICS_HTTP_SERVER_H_
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -14,10 +16,20 @@
 
 namespace fragscope {
 
+// Where --metrics asks to listen: "localhost:PORT" (127.0.0.1), "A.B.C.D:PORT" or "[IPv6]:PORT";
+// anything else is an error that names the accepted forms. No other name is resolved.
+struct MetricsAddress {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+  int port = 0;
+  bool loopback = false;  // 127.0.0.0/8, ::1 or ::ffff:127.x.y.z
+};
+absl::StatusOr<MetricsAddress> ParseMetricsAddress(const std::string& address);
+
 // Thread-safe: one serving thread; Stop() from any thread.
 class MetricsHttpServer {
  public:
-  // `address` is "HOST:PORT" with an IPv4 host; port 0 picks a free one (see port()).
+  // `address` as ParseMetricsAddress takes it; port 0 picks a free one (see port()).
   // Non-loopback hosts are refused unless `allow_remote`.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
       const std::string& address, bool allow_remote, std::function<std::string()> render);
