@@ -1,5 +1,7 @@
 // fragscope import SNAPSHOT.pickle -o TRACE
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "arg_reader.h"
 #include "commands.h"
@@ -13,8 +15,9 @@ namespace fragscope::cli {
 namespace {
 constexpr char kUsage[] =
     "usage: fragscope import SNAPSHOT.pickle -o TRACE\n"
-    "  Converts a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) to a fragscope\n"
-    "  trace. `report` also reads .pickle files directly.\n";
+    "  Converts a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot, or the list\n"
+    "  torch.cuda.memory_snapshot() returns) to a fragscope trace, replaying its recorded\n"
+    "  history (device_traces) when it has one. `report` also reads .pickle files directly.\n";
 }  // namespace
 
 int ImportCommand(const std::vector<std::string>& args) {
@@ -28,11 +31,19 @@ int ImportCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   if (OutputIsAnInput("import", {{"-o", &out_path}}, reader.positionals())) return kExitUsage;
-  auto frames = torch::ImportTorchSnapshotFile(reader.positionals()[0], torch::ImportOptions{});
-  if (!frames.ok()) {
-    std::fprintf(stderr, "fragscope import: %s\n", std::string(frames.status().message()).c_str());
+  auto imported =
+      torch::ImportTorchSnapshotFileWithSummary(reader.positionals()[0], torch::ImportOptions{});
+  if (!imported.ok()) {
+    std::fprintf(stderr, "fragscope import: %s\n",
+                 std::string(imported.status().message()).c_str());
     return kExitBadInput;
   }
+  // Oddities that did not stop the import (a history that does not lead to the snapshot, block
+  // sizes that do not add up): the figures depend on them.
+  for (const std::string& w : imported->warnings) {
+    std::fprintf(stderr, "fragscope import: warning: %s\n", w.c_str());
+  }
+  const std::vector<v1::Frame>* frames = &imported->frames;
   auto writer = FrameWriter::CreateFile(out_path);
   if (!writer.ok()) {
     std::fprintf(stderr, "fragscope import: %s\n", std::string(writer.status().message()).c_str());
@@ -48,8 +59,10 @@ int ImportCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "fragscope import: %s\n", std::string(s.message()).c_str());
     return kExitBadInput;
   }
-  std::fprintf(stderr, "fragscope import: wrote %zu frames to %s\n", frames->size(),
-               out_path.c_str());
+  std::fprintf(
+      stderr, "fragscope import: wrote %zu frames to %s (%s)\n", frames->size(), out_path.c_str(),
+      imported->history_replayed ? "the snapshot's history replayed: peaks are the history's"
+                                 : "the snapshot's moment: peaks are those at snapshot time");
   return kExitOk;
 }
 

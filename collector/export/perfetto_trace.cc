@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "fragscope/export/site_names.h"
 #include "fragscope/model/format_bytes.h"
 #include "fragscope/report/json_writer.h"
@@ -20,7 +21,26 @@ std::string DeviceName(int device) {
   return device < 0 ? std::string("GPU ?") : absl::StrFormat("GPU %d", device);
 }
 
-double Micros(uint64_t time_ns) { return static_cast<double>(time_ns) / 1000.0; }
+double Micros(int64_t time_ns) { return static_cast<double>(time_ns) / 1000.0; }
+
+// The time of a process's first recorded moment (its own CLOCK_MONOTONIC), 0 when nothing
+// carries a time. Timeline points of frames that are not events (the stream's opening, device
+// info) carry 0, "not recorded", and are not a start.
+uint64_t FirstTime(const ModelSummary& s, const std::vector<MarkEvent>* marks) {
+  uint64_t first = UINT64_MAX;
+  auto see = [&](uint64_t t) {
+    if (t != 0) first = std::min(first, t);
+  };
+  for (const DeviceSummary& d : s.devices) {
+    for (const TimelinePoint& p : d.timeline) see(p.time_ns);
+  }
+  for (const FailedAllocation& f : s.failed_allocations) see(f.time_ns);
+  for (const OomPostMortem& o : s.ooms) see(o.failure.time_ns);
+  if (marks != nullptr) {
+    for (const MarkEvent& m : *marks) see(m.time_ns);
+  }
+  return first == UINT64_MAX ? 0 : first;
+}
 
 // The start of one trace event: its phase, name, process and thread. The caller adds the rest
 // and ends the object.
@@ -44,14 +64,18 @@ void MetadataEvent(JsonWriter& w, const char* name, int pid, int tid, const char
 }
 
 // The events of one process, as elements of the open traceEvents array: its name, a thread per
-// device, the counter tracks, the failed allocations and OOMs. `pid` is the id the viewer groups
-// them by, `shift_ns` is added to every time (0: the process's own CLOCK_MONOTONIC),
-// `sort_index` orders processes.
-void WriteProcessEvents(const ModelSummary& s, Symbolizer& symbolizer, int pid, int64_t shift_ns,
+// device, the counter tracks, the failed allocations, OOMs and marks. `pid` is the id the viewer
+// groups them by; an event's ts is its time minus `origin_ns` (the process's clock: its first
+// moment, or the job's first moment moved onto this process's clock), a time not recorded
+// (0) counting as the process's first moment. `sort_index` orders processes.
+void WriteProcessEvents(const ModelSummary& s, const std::vector<MarkEvent>* marks,
+                        Symbolizer& symbolizer, int pid, int64_t origin_ns,
                         std::optional<int64_t> sort_index, JsonWriter& w) {
   SiteNames sites(s, symbolizer);
-  auto Ts = [shift_ns](uint64_t time_ns) {
-    return Micros(time_ns + static_cast<uint64_t>(shift_ns));
+  const uint64_t first = FirstTime(s, marks);
+  auto Ts = [first, origin_ns](uint64_t time_ns) {
+    const uint64_t t = time_ns != 0 ? time_ns : first;
+    return Micros(static_cast<int64_t>(t) - origin_ns);
   };
   std::string process = s.exe.empty() ? "traced process" : s.exe;
   if (s.pid != 0) process += absl::StrFormat(" (pid %d)", s.pid);
@@ -142,16 +166,44 @@ void WriteProcessEvents(const ModelSummary& s, Symbolizer& symbolizer, int pid, 
     w.EndObject();
     w.EndObject();
   }
+
+  // The program's own labels (fragscope_annotate_mark): on the whole process, not a device.
+  if (marks != nullptr) {
+    for (const MarkEvent& m : *marks) {
+      BeginEvent(w, "i", m.label.empty() ? std::string_view("mark") : std::string_view(m.label),
+                 pid, 0);
+      w.Field("s", "p");
+      w.Field("cat", "mark");
+      w.FieldDoubleExact("ts", Ts(m.time_ns));
+      w.Key("args");
+      w.BeginObject();
+      w.Field("seq", m.seq);
+      w.Field("label", m.label);
+      w.EndObject();
+      w.EndObject();
+    }
+  }
+}
+
+// The trace's start as wall-clock text for otherData ("2026-12-06 05:19:50.979 UTC"), empty
+// when unknown.
+std::string WallText(std::optional<uint64_t> wall_ns) {
+  if (!wall_ns) return "";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC",
+                          absl::FromUnixNanos(static_cast<int64_t>(*wall_ns)), absl::UTCTimeZone());
 }
 
 }  // namespace
 
-void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostream& out) {
+void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostream& out,
+                        const std::vector<MarkEvent>* marks) {
+  const uint64_t first = FirstTime(s, marks);
   JsonWriter w(out, /*pretty=*/false);
   w.BeginObject();
   w.Key("traceEvents");
   w.BeginArray();
-  WriteProcessEvents(s, symbolizer, s.pid != 0 ? static_cast<int>(s.pid) : 1, 0, std::nullopt, w);
+  WriteProcessEvents(s, marks, symbolizer, s.pid != 0 ? static_cast<int>(s.pid) : 1,
+                     static_cast<int64_t>(first), std::nullopt, w);
   w.EndArray();
   w.Field("displayTimeUnit", "ms");
   // The limits of the figures, as the reports state them (the viewer shows otherData as the
@@ -160,6 +212,10 @@ void WritePerfettoTrace(const ModelSummary& s, Symbolizer& symbolizer, std::ostr
   w.Key("otherData");
   w.BeginObject();
   w.Field("producer", "fragscope");
+  w.Field("time_base", "us since the trace's first event");
+  w.Field("start_monotonic_ns", first);
+  w.FieldOrNull("start_unix_ns", s.WallTimeNs(first));
+  w.Field("start_utc", WallText(s.WallTimeNs(first)));
   w.Field("exe", s.exe);
   w.Field("host", s.host);
   w.FieldStrings("notes", ReportCaveats(s));
@@ -183,6 +239,16 @@ void WritePerfettoJobTrace(const std::vector<PerfettoProcess>& processes, std::o
     while (!pids.insert(pid).second) pid += 1 << 22;
     view_pids.push_back(pid);
   }
+  // The job's start: the earliest first moment of any process, on the common clock (wall, or
+  // the shared monotonic clock of one host). Each process's times are moved onto it.
+  std::optional<int64_t> job_start;
+  for (const PerfettoProcess& p : processes) {
+    const uint64_t first = FirstTime(*p.summary, p.marks);
+    if (first == 0) continue;
+    const int64_t t =
+        static_cast<int64_t>(first) + (wall ? *p.summary->realtime_minus_monotonic_ns : 0);
+    job_start = job_start ? std::min(*job_start, t) : t;
+  }
   JsonWriter w(out, /*pretty=*/false);
   w.BeginObject();
   w.Key("traceEvents");
@@ -190,7 +256,8 @@ void WritePerfettoJobTrace(const std::vector<PerfettoProcess>& processes, std::o
   for (std::size_t i = 0; i < processes.size(); ++i) {
     const ModelSummary& s = *processes[i].summary;
     const int64_t shift = wall ? *s.realtime_minus_monotonic_ns : 0;
-    WriteProcessEvents(s, *processes[i].symbolizer, view_pids[i], shift,
+    WriteProcessEvents(s, processes[i].marks, *processes[i].symbolizer, view_pids[i],
+                       job_start.value_or(0) - shift,
                        s.rank ? static_cast<int64_t>(*s.rank) : static_cast<int64_t>(i), w);
   }
   w.EndArray();
@@ -198,8 +265,13 @@ void WritePerfettoJobTrace(const std::vector<PerfettoProcess>& processes, std::o
   w.Key("otherData");
   w.BeginObject();
   w.Field("producer", "fragscope");
-  w.Field("time_base", wall ? "wall clock (us since the Unix epoch)"
-                            : "CLOCK_MONOTONIC of each process (aligned within one host)");
+  w.Field("time_base", wall ? "us since the job's first event, processes aligned by wall clock"
+                            : "us since the job's first event, processes aligned by "
+                              "CLOCK_MONOTONIC (lines up within one host)");
+  if (wall && job_start) {
+    w.Field("start_unix_ns", static_cast<uint64_t>(*job_start));
+    w.Field("start_utc", WallText(static_cast<uint64_t>(*job_start)));
+  }
   w.Key("processes");
   w.BeginArray();
   for (std::size_t i = 0; i < processes.size(); ++i) {

@@ -173,34 +173,71 @@ class SnapshotWriter {
       ooms[o.failure.device].push_back(&o);
       max_device = std::max(max_device, o.failure.device);
     }
+    for (const auto& [device, entries] : in_.record.history) {
+      if (!entries.empty()) max_device = std::max(max_device, device);
+    }
+    static const std::vector<HistoryEntry> kNone;
     w_.BeginList();
     for (int device = 0; device <= max_device; ++device) {
       w_.BeginList();
-      for (const OomPostMortem* o : ooms[device]) {
-        ++stats_.oom_entries;
-        w_.BeginDict();
-        w_.String("action");
-        w_.String("oom");
-        if (o->figures.device_free_bytes.value) {
-          // PyTorch's oom entry has no `addr`: the allocator's TraceEntry keeps the device's
-          // free bytes in addr_, and the snapshot names them `device_free` (torch.cuda.memory
-          // _snapshot's docstring; torch.cuda._memory_viz.trace and MemoryViz read that key).
-          w_.String("device_free");
-          w_.Uint(*o->figures.device_free_bytes.value);
+      auto h = in_.record.history.find(device);
+      const std::vector<HistoryEntry>& history = h != in_.record.history.end() ? h->second : kNone;
+      // The history and the OOMs, merged by seq: the order the program met them.
+      std::size_t next_oom = 0;
+      const std::vector<const OomPostMortem*>& device_ooms = ooms[device];
+      for (const HistoryEntry& e : history) {
+        while (next_oom < device_ooms.size() && device_ooms[next_oom]->failure.seq < e.seq) {
+          Oom(*device_ooms[next_oom++]);
         }
-        w_.String("size");
-        w_.Uint(o->failure.requested_bytes);
-        w_.String("stream");
-        w_.Uint(o->failure.stream);
-        w_.String("time_us");
-        w_.Uint(o->failure.time_ns / 1000);
-        w_.String("frames");
-        Frames(o->failure.stack_id);
-        w_.EndDict();
+        Entry(e);
       }
+      while (next_oom < device_ooms.size()) Oom(*device_ooms[next_oom++]);
       w_.EndList();
     }
     w_.EndList();
+  }
+
+  // One entry of PyTorch's device trace (TraceEntry: action, addr, size, stream, time_us,
+  // frames).
+  void Entry(const HistoryEntry& e) {
+    ++stats_.history_entries;
+    w_.BeginDict();
+    w_.String("action");
+    w_.String(HistoryActionName(e.action));
+    w_.String("addr");
+    w_.Uint(e.address);
+    w_.String("size");
+    w_.Uint(e.size);
+    w_.String("stream");
+    w_.Uint(e.stream);
+    w_.String("time_us");
+    w_.Uint(e.time_ns / 1000);
+    w_.String("frames");
+    Frames(e.stack_id);
+    w_.EndDict();
+  }
+
+  void Oom(const OomPostMortem& o) {
+    ++stats_.oom_entries;
+    w_.BeginDict();
+    w_.String("action");
+    w_.String("oom");
+    if (o.figures.device_free_bytes.value) {
+      // PyTorch's oom entry has no `addr`: the allocator's TraceEntry keeps the device's
+      // free bytes in addr_, and the snapshot names them `device_free` (torch.cuda.memory
+      // _snapshot's docstring; torch.cuda._memory_viz.trace and MemoryViz read that key).
+      w_.String("device_free");
+      w_.Uint(*o.figures.device_free_bytes.value);
+    }
+    w_.String("size");
+    w_.Uint(o.failure.requested_bytes);
+    w_.String("stream");
+    w_.Uint(o.failure.stream);
+    w_.String("time_us");
+    w_.Uint(o.failure.time_ns / 1000);
+    w_.String("frames");
+    Frames(o.failure.stack_id);
+    w_.EndDict();
   }
 
   const ExportInput& in_;

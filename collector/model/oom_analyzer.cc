@@ -24,7 +24,10 @@ void AdviseOpaque(const OomFigures& f, OomVerdict* v) {
 // Decision rules, in order (r = requested bytes; all figures at the failure, on its device):
 //
 //   T = device total, F = device free (from the failure's own sample when it has one, else the
-//   latest MemInfo before it). Without both the class is `unknown`.
+//   latest MemInfo before it). Without both the class is `unknown`, except with F alone when
+//   held + r + context overhead <= F + reserved and O = 0: the device has at least F + reserved,
+//   so capacity and external use are ruled out and rules 4.. decide (a PyTorch snapshot's oom
+//   entry records F only).
 //   held  = allocated + pending frees        (bytes this process certainly holds; pool blocks and
 //                                             graph memory included)
 //   O     = opaque bytes                      (held or free: cannot tell)
@@ -91,20 +94,36 @@ OomVerdict ClassifyFromFigures(const OomFigures& f, const FailedAllocation& fail
                                const ModelOptions& options) {
   OomVerdict v;
   const uint64_t r = f.requested_bytes;
-  if (!f.device_total_bytes.known() || !f.device_free_bytes.known()) {
+  const uint64_t held = f.allocated_bytes + f.pending_free_bytes;
+  // Free bytes without the total (a PyTorch snapshot's oom entry records only free): the device
+  // has at least free + reserved, so a request that fits there rules capacity and external use
+  // out, and the classes below need no more. Anything else stays unknown.
+  const bool free_only =
+      !f.device_total_bytes.known() && f.device_free_bytes.known() && f.opaque_bytes == 0 &&
+      held + r + options.context_overhead_bytes <= *f.device_free_bytes.value + f.reserved_bytes;
+  if ((!f.device_total_bytes.known() || !f.device_free_bytes.known()) && !free_only) {
     v.oom_class = OomClass::kUnknown;
-    v.explanation =
-        "No device free/total sample at or before the failure, so capacity, external use and "
-        "fragmentation cannot be told apart.";
+    if (f.device_free_bytes.known()) {
+      v.explanation = absl::StrFormat(
+          "The device's total is not known (only its free bytes, %s), and the request with what "
+          "this process holds (%s) does not fit free + reserved (%s): capacity and external use "
+          "cannot be told apart.",
+          B(*f.device_free_bytes.value), B(held + r),
+          B(*f.device_free_bytes.value + f.reserved_bytes));
+    } else {
+      v.explanation =
+          "No device free/total sample at or before the failure, so capacity, external use and "
+          "fragmentation cannot be told apart.";
+    }
     v.advice.push_back(
         "Run with the agent active from the start so MemInfo samples are taken at failures.");
     if (f.opaque_segments > 0) AdviseOpaque(f, &v);
     return v;
   }
-  const uint64_t total = *f.device_total_bytes.value;
   const uint64_t free = *f.device_free_bytes.value;
-  const uint64_t held = f.allocated_bytes + f.pending_free_bytes;
   const uint64_t reach = free + f.reserved_bytes;
+  // Without a total, what is known of it: at least reach (enough for the tests below).
+  const uint64_t total = free_only ? reach : *f.device_total_bytes.value;
   const uint64_t room = total - std::min(total, options.context_overhead_bytes);
   const uint64_t outside = total - std::min(total, reach);
 

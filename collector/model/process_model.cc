@@ -225,6 +225,10 @@ class ProcessModel::Impl {
   template <typename Event, typename Handler>
   void ApplyStateEvent(const Event& e, Handler&& handle) {
     ++events_;
+    // An imported snapshot that carries its history (device_traces replayed) is more than one
+    // moment: its peaks are the history's.
+    if (imported_) [[unlikely]]
+      imported_history_ = true;
     snapshot_policy_.OnStateEvent();
     handle(e);
     FinishEvent(e.seq(), e.time_ns());
@@ -363,6 +367,7 @@ class ProcessModel::Impl {
   std::string exe_;
   bool attached_ = false;
   bool imported_ = false;
+  bool imported_history_ = false;    // state events followed the imported snapshot
   bool release_stacks_off_ = false;  // Hello.release_stacks_off
   uint32_t stack_depth_ = 0;         // Hello.stack_depth
   bool history_complete_ = true;
@@ -1559,6 +1564,7 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.release_stacks = !release_stacks_off_;
   out.stack_depth = stack_depth_;
   out.imported = imported_;
+  out.imported_history = imported_history_;
   out.history_complete = history_complete_;
   out.frames = frames_;
   out.events = events_;

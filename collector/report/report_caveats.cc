@@ -14,7 +14,11 @@ constexpr std::size_t kListedIntervals = 5;  // lost-event intervals named one b
 
 std::vector<std::string> ReportCaveats(const ModelSummary& s) {
   std::vector<std::string> out;
-  if (s.imported) {
+  if (s.imported && s.imported_history) {
+    out.push_back(
+        "an allocator snapshot with its recorded history, replayed: peaks and maxima are the "
+        "history's; what happened before its first entry is not known.");
+  } else if (s.imported) {
     out.push_back("the state at the moment of the snapshot; what happened before it is not known.");
   } else if (!s.history_complete) {
     // Not `attached` alone: a woken dormant agent kept its live table from the program's
@@ -82,7 +86,7 @@ std::vector<std::string> ReportCaveats(const ModelSummary& s) {
 
 std::string PeakSince(const ModelSummary& s) {
   // A snapshot is one moment: its "peak" is that moment's (the caveat says the rest).
-  if (s.imported) return " in the snapshot";
+  if (s.imported) return s.imported_history ? " in the snapshot's history" : " at snapshot time";
   const std::optional<uint64_t> from = s.partial_history_from();
   return from ? absl::StrFormat(" since seq %d", *from) : std::string();
 }

@@ -9,6 +9,7 @@
 #include "fragscope/report/job_summary.h"
 #include "fragscope/report/json_writer.h"
 #include "fragscope/report/oom_file.h"
+#include "fragscope/report/report_caveats.h"
 #include "fragscope/report/report_verdict.h"
 #include "fragscope/report/stack_cut.h"
 
@@ -43,6 +44,18 @@ class JsonReport {
       w_.Double(*m.value);
     } else {
       w_.Null();
+    }
+  }
+  // "peak_scope": what the peak and maximum figures beside it cover, in the words the text
+  // report puts beside them ("at snapshot time", "since seq S", "in the snapshot's history"),
+  // null for the whole run.
+  void PeakScope() {
+    const std::string since = PeakSince(s_);
+    w_.Key("peak_scope");
+    if (since.empty()) {
+      w_.Null();
+    } else {
+      w_.String(std::string_view(since).substr(1));
     }
   }
   void NullReason(std::string_view key, const std::string& reason, bool known) {
@@ -133,6 +146,7 @@ void JsonReport::Device(const DeviceSummary& d) {
   w_.Field("peak_reserved_seq", d.peak_reserved_seq);
   w_.Field("peak_allocated_bytes", d.peak_allocated_bytes);
   MaybeDouble("max_fragmentation", d.max_fragmentation);
+  PeakScope();
   w_.Field("pool_reserved_bytes", d.pool_reserved_bytes);
   w_.Field("pool_used_bytes", d.pool_used_bytes);
   w_.Field("pool_pending_free_bytes", d.pool_pending_free_bytes);
@@ -249,6 +263,7 @@ void JsonReport::Oom(const OomPostMortem& o) {
   w_.Field("stranded_bytes", g.cached_bytes - std::min(g.cached_bytes, g.largest_free_range_bytes));
   MaybeUint("untracked_bytes", g.untracked_bytes);
   w_.Field("peak_reserved_bytes", o.peak_reserved_bytes);
+  PeakScope();
   w_.Key("blocks_synced_at_seq");
   if (g.blocks_synced_at_seq) {
     w_.Uint(*g.blocks_synced_at_seq);

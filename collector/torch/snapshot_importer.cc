@@ -60,14 +60,92 @@ bool IsCaptureMachinery(const v1::SourceFrame& frame) {
 }
 
 class Converter {
+  // One device_traces entry, as read (the history replay below).
+  enum class TraceAction {
+    kAlloc,
+    kFreeRequested,
+    kFreeCompleted,
+    kSegmentAlloc,
+    kSegmentFree,
+    kSegmentMapping,
+    kOom
+  };
+  static const char* ActionName(TraceAction a) {
+    switch (a) {
+      case TraceAction::kAlloc:
+        return "alloc";
+      case TraceAction::kFreeRequested:
+        return "free_requested";
+      case TraceAction::kFreeCompleted:
+        return "free_completed";
+      case TraceAction::kSegmentAlloc:
+        return "segment_alloc";
+      case TraceAction::kSegmentFree:
+        return "segment_free";
+      case TraceAction::kSegmentMapping:
+        return "segment_map/unmap";
+      case TraceAction::kOom:
+        return "oom";
+    }
+    return "?";
+  }
+  struct TraceEntry {
+    TraceAction action = TraceAction::kOom;
+    int32_t device = 0;
+    uint64_t address = 0;  // for oom: the device's free bytes (has_device_free)
+    uint64_t size = 0;
+    uint64_t stream = 0;
+    uint64_t time_ns = 0;
+    uint64_t stack_id = 0;
+    bool has_device_free = false;
+    std::string path;  // where in the snapshot, for messages
+  };
+  struct SegmentState {
+    uint64_t size = 0;
+    uint64_t stream = 0;
+    uint64_t pool = 0;
+    uint64_t stack_id = 0;
+    bool expandable = false;
+  };
+  struct BlockState {
+    uint64_t size = 0;
+    uint64_t stream = 0;
+    uint64_t pool = 0;
+    uint64_t stack_id = 0;
+    bool pending = false;
+  };
+  struct DeviceState {
+    std::map<uint64_t, SegmentState> segments;
+    std::map<uint64_t, BlockState> blocks;
+    // The segment holding [address, address + size), or null.
+    const SegmentState* SegmentOf(uint64_t address, uint64_t size) const {
+      auto it = segments.upper_bound(address);
+      if (it == segments.begin()) return nullptr;
+      --it;
+      const uint64_t end = it->first + it->second.size;
+      return address < end && size <= end - address ? &it->second : nullptr;
+    }
+  };
+
  public:
   Converter(std::string_view source, const ImportOptions& options)
       : source_(source), options_(options) {}
 
   absl::StatusOr<ImportResult> Run(const PickleValue& root) {
+    if (root.kind() == Kind::kList) {
+      // torch.cuda.memory_snapshot() returns the segments alone (no device_traces).
+      for (size_t i = 0; i < root.items().size(); ++i) {
+        if (absl::Status s = Segment(*root.items()[i], i, absl::StrCat("[", i, "]")); !s.ok()) {
+          return s;
+        }
+      }
+      return Assemble();
+    }
     if (root.kind() != Kind::kDict) {
-      return Error("<top level>", absl::StrCat("expected a dict (a torch memory snapshot), got ",
-                                               PickleValue::KindName(root.kind())));
+      return Error("<top level>",
+                   absl::StrCat("expected a dict (torch.cuda.memory._snapshot()) or a list of "
+                                "segments (torch.cuda.memory_snapshot()), got ",
+                                PickleValue::KindName(root.kind())));
     }
     const PickleValue* segments = root.Find("segments");
     if (segments == nullptr) {
@@ -298,6 +376,7 @@ class Converter {
     if (!seg_stack.ok()) return seg_stack.status();
 
     if (absl::Status s = CountEntries(expandable ? 3 : 1, path); !s.ok()) return s;
+    state_[*device].segments[*address] = {*total, *stream, *pool, *seg_stack, expandable};
     DeviceSummary& summary = Summary(*device);
     ++summary.segment_count;
     summary.reserved_bytes += *total;
@@ -435,6 +514,7 @@ class Converter {
       absl::StatusOr<uint64_t> stack = StackId(frames, fpath);
       if (!stack.ok()) return stack.status();
       if (absl::Status s = CountEntries(1, path_j); !s.ok()) return s;
+      state_[*device].blocks[block_address] = {*size, *stream, *pool, *stack, pending};
       v1::LiveBlock* b = snapshot_.add_blocks();
       b->set_address(block_address);
       b->set_size(*size);
@@ -468,35 +548,56 @@ class Converter {
       if (absl::Status s = ExpectKind(*action, Kind::kString, epath + ".action"); !s.ok()) {
         return s;
       }
-      if ((*action)->string_value() != "oom") continue;
-      ++summary.oom_count;
+      const std::string& name = (*action)->string_value();
+      TraceEntry t;
+      if (name == "alloc") {
+        t.action = TraceAction::kAlloc;
+      } else if (name == "free_requested") {
+        t.action = TraceAction::kFreeRequested;
+      } else if (name == "free_completed") {
+        t.action = TraceAction::kFreeCompleted;
+      } else if (name == "segment_alloc") {
+        t.action = TraceAction::kSegmentAlloc;
+      } else if (name == "segment_free") {
+        t.action = TraceAction::kSegmentFree;
+      } else if (name == "segment_map" || name == "segment_unmap") {
+        t.action = TraceAction::kSegmentMapping;
+      } else if (name == "oom") {
+        t.action = TraceAction::kOom;
+      } else {
+        continue;  // snapshot, annotate, user metadata: no memory changes
+      }
       absl::StatusOr<uint64_t> size = UintOr(e, "size", 0, epath);
       if (!size.ok()) return size.status();
       absl::StatusOr<uint64_t> stream = UintOr(e, "stream", 0, epath);
       if (!stream.ok()) return stream.status();
       absl::StatusOr<uint64_t> time_us = UintOr(e, "time_us", 0, epath);
       if (!time_us.ok()) return time_us.status();
-      // PyTorch stores the device's free bytes in `addr` for an oom entry; some writers name
-      // it `device_free`.
-      const char* free_key = e.Find("device_free") != nullptr ? "device_free" : "addr";
-      const PickleValue* free_v = e.Find(free_key);
-      absl::StatusOr<uint64_t> device_free = UintOr(e, free_key, 0, epath);
-      if (!device_free.ok()) return device_free.status();
       absl::StatusOr<uint64_t> stack = StackId(e.Find("frames"), epath + ".frames");
       if (!stack.ok()) return stack.status();
-      v1::FailedAlloc f;
-      f.set_time_ns(*time_us * 1000);
-      f.set_api(v1::API_torch_snapshot);
-      f.set_result(kCudaErrorMemoryAllocation);
-      f.set_stack_id(*stack);
-      f.set_size(*size);
-      f.set_device(device);
-      f.set_stream(*stream);
-      f.set_kind(v1::MEMORY_KIND_DEVICE);
-      f.set_has_mem_info(free_v != nullptr && !free_v->is_none());
-      f.set_device_free_bytes(*device_free);
-      f.set_from_sub_allocator(true);
-      failures_.push_back(std::move(f));
+      t.device = device;
+      t.size = *size;
+      t.stream = *stream;
+      t.time_ns = *time_us * 1000;
+      t.stack_id = *stack;
+      t.path = epath;
+      if (t.action == TraceAction::kOom) {
+        ++summary.oom_count;
+        // PyTorch stores the device's free bytes in `addr` for an oom entry; some writers name
+        // it `device_free`.
+        const char* free_key = e.Find("device_free") != nullptr ? "device_free" : "addr";
+        const PickleValue* free_v = e.Find(free_key);
+        absl::StatusOr<uint64_t> device_free = UintOr(e, free_key, 0, epath);
+        if (!device_free.ok()) return device_free.status();
+        t.has_device_free = free_v != nullptr && !free_v->is_none();
+        t.address = *device_free;
+      } else {
+        absl::StatusOr<uint64_t> addr = RequiredUint(e, "addr", epath);
+        if (!addr.ok()) return addr.status();
+        t.address = *addr;
+        ++history_entries_;
+      }
+      trace_.push_back(std::move(t));
     }
     return absl::OkStatus();
   }
@@ -504,7 +605,7 @@ class Converter {
   // --- output ---------------------------------------------------------------------------
   absl::StatusOr<ImportResult> Assemble() {
     std::vector<v1::Frame>& frames = result_.frames;
-    frames.reserve(2 + result_.devices.size() + stacks_.size() + failures_.size());
+    frames.reserve(3 + result_.devices.size() + stacks_.size() + trace_.size());
     v1::Hello* hello = frames.emplace_back().mutable_hello();
     hello->set_format_major(v1::FORMAT_MAJOR);
     hello->set_format_minor(0);
@@ -516,15 +617,41 @@ class Converter {
     for (v1::SymbolizedStack& stack : stacks_) {
       *frames.emplace_back().mutable_symbolized_stack() = std::move(stack);
     }
-    result_.stack_count = stacks_.size();
+    // Every device's entries in time order (each list is; ties keep device order).
+    std::stable_sort(trace_.begin(), trace_.end(), [](const TraceEntry& a, const TraceEntry& b) {
+      return a.time_ns < b.time_ns;
+    });
+    const bool replay = history_entries_ > 0 && RewindToHistoryStart();
+    result_.history_replayed = replay;
+    if (replay) {
+      // The stack a segment_alloc is made with: the segment's own frames under one naming
+      // PyTorch's allocator, so the model keeps the segment's inside unknown (opaque) until the
+      // block it was made for arrives, as it does for a live PyTorch process, rather than count
+      // it allocated whole for that moment.
+      v1::SymbolizedStack allocator;
+      allocator.set_id(stacks_.size() + 1);
+      v1::SourceFrame* f = allocator.add_frames();
+      f->set_function("c10::cuda::CUDACachingAllocator (segment_alloc)");
+      f->set_file("libc10_cuda.so");
+      allocator_stack_ = allocator.id();
+      *frames.emplace_back().mutable_symbolized_stack() = std::move(allocator);
+    }
+    result_.stack_count = stacks_.size() + (replay ? 1 : 0);
     uint64_t seq = 1;
     snapshot_.set_seq(seq++);
     snapshot_.set_reason(v1::Snapshot::REASON_IMPORTED);
     snapshot_.set_complete_history(false);
+    if (!trace_.empty() && replay) snapshot_.set_time_ns(trace_.front().time_ns);
     *frames.emplace_back().mutable_snapshot() = std::move(snapshot_);
-    for (v1::FailedAlloc& f : failures_) {
-      f.set_seq(seq++);
-      *frames.emplace_back().mutable_failed() = std::move(f);
+    if (replay) {
+      for (const TraceEntry& t : trace_) EmitForward(t, seq++, frames);
+    } else {
+      for (const TraceEntry& t : trace_) {
+        if (t.action != TraceAction::kOom) continue;
+        v1::FailedAlloc* f = frames.emplace_back().mutable_failed();
+        FailureOf(t, f);
+        f->set_seq(seq++);
+      }
     }
     // The snapshot is complete as converted: say so, so readers do not report a cut stream.
     v1::End* end = frames.emplace_back().mutable_end();
@@ -533,11 +660,203 @@ class Converter {
     return std::move(result_);
   }
 
+  // --- history replay ---------------------------------------------------------------------
+  // The snapshot is the state after its device_traces; replayed, the traces give the peaks and
+  // the timeline. Walking them backwards from the snapshot's state gives the state before the
+  // first entry (PyTorch keeps the newest max_entries, so that is rarely the program's start);
+  // that state is the Snapshot frame, and the entries follow as events. An entry that does
+  // not fit the state (a ring that lost entries in between, a hand-made file) stops it: the
+  // import then holds the snapshot's moment only, and a warning says which entry.
+  bool RewindToHistoryStart() {
+    std::map<int32_t, DeviceState> state = state_;
+    for (auto it = trace_.rbegin(); it != trace_.rend(); ++it) {
+      const TraceEntry& t = *it;
+      if (t.action == TraceAction::kOom) continue;
+      DeviceState& d = state[t.device];
+      std::string problem;
+      switch (t.action) {
+        case TraceAction::kAlloc: {
+          auto b = d.blocks.find(t.address);
+          if (b == d.blocks.end() || b->second.pending) {
+            problem = "allocates a block that is not live after it";
+          } else {
+            d.blocks.erase(b);
+          }
+          break;
+        }
+        case TraceAction::kFreeRequested: {
+          auto b = d.blocks.find(t.address);
+          if (b == d.blocks.end() || !b->second.pending) {
+            problem = "frees a block that is not pending after it";
+          } else {
+            b->second.pending = false;
+          }
+          break;
+        }
+        case TraceAction::kFreeCompleted: {
+          const SegmentState* seg = d.SegmentOf(t.address, t.size);
+          if (d.blocks.count(t.address) != 0 || seg == nullptr) {
+            problem = "completes a free of a block that is live after it or lies in no segment";
+          } else {
+            d.blocks[t.address] = {t.size, t.stream, seg->pool, t.stack_id, true};
+          }
+          break;
+        }
+        case TraceAction::kSegmentAlloc: {
+          auto seg = d.segments.find(t.address);
+          auto first_block = d.blocks.lower_bound(t.address);
+          if (seg == d.segments.end() || seg->second.expandable ||
+              (first_block != d.blocks.end() &&
+               first_block->first < t.address + seg->second.size)) {
+            problem = "allocates a segment that is not held (or holds blocks) after it";
+          } else {
+            d.segments.erase(seg);
+          }
+          break;
+        }
+        case TraceAction::kSegmentFree: {
+          if (t.size == 0 || d.SegmentOf(t.address, 1) != nullptr ||
+              d.SegmentOf(t.address + t.size - 1, 1) != nullptr) {
+            problem = "frees a segment that is still held after it";
+          } else {
+            d.segments[t.address] = {t.size, t.stream, 0, t.stack_id, false};
+          }
+          break;
+        }
+        case TraceAction::kSegmentMapping:
+          problem =
+              "maps or unmaps part of an expandable segment, which the import does not replay";
+          break;
+        case TraceAction::kOom:
+          break;
+      }
+      if (!problem.empty()) {
+        result_.warnings.push_back(absl::StrFormat(
+            "%s: %s (%s at 0x%x) %s; the history is not replayed: peaks are those of the "
+            "snapshot's moment",
+            source_, t.path, ActionName(t.action), t.address, problem));
+        return false;
+      }
+    }
+    // The Snapshot frame holds the state before the first entry; expandable segments (their
+    // reservations, handles and mappings) are as the snapshot gave them, since no entry moved
+    // them.
+    snapshot_.clear_allocations();
+    snapshot_.clear_blocks();
+    for (const auto& [device, d] : state) {
+      for (const auto& [address, seg] : d.segments) {
+        if (seg.expandable) continue;
+        v1::LiveAllocation* a = snapshot_.add_allocations();
+        a->set_address(address);
+        a->set_size(seg.size);
+        a->set_device(device);
+        a->set_stream(seg.stream);
+        a->set_stack_id(seg.stack_id);
+        a->set_api(v1::API_torch_snapshot);
+        a->set_kind(v1::MEMORY_KIND_DEVICE);
+        a->set_sub_allocated(true);
+      }
+      for (const auto& [address, b] : d.blocks) {
+        v1::LiveBlock* lb = snapshot_.add_blocks();
+        lb->set_address(address);
+        lb->set_size(b.size);
+        lb->set_device(device);
+        lb->set_stream(b.stream);
+        lb->set_pool(b.pool);
+        lb->set_stack_id(b.stack_id);
+        lb->set_pending_free(b.pending);
+      }
+    }
+    forward_ = std::move(state);
+    return true;
+  }
+
+  void FailureOf(const TraceEntry& t, v1::FailedAlloc* f) const {
+    f->set_time_ns(t.time_ns);
+    f->set_api(v1::API_torch_snapshot);
+    f->set_result(kCudaErrorMemoryAllocation);
+    f->set_stack_id(t.stack_id);
+    f->set_size(t.size);
+    f->set_device(t.device);
+    f->set_stream(t.stream);
+    f->set_kind(v1::MEMORY_KIND_DEVICE);
+    f->set_has_mem_info(t.has_device_free);
+    f->set_device_free_bytes(t.has_device_free ? t.address : 0);
+    f->set_from_sub_allocator(true);
+  }
+
+  // One entry as the event the live agent would have sent, tracking the state forward for the
+  // blocks' pools.
+  void EmitForward(const TraceEntry& t, uint64_t seq, std::vector<v1::Frame>& frames) {
+    DeviceState& d = forward_[t.device];
+    switch (t.action) {
+      case TraceAction::kAlloc:
+      case TraceAction::kFreeRequested:
+      case TraceAction::kFreeCompleted: {
+        v1::BlockEvent* b = frames.emplace_back().mutable_block();
+        b->set_seq(seq);
+        b->set_time_ns(t.time_ns);
+        b->set_api(v1::API_torch_snapshot);
+        b->set_stack_id(t.stack_id);
+        b->set_op(t.action == TraceAction::kAlloc           ? v1::BlockEvent::OP_ALLOC
+                  : t.action == TraceAction::kFreeRequested ? v1::BlockEvent::OP_FREE_PENDING
+                                                            : v1::BlockEvent::OP_FREE);
+        b->set_address(t.address);
+        b->set_size(t.size);
+        b->set_device(t.device);
+        b->set_stream(t.stream);
+        const SegmentState* seg = d.SegmentOf(t.address, 1);
+        b->set_pool(seg != nullptr ? seg->pool : 0);
+        return;
+      }
+      case TraceAction::kSegmentAlloc: {
+        const SegmentState seg{t.size, t.stream, 0, t.stack_id, false};
+        d.segments[t.address] = seg;
+        v1::AllocEvent* a = frames.emplace_back().mutable_alloc();
+        a->set_seq(seq);
+        a->set_time_ns(t.time_ns);
+        a->set_api(v1::API_torch_snapshot);
+        a->set_stack_id(allocator_stack_);
+        a->set_address(t.address);
+        a->set_size(t.size);
+        a->set_device(t.device);
+        a->set_stream(t.stream);
+        a->set_kind(v1::MEMORY_KIND_DEVICE);
+        return;
+      }
+      case TraceAction::kSegmentFree: {
+        d.segments.erase(t.address);
+        v1::FreeEvent* f = frames.emplace_back().mutable_free();
+        f->set_seq(seq);
+        f->set_time_ns(t.time_ns);
+        f->set_api(v1::API_torch_snapshot);
+        f->set_stack_id(t.stack_id);
+        f->set_address(t.address);
+        f->set_size(t.size);
+        f->set_device(t.device);
+        f->set_stream(t.stream);
+        return;
+      }
+      case TraceAction::kOom: {
+        v1::FailedAlloc* f = frames.emplace_back().mutable_failed();
+        FailureOf(t, f);
+        f->set_seq(seq);
+        return;
+      }
+      case TraceAction::kSegmentMapping:
+        return;  // never replayed (RewindToHistoryStart refuses it)
+    }
+  }
+
   std::string source_;
   const ImportOptions& options_;
   ImportResult result_;
   v1::Snapshot snapshot_;
-  std::vector<v1::FailedAlloc> failures_;
+  std::vector<TraceEntry> trace_;
+  uint64_t history_entries_ = 0;            // entries of trace_ other than oom
+  std::map<int32_t, DeviceState> state_;    // the snapshot's state, by device
+  std::map<int32_t, DeviceState> forward_;  // the state while the history is emitted
+  uint64_t allocator_stack_ = 0;
   std::vector<v1::SymbolizedStack> stacks_;
   absl::flat_hash_map<const PickleValue*, uint64_t> stack_by_value_;
   absl::flat_hash_map<std::string, uint64_t> stack_by_content_;

@@ -178,7 +178,7 @@ class TorchOnFakeCudaTest(unittest.TestCase):
         # program's tensors are gone (the workload frees them before its last mark) and its
         # cache (the reserved bytes after the OOM) is left.
         snapshot = os.path.join(WORK, "primary-export.pickle")
-        r = subprocess.run([CLI, "export", trace, "--torch-snapshot", snapshot],
+        r = subprocess.run([CLI, "export", trace, "--torch-snapshot", snapshot, "--at", "end"],
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
         r = subprocess.run(

@@ -492,7 +492,8 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
     }
   }
   EXPECT_EQ(rank_processes, 3) << timeline["traceEvents"].dump().substr(0, 2000);
-  EXPECT_EQ(timeline["otherData"]["time_base"], "wall clock (us since the Unix epoch)");
+  EXPECT_EQ(timeline["otherData"]["time_base"],
+            "us since the job's first event, processes aligned by wall clock");
   EXPECT_EQ(
       Shell(Fragscope() + " export " + traces + " --torch-snapshot " + job + "/x.pickle").exit_code,
       2)

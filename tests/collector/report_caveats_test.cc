@@ -86,7 +86,7 @@ TEST(ReportCaveatsTest, AStreamThatBeginsMidRunSaysItsPeaksAreFromThereOn) {
   EXPECT_NE(ReportCaveats(s)[0].find("the state at the moment of the snapshot"), std::string::npos);
   EXPECT_EQ(Text(s).find("since seq"), std::string::npos) << Text(s);
   // Its peaks are the snapshot's own, and say so: not the run's.
-  EXPECT_NE(Text(s).find("peak 3.00 MiB in the snapshot\n"), std::string::npos) << Text(s);
+  EXPECT_NE(Text(s).find("peak 3.00 MiB at snapshot time\n"), std::string::npos) << Text(s);
 }
 
 TEST(ReportCaveatsTest, BlocksKnownAtSyncsOnlyAreSaidToBeSo) {

@@ -57,11 +57,29 @@ void CheckShape(const fragscope::torch::ImportResult& result) {
   for (++i; i < frames.size(); ++i, ++seq) {
     // An End frame may close the stream (the import is complete, not a cut trace).
     if (frames[i].has_end() && i + 1 == frames.size()) break;
-    FUZZ_CHECK(frames[i].has_failed(), "frame %zu after the Snapshot is not a FailedAlloc", i);
-    FUZZ_CHECK(frames[i].failed().seq() == seq, "failure seq %llu, expected %llu",
-               static_cast<unsigned long long>(frames[i].failed().seq()),
-               static_cast<unsigned long long>(seq));
-    FUZZ_CHECK(frames[i].failed().stack_id() <= stacks, "failure stack id out of range");
+    // The replayed history (BlockEvent, AllocEvent, FreeEvent) and the OOMs, in seq order.
+    const Frame& f = frames[i];
+    uint64_t event_seq = 0, stack_id = 0;
+    if (f.has_failed()) {
+      event_seq = f.failed().seq();
+      stack_id = f.failed().stack_id();
+    } else if (f.has_block()) {
+      event_seq = f.block().seq();
+      stack_id = f.block().stack_id();
+    } else if (f.has_alloc()) {
+      event_seq = f.alloc().seq();
+      stack_id = f.alloc().stack_id();
+    } else if (f.has_free()) {
+      event_seq = f.free().seq();
+      stack_id = f.free().stack_id();
+    } else {
+      FUZZ_CHECK(false, "frame %zu after the Snapshot is not an event of the history", i);
+    }
+    FUZZ_CHECK(result.history_replayed || f.has_failed(),
+               "frame %zu is a history event, but the history was not replayed", i);
+    FUZZ_CHECK(event_seq == seq, "event seq %llu, expected %llu",
+               static_cast<unsigned long long>(event_seq), static_cast<unsigned long long>(seq));
+    FUZZ_CHECK(stack_id <= stacks, "event stack id out of range");
   }
 }
 

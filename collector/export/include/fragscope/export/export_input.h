@@ -8,8 +8,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
+#include "fragscope/export/trace_replay.h"
 #include "fragscope/model/model_summary.h"
 #include "fragscope/model/process_model.h"
 #include "fragscope/model/segment_layout.h"
@@ -26,6 +32,12 @@ struct ExportInput {
   // False when built from a summary alone (no model at hand): `segments` is then empty because
   // nothing was asked, not because the devices hold no segments.
   bool segments_captured = false;
+  // Marks and the memory history up to the moment (CaptureExportInputByReplay); empty and
+  // false otherwise. `summary.stacks` holds the history's stacks too.
+  ReplayRecord record;
+  bool history_recorded = false;
+  // What moment the segments show, in words ("the end of the trace", "the peak ...").
+  std::string moment = "the end of the trace";
 };
 
 struct CaptureOptions {
@@ -35,6 +47,23 @@ struct CaptureOptions {
 
 // Summarizes `model` and copies its segment layouts. O(segments + blocks + stacks).
 ExportInput CaptureExportInput(const ProcessModel& model, const CaptureOptions& options = {});
+
+// The moment `export --torch-snapshot --at` shows, resolved against the whole stream's summary.
+struct ExportMoment {
+  std::optional<uint64_t> stop_at_seq;  // unset: the end
+  bool stop_after_blocks = false;       // the peak: with the block the growth was for
+  std::string description;
+};
+// `at`: "end", "peak" (the largest peak reserved of any device), "oom" (the first OOM
+// post-mortem that was not recovered), "oom:N" (the N-th post-mortem, from 1), or "" (the
+// first unrecovered OOM, else the end). Errors name the value and what exists to choose from.
+absl::StatusOr<ExportMoment> ResolveExportMoment(std::string_view at, const ModelSummary& whole);
+
+// Replays a stream (frames from `next`, in stream order) into a fresh model up to `moment`,
+// recording marks and history on the way, and captures it there.
+ExportInput CaptureExportInputByReplay(const FrameSource& next, const ModelOptions& model_options,
+                                       const ExportMoment& moment,
+                                       const CaptureOptions& options = {});
 
 }  // namespace fragscope::exporter
 

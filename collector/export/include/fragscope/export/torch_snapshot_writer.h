@@ -15,10 +15,13 @@
 //         up to 2 MiB, else 'large'), segment_pool_id ((0, 0) for the default pool, (0, pool)
 //         otherwise), is_expandable, frames, blocks. Blocks: address, size, requested_size
 //         (= size), state, frames. Frames: [{name, filename, line}], innermost first.
-//   - `device_traces`: one list per device ordinal 0..max; each OOM post-mortem becomes an
-//     {action: 'oom', addr: device free bytes (left out when unknown), size, stream, time_us,
-//     frames} entry. The rest of the event history is not kept by the model, so it is not
-//     invented.
+//   - `device_traces`: one list per device ordinal 0..max, as _record_memory_history() records
+//     it: the history ExportInput::record holds (trace_replay.h: alloc, free_requested,
+//     free_completed, segment_alloc, segment_free, segment_map, segment_unmap, each {action,
+//     addr, size, stream, time_us, frames}) merged by seq with one {action: 'oom', device_free
+//     (left out when unknown), size, stream, time_us, frames} entry per OOM post-mortem of the
+//     summary. Without a recorded history (ExportInput::history_recorded false) only the oom
+//     entries.
 // Left out, and counted in TorchSnapshotStats so the CLI can say so: opaque segments (their
 // inside is unknown; PyTorch's format has no "unknown" state), memory-pool (cudaMallocAsync),
 // managed, graph and imported memory (not segments of this process's sub-allocator), segments
@@ -38,6 +41,7 @@ struct TorchSnapshotStats {
   uint64_t segments = 0;  // segment entries written
   uint64_t blocks = 0;    // block entries written (all states)
   uint64_t oom_entries = 0;
+  uint64_t history_entries = 0;  // device_traces entries other than oom
   uint64_t opaque_segments_left_out = 0;
   uint64_t opaque_bytes_left_out = 0;
   uint64_t segments_left_out = 0;  // over CaptureOptions::max_segments_per_device

@@ -331,6 +331,9 @@ struct ModelSummary {
   bool ended_by_exec = false;
   bool attached = false;
   bool imported = false;  // converted from another tool's snapshot (Hello BACKEND_IMPORTED)
+  // An imported snapshot whose recorded history was replayed (PyTorch's device_traces): peaks,
+  // maxima and the timeline are the history's, not the snapshot's moment alone.
+  bool imported_history = false;
   // Hello.stack_depth: FRAGSCOPE_STACK_DEPTH in force, for "deeper than ..." (0: not said).
   uint32_t stack_depth = 0;
   // False when the agent took no stack on releases (Hello.release_stacks_off): a free's

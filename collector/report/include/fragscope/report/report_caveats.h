@@ -18,8 +18,9 @@ namespace fragscope {
 std::vector<std::string> ReportCaveats(const ModelSummary& summary);
 
 // What a peak or maximum figure must carry beside it: " since seq S" for a stream that begins
-// mid-run (ModelSummary::partial_history_from), " in the snapshot" for an imported allocator
-// snapshot (one moment: the run's peak is not in it), else "". Pure.
+// mid-run (ModelSummary::partial_history_from), " at snapshot time" for an imported allocator
+// snapshot (one moment: the run's peak is not in it), " in the snapshot's history" for one whose
+// recorded history was replayed, else "". Pure.
 std::string PeakSince(const ModelSummary& summary);
 
 }  // namespace fragscope

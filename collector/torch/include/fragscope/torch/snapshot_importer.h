@@ -5,7 +5,8 @@
 //   1. Hello (backend BACKEND_IMPORTED).
 //   2. DeviceInfo for every device a segment or a trace list names (total unknown: 0).
 //   3. SymbolizedStack for every distinct Python/C++ stack a segment, block or OOM carries.
-//   4. One Snapshot (reason REASON_IMPORTED, seq 1): the allocator state at dump time.
+//   4. One Snapshot (reason REASON_IMPORTED, seq 1): the allocator state at dump time, or, when
+//      the history is replayed (step 5), the state before the history's first entry.
 //      - A plain segment (cudaMalloc) is one LiveAllocation (kind DEVICE, api API_torch_snapshot,
 //        size total_size, stream, pool 0).
 //      - An expandable segment is reported by PyTorch as one entry per contiguous mapped range.
@@ -18,13 +19,21 @@
 //        spelling active_awaiting_free) with pending_free = true. `inactive` blocks are free
 //        ranges and are not emitted. Block pool: 0 for PyTorch's default pool id (0, 0); other
 //        segment_pool_id tuples are numbered 1, 2, ... in order of first appearance.
-//   5. One FailedAlloc per `oom` trace entry, in trace order, seq 2, 3, ...: api
-//      API_torch_snapshot, result 2 (cudaErrorMemoryAllocation), from_sub_allocator = true,
-//      has_mem_info = true with device_free_bytes when the entry says how much was free
-//      (device_total_bytes stays 0: the snapshot does not record it). Trace times are the
-//      snapshot's own clock, microseconds converted to nanoseconds.
-// Other trace entries (alloc, free_*, segment_*, snapshot) precede the dump and cannot be
-// replayed without the state at the start of the trace, so they are only counted.
+//   5. The history (device_traces, all devices merged by time_us), seq 2, 3, ...: `alloc` ->
+//      BlockEvent OP_ALLOC, `free_requested` -> OP_FREE_PENDING, `free_completed` -> OP_FREE,
+//      `segment_alloc` -> AllocEvent (its stack: one frame naming PyTorch's allocator, so the
+//      segment is opaque until its first block, as live), `segment_free` -> FreeEvent, and
+//      `oom` -> FailedAlloc: api API_torch_snapshot, result 2 (cudaErrorMemoryAllocation),
+//      from_sub_allocator = true, has_mem_info = true with device_free_bytes when the entry
+//      says how much was free (device_total_bytes stays 0: the snapshot does not record it).
+//      The state before the first entry is found by undoing the entries from the snapshot's
+//      state, newest first. When an entry does not fit that state, or the history maps or
+//      unmaps expandable segments (segment_map / segment_unmap), the history is not replayed
+//      (a warning names the entry): the Snapshot frame is the dump's state and only the `oom`
+//      entries follow it. Other actions (snapshot, annotate) change no memory and are skipped.
+//      Trace times are the snapshot's own clock, microseconds converted to nanoseconds.
+// A bare list (what torch.cuda.memory_snapshot() returns: the segments alone) is read as the
+// `segments` of a snapshot without device_traces.
 //
 // Legacy (2023) files whose blocks carry `history: [{addr, real_size, frames}]` and no
 // `address` get block addresses by walking each segment from its `address` in block order
@@ -90,6 +99,9 @@ struct ImportResult {
   std::map<int32_t, DeviceSummary> devices;  // by CUDA ordinal
   SnapshotFormat format = SnapshotFormat::kCurrent;
   uint64_t stack_count = 0;  // SymbolizedStack frames emitted
+  // The device_traces history was replayed: the Snapshot frame holds the state before its
+  // first entry and the entries follow as events (see the top of this file).
+  bool history_replayed = false;
   // Oddities that did not stop the import (unknown block state, sizes that do not add up),
   // each naming where in the snapshot it was.
   std::vector<std::string> warnings;
