@@ -143,7 +143,7 @@ constexpr char kScript[] = R"js(
       holder.textContent = 'No timeline points were recorded for this device.';
       continue;
     }
-    const ooms = device.ooms || [], marks = device.marks || [];
+    const ooms = device.ooms || [], marks = data.marks || [];
     // Time since the first timed point where the trace has times (the start point before any
     // event has none: it sits at 0); the event order (seq) otherwise.
     // A run whose events bunch up in time reads better by event order: a button switches.
@@ -278,7 +278,14 @@ constexpr char kScript[] = R"js(
       cursor.setAttribute('x1', px);
       cursor.setAttribute('x2', px);
       cursor.setAttribute('visibility', 'visible');
-      readout.textContent = `${label(valueAt(px))} (seq ${p[0]}): reserved ${bytes(p[2])}, ` +
+      // The last mark before the pointer says where in the program this is ("step 12").
+      let mark = null;
+      for (const m of marks) {
+        if (at(m[0], m[1]) > valueAt(px)) break;
+        mark = m;
+      }
+      readout.textContent = `${label(valueAt(px))} (seq ${p[0]}` +
+          (mark ? `, after mark "${mark[2]}"` : '') + `): reserved ${bytes(p[2])}, ` +
           `allocated ${bytes(p[3])}, cached ${bytes(p[4])}, fragmentation ` +
           (p[5] === null ? 'n/a' : (p[5] * 100).toFixed(1) + ' %');
     });
@@ -842,8 +849,19 @@ std::string HtmlReport::DataJson() const {
     w.EndObject();
   }
   w.EndObject();
+  // The program's marks, on every device's timeline: [seq, time_ns, label].
+  w.Key("marks");
+  w.BeginArray();
+  for (const ModelSummary::MarkEntry& m : s_.marks) {
+    w.BeginArray();
+    w.Uint(m.seq);
+    w.Uint(m.time_ns);
+    w.String(m.label);
+    w.EndArray();
+  }
+  w.EndArray();
   w.EndObject();
-  // Strings from the trace are not in here, but keep "</" out of the script element anyway.
+  // Mark labels are the program's text: a "<" in them must not end the script element early.
   const std::string text = json.str();
   std::string safe;
   safe.reserve(text.size());

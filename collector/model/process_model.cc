@@ -296,6 +296,8 @@ class ProcessModel::Impl {
   // are as the sub-allocator has them now). Meaningful once block_syncs_ > 0.
   uint64_t block_syncs_ = 0;
   uint64_t last_block_sync_seq_ = 0;
+  std::vector<ModelSummary::MarkEntry> marks_;  // the first kMaxMarks, for timelines
+  uint64_t marks_left_out_ = 0;
   bool blocks_fresh_ = false;
   // The stream sends blocks' sites after the fact (BlockEvent.OP_SITE, OP_SITE_FREED): from its
   // first such event on, frees remember the blocks live at the peak (RemoveFreedBlockSite).
@@ -1420,6 +1422,12 @@ void ProcessModel::Impl::OnMemInfo(const v1::MemInfo& e) {
 }
 
 void ProcessModel::Impl::OnMark(const v1::Mark& e) {
+  // Bounded: a program that marks every step for days keeps memory flat.
+  if (marks_.size() < ModelSummary::kMaxMarks) {
+    marks_.push_back({e.seq(), e.time_ns(), e.label()});
+  } else {
+    ++marks_left_out_;
+  }
   // A sync a replacing snapshot already named (its mark applied after it) counts once, and
   // does not make blocks fresh that the snapshot's later state may have moved past.
   if (e.blocks_synced() && e.seq() > last_block_sync_seq_) {
@@ -1573,6 +1581,8 @@ ModelSummary ProcessModel::Impl::Summarize() const {
   out.stream_ended = stream_ended_;
   out.exit_status = exit_status_;
   out.realtime_minus_monotonic_ns = realtime_minus_monotonic_ns_;
+  out.marks = marks_;
+  out.marks_left_out = marks_left_out_;
   out.rank = rank_;
   out.resumed = resumed_;
   out.exec_image = exec_image_;

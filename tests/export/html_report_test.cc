@@ -255,7 +255,18 @@ TEST(HtmlReportBrowserTest, ChromiumRendersSegmentMapTimelineAndOom) {
                     "FRAGSCOPE_CHROMIUM): the page was not checked in a browser. Install the "
                     "Debian package `chromium` (scripts/setup does).";
   }
-  exporter::ExportInput in = Capture(ExportTrace().frames());
+  // The trace with a mark just before its end, whose label would end a script element.
+  std::vector<v1::Frame> frames = ExportTrace().frames();
+  ASSERT_TRUE(frames.back().has_end());
+  const uint64_t mark_seq = frames.back().end().seq();
+  frames.back().mutable_end()->set_seq(mark_seq + 1);
+  v1::Frame mark;
+  mark.mutable_mark()->set_seq(mark_seq);
+  mark.mutable_mark()->set_time_ns(5500000);  // inside the timeline, between two events
+  mark.mutable_mark()->set_label("step 1 </script><script>window.pwned=2</script>");
+  frames.insert(frames.end() - 1, mark);
+  exporter::ExportInput in = Capture(frames);
+  ASSERT_EQ(in.summary.marks.size(), 1u);
   const fs::path artifacts = FRAGSCOPE_EXPORT_ARTIFACT_DIR;
   const fs::path page = artifacts / "export_report.html";
   const fs::path shot = artifacts / "export_report.png";
@@ -280,8 +291,13 @@ TEST(HtmlReportBrowserTest, ChromiumRendersSegmentMapTimelineAndOom) {
   // Time on the x axis (the trace has times): the ticks read as durations from the start.
   EXPECT_NE(html.find("class=\"x-tick\" text-anchor=\"start\">0<"), std::string::npos);
   EXPECT_GE(Count(html, " ms<") + Count(html, " s<") + Count(html, " \u00b5s<"), 2);
-  // The OOM is marked where it happened, on its device's timeline only.
+  // The OOM is marked where it happened, on its device's timeline only; the program's mark on
+  // device 0's (device 1's one allocation spans no time to place it in), its label text, never
+  // markup.
   EXPECT_EQ(Count(html, "<g class=\"oom-marker\">"), 1);
+  EXPECT_EQ(Count(html, "<g class=\"mark-marker\">"), 1);
+  EXPECT_NE(html.find("mark \"step 1 &lt;/script&gt;"), std::string::npos);
+  EXPECT_EQ(html.find("window.pwned=2</script>"), std::string::npos);
   // Zoom and the readout are wired (reset hidden until a zoom), and the axis can switch.
   EXPECT_EQ(Count(html, ">Reset zoom</button>"), 2);
   EXPECT_EQ(Count(html, "<button class=\"axis\""), 2);

@@ -388,6 +388,17 @@ struct ModelSummary {
   // event after the last one (the adapter's exit sync, an attach's detach sync).
   bool blocks_known_at_end = true;
 
+  // The program's marks (fragscope_annotate_mark, fragscope.mark()): the labels a timeline
+  // shows. The first kMaxMarks of the stream; `marks_left_out` more were not kept.
+  struct MarkEntry {
+    uint64_t seq = 0;
+    uint64_t time_ns = 0;
+    std::string label;
+  };
+  static constexpr std::size_t kMaxMarks = 4096;
+  std::vector<MarkEntry> marks;
+  uint64_t marks_left_out = 0;
+
   std::vector<DeviceSummary> devices;                // by ordinal
   std::vector<FailedAllocation> failed_allocations;  // in seq order
   std::vector<OomPostMortem> ooms;                   // in seq order
