@@ -117,9 +117,7 @@ inline bool LoadBounds() {
     } else {
       rule = internal::FindReturnRuleSlow(pc);
     }
-    if (rule.IsFramePointerRecord()) {
-      cfa = fp + 16;
-    } else if (rule.kind == UnwindRule::Kind::kSpBased) {
+    if (rule.kind == UnwindRule::Kind::kSpBased) {
       cfa = sp + static_cast<uintptr_t>(rule.cfa_offset);
     } else if (rule.kind == UnwindRule::Kind::kFpBased) {
       cfa = fp + static_cast<uintptr_t>(rule.cfa_offset);
