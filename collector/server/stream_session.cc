@@ -145,9 +145,8 @@ absl::StatusOr<uint64_t> StreamSession::RewriteTraceCopy() {
   return writer_->bytes_written();
 }
 
-// Small enough to inline into Run: most sessions write no copy, and a call per frame to learn
-// that was a few per cent of a replay.
-inline void StreamSession::CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome) {
+// Frames the session makes itself (the epilogue's); the stream's own are copied as they came.
+void StreamSession::CopyToTrace(const v1::Frame& frame, StreamOutcome& outcome) {
   if (!chose_) OpenTraceCopy(frame, outcome);
   if (!writer_) return;
   if (absl::Status s = writer_->Write(frame); !s.ok()) StopTraceCopy(s, outcome);
@@ -177,7 +176,9 @@ StreamOutcome StreamSession::Run(FrameReader& reader) {
   ArenaFrameReader frames(reader);
   const v1::Frame* frame = nullptr;
   const HotEvent* event = nullptr;  // an event frame as decoded, when Next leaves one
-  v1::Frame built;                  // such an event built into a frame, for the trace copy
+  v1::Frame built;                  // a first frame that is an event, to name the copy by
+  std::string copied;               // the frames taken since the last one, as they came
+  reader.set_copy(&copied);
   FrameReader::Result r;
   // The model sees events in seq order (see SeqOrderer); the trace copy keeps arrival order,
   // and a saved trace goes through this same path, so live and saved numbers agree.
@@ -210,16 +211,16 @@ StreamOutcome StreamSession::Run(FrameReader& reader) {
     }
     if ((r = frames.Next(&frame, &event)) != FrameReader::Result::kFrame) break;
     ++outcome.frames;
-    if (event != nullptr) {
-      // The copy (and the choice of its path, on a first frame) needs the frame itself.
-      if (writer_ || !chose_) {
-        StoreHotEvent(*event, &built);
-        CopyToTrace(built, outcome);
-      }
-    } else {
-      if (frame->has_end()) outcome.saw_end_frame = true;
-      CopyToTrace(*frame, outcome);
+    if (frame != nullptr && frame->has_end()) outcome.saw_end_frame = true;
+    if (!chose_) {  // the first frame names the copy's path
+      if (event != nullptr) StoreHotEvent(*event, &built);
+      OpenTraceCopy(event != nullptr ? built : *frame, outcome);
     }
+    // The copy holds the frames' bytes as they came, not the frames serialized again.
+    if (writer_ && !copied.empty()) {
+      if (absl::Status s = writer_->WriteFramed(copied); !s.ok()) StopTraceCopy(s, outcome);
+    }
+    copied.clear();
     if (!lock.owns_lock()) {
       lock.lock();
       frames_under_lock = 0;
@@ -250,6 +251,7 @@ StreamOutcome StreamSession::Run(FrameReader& reader) {
     lock.unlock();
     for (const v1::Frame& f : more) CopyToTrace(f, outcome);
   }
+  reader.set_copy(nullptr);
   outcome.result = r;
   if (r != FrameReader::Result::kEnd) outcome.error = reader.error();
   // A copy removed since the last pause is written again before it is closed and gone for good.

@@ -43,6 +43,7 @@ FrameReader& FrameReader::operator=(FrameReader&& other) noexcept {
     error_ = std::move(other.error_);
     budget_ = std::exchange(other.budget_, nullptr);
     lease_ = std::move(other.lease_);
+    copy_ = std::exchange(other.copy_, nullptr);
   }
   return *this;
 }

@@ -64,6 +64,13 @@ absl::Status FrameWriter::WriteSerialized(std::string_view frame_bytes) {
   return absl::OkStatus();
 }
 
+absl::Status FrameWriter::WriteFramed(std::string_view framed_frames) {
+  if (fd_ < 0) return absl::FailedPreconditionError(name_ + ": writer is closed");
+  pending_.append(framed_frames);
+  if (pending_.size() >= kFlushThreshold) return Flush();
+  return absl::OkStatus();
+}
+
 absl::Status FrameWriter::Flush() {
   std::size_t done = 0;
   while (done < pending_.size()) {

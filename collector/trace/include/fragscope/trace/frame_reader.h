@@ -71,6 +71,13 @@ class FrameReader {
     return false;
   }
 
+  // Every frame taken from now on is also appended to *copy as it was on the wire (its length
+  // and bytes), before Next returns it: a caller that keeps a copy of the stream writes these
+  // bytes rather than serializing each frame again (a copy built with libprotobuf cost more than
+  // the model). Frames refused (kError) are not appended. nullptr stops it; *copy must outlive
+  // the reader's use of it, and the caller empties it.
+  void set_copy(std::string* copy) { copy_ = copy; }
+
   // For kTruncated and kError: what went wrong, with the stream name and byte offset.
   const std::string& error() const { return error_; }
   uint32_t major() const { return major_; }
@@ -91,6 +98,9 @@ class FrameReader {
   Result NextBody(const unsigned char** body, uint64_t* body_length, std::size_t* frame_bytes);
   // Steps past the frame NextBody returned, once it has been decoded.
   void Consume(std::size_t frame_bytes) {
+    if (copy_ != nullptr) {
+      copy_->append(reinterpret_cast<const char*>(buffer_.data() + pos_), frame_bytes);
+    }
     pos_ += frame_bytes;
     good_offset_ = consumed_ + pos_;
     ++frames_read_;
@@ -114,6 +124,7 @@ class FrameReader {
   std::string error_;
   DecodeBudget* budget_ = nullptr;
   DecodeBudget::Lease lease_;  // the cost of the last frame parsed, while the caller holds it
+  std::string* copy_ = nullptr;  // set_copy
 };
 
 }  // namespace fragscope

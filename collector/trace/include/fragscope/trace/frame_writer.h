@@ -27,6 +27,9 @@ class FrameWriter {
   absl::Status Write(const v1::Frame& frame);
   // Appends one frame whose serialized bytes the caller already has (forwarding a stream).
   absl::Status WriteSerialized(std::string_view frame_bytes);
+  // Appends frames already framed (each its varint length and bytes), as FrameReader::set_copy
+  // gives them: a stream copied without decoding.
+  absl::Status WriteFramed(std::string_view framed_frames);
   absl::Status Flush();
   absl::Status Close();
   uint64_t bytes_written() const { return bytes_written_; }
