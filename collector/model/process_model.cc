@@ -819,6 +819,7 @@ void ProcessModel::Impl::Apply(const v1::Frame& frame) {
     case v1::Frame::kEnd:
       OnEnd(frame.end());
       break;
+    case v1::Frame::kPacked:  // FrameReader returns a packed run's events, never the run
     case v1::Frame::BODY_NOT_SET:
       break;
   }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "fragscope/trace/frame_limits.h"
 #include "fragscope/trace/hot_frame_decoder.h"
+#include "fragscope/trace/packed_event_decoder.h"
 #include "fragscope/trace/trace_format.h"
 
 namespace fragscope {
@@ -44,6 +45,8 @@ FrameReader& FrameReader::operator=(FrameReader&& other) noexcept {
     budget_ = std::exchange(other.budget_, nullptr);
     lease_ = std::move(other.lease_);
     copy_ = std::exchange(other.copy_, nullptr);
+    packed_ = other.packed_;
+    packed_offset_ = other.packed_offset_;
   }
   return *this;
 }
@@ -178,11 +181,51 @@ FrameReader::Result FrameReader::NextBody(const unsigned char** body, uint64_t* 
   return Result::kFrame;
 }
 
+FrameReader::Result FrameReader::NextPacked(HotEvent* event) {
+  std::string what;
+  if (packed_.Next(event, &what)) return Result::kFrame;
+  error_ = absl::StrFormat(
+      "%s: malformed packed-events frame at byte %d: %s; read %d whole frames up to byte %d", name_,
+      packed_offset_, what, frames_read_, good_offset_);
+  read_error_ = true;  // nothing after a malformed frame is read
+  return Result::kError;
+}
+
+FrameReader::Result FrameReader::NextBodyOrPacked(const unsigned char** body, uint64_t* length,
+                                                  std::size_t* frame_bytes, HotEvent* event) {
+  for (;;) {
+    if (packed_.active()) {
+      *body = nullptr;
+      return NextPacked(event);
+    }
+    if (Result r = NextBody(body, length, frame_bytes); r != Result::kFrame) return r;
+    if (!IsPackedFrame(*body, *length)) return Result::kFrame;
+    // A run of events: taken whole (its bytes stay where they are in the buffer until its last
+    // event is returned, as the buffer moves only in NextBody), then returned one by one.
+    packed_offset_ = consumed_ + pos_;
+    if (std::string what = packed_.Start(*body, *length); !what.empty()) {
+      error_ = absl::StrFormat(
+          "%s: malformed frame at byte %d: %s; read %d whole frames up to "
+          "byte %d",
+          name_, packed_offset_, what, frames_read_, good_offset_);
+      return Result::kError;
+    }
+    Consume(*frame_bytes);
+  }
+}
+
 FrameReader::Result FrameReader::Next(v1::Frame* out) {
   const unsigned char* body = nullptr;
   uint64_t length = 0;
   std::size_t frame_bytes = 0;
-  if (Result r = NextBody(&body, &length, &frame_bytes); r != Result::kFrame) return r;
+  HotEvent event;
+  if (Result r = NextBodyOrPacked(&body, &length, &frame_bytes, &event); r != Result::kFrame) {
+    return r;
+  }
+  if (body == nullptr) {  // an event of a packed run
+    StoreHotEvent(event, out);
+    return Result::kFrame;
+  }
   // Event frames, nearly all of a trace, are decoded by hand (hot_frame_decoder.h: the same
   // message libprotobuf would build, at a fraction of the instructions); the decoder takes only
   // frames that are within every limit and valid, and leaves all others to ParseChecked.
@@ -204,7 +247,13 @@ FrameReader::Result FrameReader::Next(v1::Frame* other, HotEvent* event, const v
   const unsigned char* body = nullptr;
   uint64_t length = 0;
   std::size_t frame_bytes = 0;
-  if (Result r = NextBody(&body, &length, &frame_bytes); r != Result::kFrame) return r;
+  if (Result r = NextBodyOrPacked(&body, &length, &frame_bytes, event); r != Result::kFrame) {
+    return r;
+  }
+  if (body == nullptr) {  // an event of a packed run
+    *frame = nullptr;
+    return Result::kFrame;
+  }
   if (ParseHotEvent(body, length, event)) {
     *frame = nullptr;
   } else {

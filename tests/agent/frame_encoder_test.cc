@@ -54,7 +54,7 @@ class FrameEncoderTest : public ::testing::Test {
 TEST_F(FrameEncoderTest, StreamHeaderIsMagicThenVersions) {
   uint8_t header[kStreamHeaderSize];
   EncodeStreamHeader(header);
-  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 1, 0, 0, 0, 11, 0, 0, 0};
+  const uint8_t expected[16] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', 1, 2, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(memcmp(header, expected, 16), 0);
 }
 
@@ -79,7 +79,7 @@ TEST_F(FrameEncoderTest, Hello) {
   v1::Frame f = Single();
   ASSERT_TRUE(f.has_hello());
   const v1::Hello& m = f.hello();
-  EXPECT_EQ(m.format_major(), 1u);
+  EXPECT_EQ(m.format_major(), 2u);
   EXPECT_EQ(m.format_minor(), kFormatMinor);
   EXPECT_EQ(m.pid(), 4242u);
   EXPECT_EQ(m.ppid(), 1u);

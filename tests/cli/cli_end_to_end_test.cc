@@ -578,11 +578,14 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
       << no_rank.output;
 }
 
-// The offset of the first frame that starts at or after `at` in a trace (proto/README.md: a
-// 16-byte header, then frames of a varint length and that many bytes); bytes.size() if none.
-size_t FrameStartAfter(const std::string& bytes, size_t at) {
+// The offset of the last frame that starts at or before `at` in a trace (proto/README.md: a
+// 16-byte header, then frames of a varint length and that many bytes). Before, not after: the
+// agent packs runs of events into one frame, and the frame after `at` may be the last.
+size_t FrameStartBefore(const std::string& bytes, size_t at) {
   size_t p = 16;
-  while (p < bytes.size() && p < at) {
+  size_t start = p;
+  while (p < bytes.size() && p <= at) {
+    start = p;
     uint64_t length = 0;
     int shift = 0;
     while (p < bytes.size()) {
@@ -593,7 +596,7 @@ size_t FrameStartAfter(const std::string& bytes, size_t at) {
     }
     p += length;
   }
-  return p;
+  return start;
 }
 
 TEST_F(CliEndToEnd, TruncatedTraceIsReportedUpToTheDamageWithExit3) {
@@ -602,7 +605,8 @@ TEST_F(CliEndToEnd, TruncatedTraceIsReportedUpToTheDamageWithExit3) {
   // Cut inside a frame about two thirds in. (A cut that lands between two frames is a stream
   // that ends early, as a killed program's does: reported with exit 0. Cutting at 2/3 of the
   // bytes did that now and then.)
-  const size_t frame = FrameStartAfter(bytes, bytes.size() * 2 / 3);
+  ASSERT_GT(FrameStartBefore(bytes, bytes.size() * 2 / 3), 16u);
+  const size_t frame = FrameStartBefore(bytes, bytes.size() * 2 / 3);
   ASSERT_LT(frame + 2, bytes.size());
   std::ofstream(dir_ + "/cut.fst", std::ios::binary).write(bytes.data(), frame + 2);
   Result r = Shell(Fragscope() + " report " + dir_ + "/cut.fst");
@@ -615,7 +619,7 @@ TEST_F(CliEndToEnd, TruncatedTraceIsReportedUpToTheDamageWithExit3) {
 // is damaged, so the report is complete up to there, says the stream was cut, and exits 0.
 TEST_F(CliEndToEnd, TraceEndingBetweenFramesIsReportedAsCutWithExit0) {
   std::string bytes = Slurp(Trace());
-  const size_t frame = FrameStartAfter(bytes, bytes.size() * 2 / 3);
+  const size_t frame = FrameStartBefore(bytes, bytes.size() * 2 / 3);
   ASSERT_LT(frame, bytes.size());
   std::ofstream(dir_ + "/killed.fst", std::ios::binary).write(bytes.data(), frame);
   Result r = Shell(Fragscope() + " report " + dir_ + "/killed.fst");

@@ -253,7 +253,7 @@ TEST_F(StoredSymbols, BadInputAndWrongFlagsFailWithAReason) {
 
   // A newer major version than this reader knows.
   std::string newer = bytes;
-  newer[8] = 2;
+  newer[8] = 99;
   std::ofstream(dir_ + "/newer.fst", std::ios::binary).write(newer.data(), newer.size());
   r = Shell(Fragscope() + " symbolize " + dir_ + "/newer.fst");
   EXPECT_EQ(r.exit_code, 3) << r.output;

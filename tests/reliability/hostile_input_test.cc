@@ -104,9 +104,9 @@ TEST(ReliabilityHostileInput, BitFlippedTracesThroughReportCommand) {
   }
 }
 
-// tests/RELIABILITY.md: "a truncated trace is read up to the last whole frame". For every cut in the first
-// 16 KiB and 300 more across the file, the reader returns exactly the frames that end at or
-// before the cut, and says kTruncated unless the cut is a frame boundary.
+// tests/RELIABILITY.md: "a truncated trace is read up to the last whole frame". For every cut in
+// the first 16 KiB and 300 more across the file, the reader returns exactly the frames that end at
+// or before the cut, and says kTruncated unless the cut is a frame boundary.
 TEST(ReliabilityHostileInput, TruncatedTraceIsReadUpToTheLastWholeFrame) {
   TempDir dir;
   const std::string trace = DemoTrace(dir);
@@ -118,8 +118,12 @@ TEST(ReliabilityHostileInput, TruncatedTraceIsReadUpToTheLastWholeFrame) {
     ASSERT_TRUE(reader.ok()) << reader.status();
     v1::Frame frame;
     while (reader->Next(&frame) == FrameReader::Result::kFrame) {
-      boundaries.push_back(reader->good_offset());
+      // The events of a packed run come from one frame: one boundary for all of them.
+      if (boundaries.empty() || boundaries.back() != reader->good_offset()) {
+        boundaries.push_back(reader->good_offset());
+      }
     }
+    ASSERT_EQ(boundaries.size(), reader->frames_read());
     ASSERT_EQ(boundaries.back(), trace.size());
   }
   std::vector<size_t> cuts;

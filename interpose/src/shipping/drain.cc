@@ -23,6 +23,7 @@
 #include "shipping/flight_recorder.h"
 #include "shipping/frame_encoder.h"
 #include "shipping/module_map.h"
+#include "shipping/packed_event_run.h"
 #include "shipping/transport.h"
 
 #ifndef FRAGSCOPE_AGENT_VERSION
@@ -126,6 +127,14 @@ void Wake() {
 // --- encoding helpers (under lock) ---
 
 constinit WireWriter g_writer(nullptr, 0);  // over g_drain.buffer once EnsureBuffer succeeded
+// The run of packed events open at the end of g_writer, if any: closed before any other frame
+// is put and before the writer is written out, forgotten when it is cleared (ClearWriter).
+constinit PackedEventRun g_run;
+
+void ClearWriter() {
+  g_run.Abandon();
+  g_writer.Clear();
+}
 
 bool EnsureBuffer() {
   if (g_drain.buffer != nullptr) return true;
@@ -148,6 +157,7 @@ bool WriteOut(const void* data, size_t size, size_t* sent = nullptr) {
 // send that timed out on a collector that stopped reading): its reader has them.
 void FlushWriter() {
   DrainState& d = g_drain;
+  g_run.Close(g_writer);
   if (g_writer.size() > 0) {
     size_t sent = 0;
     if (!(d.output.is_open() && WriteOut(g_writer.data(), g_writer.size(), &sent))) {
@@ -158,15 +168,30 @@ void FlushWriter() {
     }
   }
   d.in_writer = 0;
-  g_writer.Clear();
+  ClearWriter();
 }
 
 // Runs `encode(writer)`; on overflow flushes and tries once more. False if it never fits.
 template <typename Encode>
 bool Put(Encode&& encode) {
+  g_run.Close(g_writer);
   if (encode(g_writer)) return true;
   FlushWriter();
   return encode(g_writer);
+}
+
+// One record: into the open packed run when it is one of the events a run holds, else as a
+// frame of its own.
+void PutRecord(const EventRecord& r) {
+  uint64_t field[wire::packed::kMaxField + 1];
+  const uint32_t body = PackableFields(r, field);
+  if (body == 0) {
+    Put([&](WireWriter& w) { return EncodeRecord(w, r); });
+    return;
+  }
+  if (g_run.Add(g_writer, body, field)) return;
+  FlushWriter();  // the run is full, or the buffer
+  if (!g_run.Add(g_writer, body, field)) Put([&](WireWriter& w) { return EncodeRecord(w, r); });
 }
 
 void ReadProcessInfo() {
@@ -289,6 +314,7 @@ void WriteStreamHead() {
   const pid_t pid = getpid();
   uint8_t header[kStreamHeaderSize];
   EncodeStreamHeader(header);
+  g_run.Close(g_writer);
   g_writer.RawBytes(header, sizeof(header));
   HelloInfo hello;
   hello.pid = static_cast<uint32_t>(pid);
@@ -511,7 +537,7 @@ void MaybeRecreateFile() {
   DrainState& d = g_drain;
   if (d.attached || !d.output.is_open() || !d.output.is_file() || !d.output.Unlinked()) return;
   const uint64_t lost = d.in_file + d.in_writer;  // the buffer would only follow them
-  g_writer.Clear();
+  ClearWriter();
   d.in_writer = 0;
   d.in_file = 0;
   d.undeliverable += lost;
@@ -598,7 +624,7 @@ size_t DrainLocked() {
     }
     WriteDeviceInfo(r.device);
     WriteStack(r.stack_id, r.stack_slot);
-    Put([&](WireWriter& w) { return EncodeRecord(w, r); });
+    PutRecord(r);
     if (r.type != RecordType::kMemInfo) {
       ++d.events_since_snapshot;
       ++d.in_writer;
@@ -686,7 +712,7 @@ void EndAttachedStreamLocked(bool write_end) {
     Put([&](WireWriter& w) { return EncodeEnd(w, end); });
     FlushWriter();
   }
-  g_writer.Clear();
+  ClearWriter();
   d.output.Close();
   d.stream_started = false;
   d.attached = false;
@@ -726,7 +752,7 @@ void Wake(const char* socket_path, char* reply, size_t reply_size) {
   StartStream();
   if (!d.output.is_open()) {
     d.output.Close();
-    g_writer.Clear();
+    ClearWriter();
     d.stream_started = false;
     d.attached = false;
     snprintf(reply, reply_size,
@@ -1067,7 +1093,7 @@ void DrainAfterFork() {
   d.segment_min_seq = 0;
   d.segment_bytes = 0;
   d.segment_head = 0;
-  g_writer.Clear();
+  ClearWriter();
 }
 
 }  // namespace fragscope::agent

@@ -263,6 +263,27 @@ void EncodeEventBody(Writer& w, const EventRecord& r) {
   }
 }
 
+// A writer that keeps each field's value by number instead of encoding it: the values
+// libprotobuf would parse from the frame the same EncodeEventBody call writes (PackableFields).
+class FieldArrayWriter : public VarintFieldForms<FieldArrayWriter> {
+ public:
+  explicit FieldArrayWriter(uint64_t* field) : field_(field) {}
+  void Uint64(uint32_t field, uint64_t value) {
+    if (field <= wire::packed::kMaxField) {
+      field_[field] = value;
+    } else if (value != 0) {
+      packable_ = false;  // a field a packed event cannot hold
+    }
+  }
+  void PresentUint64(uint32_t, uint64_t) { packable_ = false; }
+  void Bytes(uint32_t, const void*, size_t) { packable_ = false; }
+  bool packable() const { return packable_; }
+
+ private:
+  uint64_t* field_;
+  bool packable_ = true;
+};
+
 // An event frame is at most its 3 header bytes (frame length, body tag, body length) and 15
 // varint fields, or a Mark's 3 varint fields, label, blocks_synced and rank fields: one room check
 // covers all of it.
@@ -310,6 +331,54 @@ bool EncodeDrops(WireWriter& w, const DropsData& d) {
   return frame.Close();
 }
 
+uint32_t PackableFields(const EventRecord& r, uint64_t (&field)[wire::packed::kMaxField + 1]) {
+  const uint32_t body = BodyField(r.type);
+  if (wire::packed::ShapeOf(body).address_field == 0) return 0;
+  memset(field, 0, sizeof(field));
+  FieldArrayWriter writer(field);
+  EncodeEventBody(writer, r);
+  if (!writer.packable()) return 0;
+  // An int32 or enum field travels as an int32: a value that is not one keeps its own frame.
+  const uint32_t int32_fields = wire::packed::ShapeOf(body).int32_fields;
+  for (uint32_t f = 1; f <= wire::packed::kMaxField; ++f) {
+    if ((int32_fields & wire::packed::Bit(f)) != 0 &&
+        static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(field[f]))) != field[f]) {
+      return 0;
+    }
+  }
+  return body;
+}
+
+namespace {
+
+// The count of a PackedEvents body of `size` bytes at `p` (0 when it holds none or is not one).
+size_t PackedEventCount(const uint8_t* p, size_t size) {
+  const uint8_t* end = p + size;
+  auto varint = [&](uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; p < end && shift < 64; shift += 7) {
+      const uint8_t b = *p++;
+      *v |= uint64_t{b & 0x7fu} << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  };
+  uint64_t count = 0;
+  while (p < end) {
+    uint64_t tag = 0, value = 0;
+    if (!varint(&tag) || !varint(&value)) return 0;
+    if ((tag & 7) == WireWriter::kLengthDelimited) {
+      if (value > static_cast<uint64_t>(end - p)) return 0;
+      p += value;
+    } else if (tag == ((wire::PackedEvents::kCount << 3) | WireWriter::kVarint)) {
+      count = value;
+    }
+  }
+  return static_cast<size_t>(count);
+}
+
+}  // namespace
+
 size_t CountWholeEventFrames(const uint8_t* data, size_t size) {
   size_t pos = 0;
   uint8_t header[kStreamHeaderSize];
@@ -342,6 +411,19 @@ size_t CountWholeEventFrames(const uint8_t* data, size_t size) {
         ++events;
         break;
       default:
+        // A packed run (two-byte tag) holds PackedEvents.count events.
+        if (length > 2 &&
+            data[pos] == (((F::kPacked << 3) | WireWriter::kLengthDelimited) | 0x80) &&
+            data[pos + 1] == (F::kPacked >> 4)) {
+          size_t at = pos + 2;
+          uint64_t body = 0;
+          for (int shift = 0; at < pos + length && shift < 64; shift += 7) {
+            const uint8_t b = data[at++];
+            body |= uint64_t{b & 0x7fu} << shift;
+            if ((b & 0x80) == 0) break;
+          }
+          if (body <= pos + length - at) events += PackedEventCount(data + at, body);
+        }
         break;
     }
     pos += length;

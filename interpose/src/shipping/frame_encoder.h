@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fragscope/packed_events.h"
 #include "fragscope/wire_constants.h"
 #include "recording/api.h"
 #include "recording/event_record.h"
@@ -21,7 +22,7 @@ namespace fragscope::agent {
 
 inline constexpr char kStreamMagic[8] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', '\x01'};
 inline constexpr uint32_t kFormatMajor = static_cast<uint32_t>(FormatVersion::kFormatMajor);
-inline constexpr uint32_t kFormatMinor = 11;
+inline constexpr uint32_t kFormatMinor = 0;
 inline constexpr size_t kStreamHeaderSize = 16;
 
 // Writes the 16-byte stream header into `out`.
@@ -93,6 +94,11 @@ bool EncodeStack(WireWriter& w, uint64_t id, const uint64_t* pcs, int count, Sta
 bool EncodeSymbolizedStack(WireWriter& w, uint64_t id, const uint8_t* frames, size_t size);
 // AllocEvent / FreeEvent / MapEvent / HandleEvent / FailedAlloc / MemInfo / Mark / BlockEvent.
 bool EncodeRecord(WireWriter& w, const EventRecord& record);
+// The body (Frame field number) and field values (by field number, as libprotobuf would parse
+// the frame EncodeRecord writes) of a record a packed run can hold (PackedEventRun::Add); 0 for
+// a record that goes as a frame of its own: not one of the five packable events, or an
+// AllocEvent with failed_release_result (a field past packed::kMaxField).
+uint32_t PackableFields(const EventRecord& record, uint64_t (&field)[wire::packed::kMaxField + 1]);
 bool EncodeDrops(WireWriter& w, const DropsData& drops);
 bool EncodeEnd(WireWriter& w, const EndData& end);
 

@@ -11,6 +11,7 @@
 #include "fragscope.pb.h"
 #include "fragscope/trace/decode_budget.h"
 #include "fragscope/trace/hot_frame_decoder.h"
+#include "fragscope/trace/packed_event_decoder.h"
 
 namespace fragscope {
 
@@ -59,6 +60,7 @@ class FrameReader {
   // that may block. With a decode budget, false too for a frame big enough to need the budget,
   // for which Next may wait on other streams.
   bool NextFrameBuffered() const {
+    if (packed_.active()) return true;
     uint64_t length = 0;
     for (std::size_t i = 0; i < 10 && pos_ + i < end_; ++i) {
       const unsigned char b = buffer_[pos_ + i];
@@ -105,6 +107,12 @@ class FrameReader {
     good_offset_ = consumed_ + pos_;
     ++frames_read_;
   }
+  // NextBody, except that a packed run (Frame.packed) is taken whole and its events returned
+  // one by one: for those, kFrame with *body nullptr and the event in *event.
+  Result NextBodyOrPacked(const unsigned char** body, uint64_t* length, std::size_t* frame_bytes,
+                          HotEvent* event);
+  // The next event of the packed run being read; kError (and the stream ends) when malformed.
+  Result NextPacked(HotEvent* event);
   // Parses the frame body of `length` bytes at `body` (the frame at pos_) with libprotobuf,
   // after the limit check: every frame the hand decoder does not take. False with error_ set
   // when it is refused or malformed.
@@ -123,8 +131,10 @@ class FrameReader {
   bool read_error_ = false;
   std::string error_;
   DecodeBudget* budget_ = nullptr;
-  DecodeBudget::Lease lease_;  // the cost of the last frame parsed, while the caller holds it
+  DecodeBudget::Lease lease_;    // the cost of the last frame parsed, while the caller holds it
   std::string* copy_ = nullptr;  // set_copy
+  PackedEventDecoder packed_;    // the packed run being read, if any
+  uint64_t packed_offset_ = 0;   // its frame's byte offset, for messages
 };
 
 }  // namespace fragscope

@@ -14,8 +14,8 @@ namespace fragscope {
 inline constexpr char kTraceMagic[8] = {'F', 'R', 'A', 'G', 'S', 'C', 'P', '\x01'};
 inline constexpr std::size_t kTraceHeaderBytes = 16;
 // Readers accept any minor of their major; a newer major is refused.
-inline constexpr uint32_t kFormatMajor = 1;
-inline constexpr uint32_t kFormatMinor = 11;
+inline constexpr uint32_t kFormatMajor = 2;
+inline constexpr uint32_t kFormatMinor = 0;
 // No frame the agent writes comes near this; a larger length means corruption, and refusing it
 // keeps a crafted file from making the reader allocate without bound.
 inline constexpr std::size_t kMaxFrameBytes = 64u << 20;

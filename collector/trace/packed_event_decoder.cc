@@ -1,0 +1,178 @@
+#include "fragscope/trace/packed_event_decoder.h"
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+
+namespace fragscope {
+namespace {
+
+namespace packed = wire::packed;
+
+static_assert(HotEvent::kMaxField == static_cast<int>(packed::kMaxField));
+
+constexpr unsigned char kLengthDelimited = 2;
+constexpr unsigned char kVarint = 0;
+
+// Reads a varint at *p (before end); false when it runs past end or past 64 bits.
+bool ReadVarint(const unsigned char** p, const unsigned char* end, uint64_t* value) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+    const unsigned char b = *(*p)++;
+    if (shift == 63 && b > 1) return false;
+    v |= uint64_t{b & 0x7fu} << shift;
+    if (b < 0x80) {
+      *value = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool IsPackedFrame(const unsigned char* data, std::size_t size) {
+  return size >= 2 &&
+         data[0] ==
+             static_cast<unsigned char>(((wire::Frame::kPacked << 3) | kLengthDelimited) | 0x80) &&
+         data[1] == (wire::Frame::kPacked >> 4);
+}
+
+std::string PackedEventDecoder::Start(const unsigned char* data, std::size_t size) {
+  remaining_ = count_ = 0;
+  const unsigned char* p = data + 2;
+  const unsigned char* const end = data + size;
+  uint64_t body = 0;
+  if (!IsPackedFrame(data, size) || !ReadVarint(&p, end, &body) ||
+      body != static_cast<uint64_t>(end - p)) {
+    return "a packed-events frame whose length does not match its bytes";
+  }
+  // PackedEvents: `events` and `count`, in any order; a field this reader does not know is
+  // skipped (a newer minor may add one).
+  const unsigned char* events = nullptr;
+  uint64_t events_size = 0;
+  uint64_t count = 0;
+  while (p < end) {
+    uint64_t tag = 0;
+    uint64_t value = 0;
+    if (!ReadVarint(&p, end, &tag)) return "a packed-events frame with a malformed field tag";
+    const uint64_t type = tag & 7;
+    if (type == kVarint) {
+      if (!ReadVarint(&p, end, &value)) return "a packed-events frame with a malformed varint";
+      if ((tag >> 3) == wire::PackedEvents::kCount) count = value;
+    } else if (type == kLengthDelimited) {
+      if (!ReadVarint(&p, end, &value) || value > static_cast<uint64_t>(end - p)) {
+        return "a packed-events frame whose field runs past its end";
+      }
+      if ((tag >> 3) == wire::PackedEvents::kEvents) {
+        events = p;
+        events_size = value;
+      }
+      p += value;
+    } else if (type == 1 || type == 5) {  // fixed64, fixed32
+      const uint64_t n = type == 1 ? 8 : 4;
+      if (n > static_cast<uint64_t>(end - p)) return "a packed-events frame cut inside a field";
+      p += n;
+    } else {
+      return absl::StrFormat("a packed-events frame with a field of wire type %d", type);
+    }
+  }
+  if ((count == 0) != (events_size == 0)) {
+    return absl::StrFormat("a packed-events frame that says %d events in %d bytes", count,
+                           events_size);
+  }
+  // Every event takes at least its header and its time: more events than half the bytes is a
+  // count no writer made.
+  if (count > events_size / 2) {
+    return absl::StrFormat("a packed-events frame that says %d events in only %d bytes", count,
+                           events_size);
+  }
+  p_ = events;
+  end_ = events + events_size;
+  remaining_ = count_ = count;
+  seq_ = time_ = tid_ = address_ = 0;
+  std::memset(fields_, 0, sizeof(fields_));
+  return std::string();
+}
+
+bool PackedEventDecoder::Fail(const std::string& what, std::string* error) {
+  *error = absl::StrFormat("packed event %d of %d: %s", index() + 1, count_, what);
+  remaining_ = 0;
+  return false;
+}
+
+bool PackedEventDecoder::Next(HotEvent* event, std::string* error) {
+  if (remaining_ == 0) return Fail("no event left in the run", error);
+  if (p_ >= end_) return Fail("the run's bytes end before its count", error);
+  const unsigned char header = *p_++;
+  const uint32_t body = header & packed::kBodyBits;
+  const packed::Shape shape = packed::ShapeOf(body);
+  if (shape.address_field == 0) {
+    return Fail(absl::StrFormat("message %d is not one a run holds", body), error);
+  }
+  uint64_t* const f = fields_[packed::SlotOf(body)];
+  uint64_t v = 0;
+  if ((header & packed::kSeqIsNext) != 0) {
+    f[wire::EventCommon::kSeq] = seq_ + 1;
+  } else {
+    if (!ReadVarint(&p_, end_, &v)) return Fail("malformed seq", error);
+    f[wire::EventCommon::kSeq] = seq_ + static_cast<uint64_t>(packed::UnZigZag(v));
+  }
+  if (!ReadVarint(&p_, end_, &v)) return Fail("malformed time", error);
+  f[wire::EventCommon::kTimeNs] = time_ + static_cast<uint64_t>(packed::UnZigZag(v));
+  if ((header & packed::kSameTid) != 0) {
+    f[wire::EventCommon::kTid] = tid_;
+  } else {
+    if (!ReadVarint(&p_, end_, &v) || v > UINT32_MAX) return Fail("malformed thread id", error);
+    f[wire::EventCommon::kTid] = v;
+  }
+  if ((header & packed::kSameAddress) != 0) {
+    f[shape.address_field] = address_;
+  } else {
+    if (!ReadVarint(&p_, end_, &v)) return Fail("malformed address", error);
+    f[shape.address_field] = v;
+  }
+  if ((header & packed::kSameFields) == 0) {
+    uint64_t mask = 0;
+    if (!ReadVarint(&p_, end_, &mask)) return Fail("malformed field mask", error);
+    // Only fields the message has, and not the address (it has its own place).
+    const uint64_t allowed =
+        ((uint64_t{1} << (shape.max_field - packed::kFirstMaskedField + 1)) - 1) &
+        ~(uint64_t{1} << (shape.address_field - packed::kFirstMaskedField));
+    if (mask == 0 || (mask & ~allowed) != 0) {
+      return Fail(
+          absl::StrFormat("field mask 0x%x names fields message %d does not have", mask, body),
+          error);
+    }
+    for (uint32_t field = packed::kFirstMaskedField; field <= shape.max_field; ++field) {
+      if ((mask & (uint64_t{1} << (field - packed::kFirstMaskedField))) == 0) continue;
+      if (!ReadVarint(&p_, end_, &v))
+        return Fail(absl::StrFormat("malformed field %d", field), error);
+      const uint32_t bit = packed::Bit(field);
+      if ((shape.int32_fields & bit) != 0) {
+        const int64_t s = packed::UnZigZag(v);
+        if (s < INT32_MIN || s > INT32_MAX) {
+          return Fail(absl::StrFormat("field %d holds %d, not an int32", field, s), error);
+        }
+        v = static_cast<uint64_t>(s);
+      } else if (((shape.uint32_fields & bit) != 0 && v > UINT32_MAX) ||
+                 ((shape.bool_fields & bit) != 0 && v > 1)) {
+        return Fail(absl::StrFormat("field %d holds %d, more than its type holds", field, v),
+                    error);
+      }
+      f[field] = v;
+    }
+  }
+  seq_ = f[wire::EventCommon::kSeq];
+  time_ = f[wire::EventCommon::kTimeNs];
+  tid_ = f[wire::EventCommon::kTid];
+  address_ = f[shape.address_field];
+  event->body = body;
+  std::memcpy(event->field, f, sizeof(event->field));
+  if (--remaining_ == 0 && p_ != end_) {
+    return Fail(absl::StrFormat("%d bytes after the run's last event", end_ - p_), error);
+  }
+  return true;
+}
+
+}  // namespace fragscope

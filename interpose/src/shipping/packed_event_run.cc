@@ -1,0 +1,113 @@
+#include "shipping/packed_event_run.h"
+
+#include <cstring>
+
+namespace fragscope::agent {
+namespace {
+
+namespace packed = wire::packed;
+
+// A length reserved as a three-byte varint (values below 2^21), written once it is known.
+constexpr size_t kLengthBytes = 3;
+void PutPaddedLength(uint8_t* p, size_t value) {
+  p[0] = static_cast<uint8_t>(value | 0x80);
+  p[1] = static_cast<uint8_t>((value >> 7) | 0x80);
+  p[2] = static_cast<uint8_t>(value >> 14);
+}
+static_assert(PackedEventRun::kMaxEventBytes + PackedEventRun::kOverheadBytes < (1u << 21));
+
+constexpr uint8_t kPackedTag[2] = {
+    static_cast<uint8_t>(((wire::Frame::kPacked << 3) | WireWriter::kLengthDelimited) | 0x80),
+    static_cast<uint8_t>(wire::Frame::kPacked >> 4)};
+static_assert(wire::Frame::kPacked >= 16 && wire::Frame::kPacked < 2048);
+constexpr uint8_t kEventsTag = (wire::PackedEvents::kEvents << 3) | WireWriter::kLengthDelimited;
+constexpr uint8_t kCountTag = (wire::PackedEvents::kCount << 3) | WireWriter::kVarint;
+
+}  // namespace
+
+bool PackedEventRun::Open(WireWriter& w) {
+  uint8_t* p = w.Room(kOverheadBytes + kMaxPackedEventBytes);
+  if (p == nullptr) return false;
+  start_ = w.size();
+  // frame length, body tag, body length, events tag, events length: filled in by Close
+  p[kLengthBytes] = kPackedTag[0];
+  p[kLengthBytes + 1] = kPackedTag[1];
+  p[2 * kLengthBytes + 2] = kEventsTag;
+  w.Commit(p + 3 * kLengthBytes + 3);
+  events_ = w.size();
+  count_ = 0;
+  seq_ = time_ = tid_ = address_ = 0;
+  memset(fields_, 0, sizeof(fields_));
+  open_ = true;
+  return true;
+}
+
+bool PackedEventRun::Add(WireWriter& w, uint32_t body, const uint64_t* field) {
+  if (!open_ && !Open(w)) return false;
+  if (w.size() - events_ + kMaxPackedEventBytes > kMaxEventBytes) return false;
+  uint8_t* const start = w.Room(kMaxPackedEventBytes + kOverheadBytes);
+  if (start == nullptr) return false;
+  const packed::Shape shape = packed::ShapeOf(body);
+  uint64_t* prev = fields_[packed::SlotOf(body)];
+  const uint64_t seq = field[wire::EventCommon::kSeq];
+  const uint64_t time = field[wire::EventCommon::kTimeNs];
+  const uint64_t tid = field[wire::EventCommon::kTid];
+  const uint64_t address = field[shape.address_field];
+  uint32_t mask = 0;
+  for (uint32_t f = packed::kFirstMaskedField; f <= shape.max_field; ++f) {
+    if (f != shape.address_field && field[f] != prev[f])
+      mask |= 1u << (f - packed::kFirstMaskedField);
+  }
+  uint8_t header = static_cast<uint8_t>(body);
+  if (seq == seq_ + 1) header |= packed::kSeqIsNext;
+  if (tid == tid_) header |= packed::kSameTid;
+  if (address == address_) header |= packed::kSameAddress;
+  if (mask == 0) header |= packed::kSameFields;
+  uint8_t* p = start;
+  *p++ = header;
+  if ((header & packed::kSeqIsNext) == 0)
+    p = PutVarint(p, packed::ZigZag(static_cast<int64_t>(seq - seq_)));
+  p = PutVarint(p, packed::ZigZag(static_cast<int64_t>(time - time_)));
+  if ((header & packed::kSameTid) == 0) p = PutVarint(p, tid);
+  if ((header & packed::kSameAddress) == 0) p = PutVarint(p, address);
+  if (mask != 0) {
+    p = PutVarint(p, mask);
+    for (uint32_t f = packed::kFirstMaskedField; f <= shape.max_field; ++f) {
+      if ((mask & (1u << (f - packed::kFirstMaskedField))) == 0) continue;
+      const uint64_t v = field[f];
+      p = PutVarint(p, (shape.int32_fields & packed::Bit(f)) != 0
+                           ? packed::ZigZag(static_cast<int32_t>(static_cast<uint32_t>(v)))
+                           : v);
+      prev[f] = v;
+    }
+  }
+  w.Commit(p);
+  seq_ = seq;
+  time_ = time;
+  tid_ = tid;
+  address_ = address;
+  prev[shape.address_field] = address;
+  ++count_;
+  return true;
+}
+
+void PackedEventRun::Close(WireWriter& w) {
+  if (!open_) return;
+  open_ = false;
+  const size_t events = w.size() - events_;
+  if (count_ == 0) {
+    w.Truncate(start_);
+    return;
+  }
+  // Add kept room for the count behind every event.
+  uint8_t* p = w.Room(1 + 5);
+  *p++ = kCountTag;
+  w.Commit(PutVarint(p, count_));
+  uint8_t* frame = const_cast<uint8_t*>(w.data()) + start_;
+  const size_t total = w.size() - start_;
+  PutPaddedLength(frame, total - kLengthBytes);
+  PutPaddedLength(frame + kLengthBytes + 2, total - 2 * kLengthBytes - 2);
+  PutPaddedLength(frame + 2 * kLengthBytes + 3, events);
+}
+
+}  // namespace fragscope::agent
