@@ -20,6 +20,7 @@
 #include "fragscope/server/stream_session.h"
 #include "fragscope/symbolize/symbol_table_builder.h"
 #include "fragscope/trace/frame_reader.h"
+#include "fragscope/trace/frame_writer.h"
 #include "fragscope/trace/trace_format.h"
 #include "report_output.h"
 #include "trace_loading.h"
@@ -89,6 +90,49 @@ absl::Status WriteTraceWithTail(const std::string& in_path,
     ::unlink(tmp.c_str());
     return absl::DataLossError(absl::StrFormat("%s: closing: %s", tmp, std::strerror(errno)));
   }
+  if (::rename(tmp.c_str(), out_path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: cannot rename %s to it: %s", out_path, tmp, std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+// The same for a compressed trace, through its decompression: its frames up to `keep` (an
+// offset of the decompressed trace), then `tail`, into a new compressed file.
+absl::Status WriteCompressedTraceWithTail(const std::string& in_path, uint64_t keep,
+                                          const std::string& tail, const std::string& out_path) {
+  std::string tmp = out_path + ".tmp-XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: cannot create a temporary file beside it (%s); choose -o in a folder you can write",
+        out_path, std::strerror(errno)));
+  }
+  ::close(fd);
+  auto fail = [&](const absl::Status& s) {
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(absl::StrFormat("%s; %s is unchanged", s.message(), out_path));
+  };
+  absl::StatusOr<FrameReader> in = FrameReader::OpenFile(in_path);
+  if (!in.ok()) return fail(in.status());
+  absl::StatusOr<FrameWriter> out = FrameWriter::CreateFile(tmp, TraceCompression::kZstd);
+  if (!out.ok()) return fail(out.status());
+  std::string frames;  // as they are in the trace
+  in->set_copy(&frames);
+  v1::Frame frame;
+  while (in->good_offset() < keep && in->Next(&frame) == FrameReader::Result::kFrame) {
+    if (frames.size() < (1 << 20)) continue;
+    if (absl::Status s = out->WriteFramed(frames); !s.ok()) return fail(s);
+    frames.clear();
+  }
+  if (in->good_offset() < keep) return fail(absl::DataLossError(in->error()));
+  for (const std::string* bytes : {static_cast<const std::string*>(&frames), &tail}) {
+    if (absl::Status s = out->WriteFramed(*bytes); !s.ok()) return fail(s);
+  }
+  if (absl::Status s = out->Sync(); !s.ok()) return fail(s);
+  if (absl::Status s = out->Close(); !s.ok()) return fail(s);
   if (::rename(tmp.c_str(), out_path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
@@ -176,8 +220,10 @@ int SymbolizeCommand(const std::vector<std::string>& args) {
   // The header says the newer minor the appended frames need (readers accept any minor).
   unsigned char header[kTraceHeaderBytes];
   EncodeTraceHeader(file->major(), std::max(file->minor(), kFormatMinor), header);
-  if (absl::Status s = WriteTraceWithTail(path, header, file->good_offset(), tail, target);
-      !s.ok()) {
+  const absl::Status written =
+      file->compressed() ? WriteCompressedTraceWithTail(path, file->good_offset(), tail, target)
+                         : WriteTraceWithTail(path, header, file->good_offset(), tail, target);
+  if (absl::Status s = written; !s.ok()) {
     std::fprintf(stderr, "fragscope symbolize: %s\n", std::string(s.message()).c_str());
     return kExitBadInput;
   }

@@ -17,6 +17,11 @@
 
 namespace fragscope {
 
+namespace {
+// The copies a collector keeps are compressed (proto/README.md, "Compressed trace files").
+constexpr TraceCompression kTraceCompression = TraceCompression::kZstd;
+}  // namespace
+
 StreamSession::StreamSession(ModelOptions options, TracePathChooser choose_trace_path)
     : model_(std::move(options)), choose_trace_path_(std::move(choose_trace_path)) {}
 
@@ -43,7 +48,7 @@ void StreamSession::OpenTraceCopy(const v1::Frame& first, StreamOutcome& outcome
   chose_ = true;
   if (choose_trace_path_) trace_path_ = choose_trace_path_(first);
   if (trace_path_.empty()) return;
-  auto writer = FrameWriter::CreateFile(trace_path_);
+  auto writer = FrameWriter::CreateFile(trace_path_, kTraceCompression);
   if (writer.ok()) {
     writer_.emplace(std::move(*writer));
     WatchTraceCopy(outcome);
@@ -60,7 +65,7 @@ void StreamSession::WatchTraceCopy(StreamOutcome& outcome) {
     // Removed right after it was created, with only its header written: made again, nothing
     // is lost.
     if (removal_hooks_.restore) removal_hooks_.restore(trace_path_);
-    auto again = FrameWriter::CreateFile(trace_path_);
+    auto again = FrameWriter::CreateFile(trace_path_, kTraceCompression);
     if (!again.ok()) {
       StopTraceCopy(again.status(), outcome);
       return;
@@ -96,46 +101,17 @@ absl::StatusOr<uint64_t> StreamSession::RewriteTraceCopy() {
         "holds the first %d of %d bytes, and the copy stops there",
         trace_path_, why, partial->bytes_written(), old_bytes));
   };
-  absl::StatusOr<FrameWriter> fresh = FrameWriter::CreateFile(trace_path_);
-  if (!fresh.ok()) return lost(std::string(fresh.status().message()), nullptr);
-  // The frames are written again one by one (the writer writes its own header first); the
-  // removed file holds whole frames only, as the copy was flushed just before.
-  std::string pending;
-  std::vector<char> chunk(1 << 20);
-  uint64_t offset = kTraceHeaderBytes;
-  for (;;) {
-    std::size_t pos = 0;
-    for (;;) {
-      uint64_t length = 0;
-      std::size_t i = 0;
-      bool whole_length = false;
-      for (; i < 10 && pos + i < pending.size(); ++i) {
-        const auto b = static_cast<unsigned char>(pending[pos + i]);
-        length |= uint64_t{b & 0x7fu} << (7 * i);
-        if (b < 0x80) {
-          whole_length = true;
-          break;
-        }
-      }
-      if (!whole_length || pending.size() - pos - i - 1 < length) break;
-      if (absl::Status s =
-              fresh->WriteSerialized(std::string_view(pending).substr(pos + i + 1, length));
-          !s.ok()) {
-        return lost(std::string(s.message()), &*fresh);
-      }
-      pos += i + 1 + length;
-    }
-    pending.erase(0, pos);
-    const ssize_t n = ::pread(watch_fd_, chunk.data(), chunk.size(), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return lost(absl::StrFormat("reading it back: %s", std::strerror(errno)), &*fresh);
-    if (n == 0) break;
-    pending.append(chunk.data(), static_cast<std::size_t>(n));
-    offset += static_cast<uint64_t>(n);
-  }
-  if (!pending.empty()) {
-    return lost(absl::StrFormat("its last %d bytes are not a whole frame", pending.size()),
-                &*fresh);
+  // The removed file holds whole frames only, as the copy was flushed just before: its bytes
+  // are the new file's first.
+  uint64_t copied = 0;
+  absl::StatusOr<FrameWriter> fresh =
+      FrameWriter::CreateFileFrom(trace_path_, watch_fd_, kTraceCompression, &copied);
+  if (!fresh.ok()) {
+    if (copied == 0) return lost(std::string(fresh.status().message()), nullptr);
+    return absl::DataLossError(absl::StrFormat(
+        "%s was removed while its stream ran and could be written again only in part (%s): it "
+        "holds the first %d of %d bytes, and the copy stops there",
+        trace_path_, fresh.status().message(), copied, old_bytes));
   }
   if (absl::Status s = fresh->Flush(); !s.ok()) return lost(std::string(s.message()), &*fresh);
   const int fresh_watch = ::open(trace_path_.c_str(), O_RDONLY | O_CLOEXEC);

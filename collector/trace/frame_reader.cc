@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <zstd.h>
+
 #include <cstring>
 #include <utility>
 
@@ -45,6 +47,12 @@ FrameReader& FrameReader::operator=(FrameReader&& other) noexcept {
     budget_ = std::exchange(other.budget_, nullptr);
     lease_ = std::move(other.lease_);
     copy_ = std::exchange(other.copy_, nullptr);
+    decompressor_ = std::move(other.decompressor_);
+    compressed_ = std::move(other.compressed_);
+    compressed_pos_ = other.compressed_pos_;
+    compressed_end_ = other.compressed_end_;
+    compressed_read_ = other.compressed_read_;
+    zstd_frame_open_ = other.zstd_frame_open_;
     packed_ = other.packed_;
     packed_offset_ = other.packed_offset_;
   }
@@ -84,12 +92,9 @@ bool FrameReader::Fill(std::size_t n) {
   }
   if (buffer_.size() < std::max(n, kReadChunk)) buffer_.resize(std::max(n, kReadChunk));
   while (end_ < n) {
-    ssize_t got = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
+    const ssize_t got = ReadSome(buffer_.data() + end_, buffer_.size() - end_);
     if (got < 0) {
-      if (errno == EINTR) continue;
       read_error_ = true;
-      error_ = absl::StrFormat("%s: read error at byte %d: %s", name_, consumed_ + end_,
-                               std::strerror(errno));
       return false;
     }
     if (got == 0) return false;
@@ -98,7 +103,67 @@ bool FrameReader::Fill(std::size_t n) {
   return true;
 }
 
+void FrameReader::FreeDecompressor::operator()(ZSTD_DCtx_s* d) const { ZSTD_freeDCtx(d); }
+
+ssize_t FrameReader::ReadSome(unsigned char* dst, std::size_t capacity) {
+  if (decompressor_ != nullptr) return ReadDecompressed(dst, capacity);
+  for (;;) {
+    const ssize_t got = ::read(fd_, dst, capacity);
+    if (got >= 0) return got;
+    if (errno == EINTR) continue;
+    error_ = absl::StrFormat("%s: read error at byte %d: %s", name_, consumed_ + end_,
+                             std::strerror(errno));
+    return -1;
+  }
+}
+
+ssize_t FrameReader::ReadDecompressed(unsigned char* dst, std::size_t capacity) {
+  for (;;) {
+    if (compressed_pos_ == compressed_end_) {
+      const ssize_t got = ::read(fd_, compressed_.data(), compressed_.size());
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        error_ = absl::StrFormat("%s: read error at byte %d of the compressed file: %s", name_,
+                                 compressed_read_, std::strerror(errno));
+        return -1;
+      }
+      if (got == 0) return 0;
+      compressed_pos_ = 0;
+      compressed_end_ = static_cast<std::size_t>(got);
+      compressed_read_ += static_cast<uint64_t>(got);
+    }
+    ZSTD_inBuffer in{compressed_.data(), compressed_end_, compressed_pos_};
+    ZSTD_outBuffer out{dst, capacity, 0};
+    const std::size_t hint = ZSTD_decompressStream(decompressor_.get(), &out, &in);
+    compressed_pos_ = in.pos;
+    if (ZSTD_isError(hint)) {
+      error_ = absl::StrFormat(
+          "%s: the compressed trace is corrupt near byte %d of the file (zstd: %s); read %d "
+          "whole frames up to byte %d of the decompressed trace",
+          name_, compressed_read_ - (compressed_end_ - compressed_pos_), ZSTD_getErrorName(hint),
+          frames_read_, good_offset_);
+      return -1;
+    }
+    zstd_frame_open_ = hint != 0;
+    if (out.pos > 0) return static_cast<ssize_t>(out.pos);
+  }
+}
+
 absl::Status FrameReader::ReadHeader() {
+  // A compressed trace: what was read so far is its first compressed bytes.
+  static constexpr unsigned char kZstdMagic[4] = {0x28, 0xb5, 0x2f, 0xfd};
+  if (Fill(sizeof(kZstdMagic)) && std::memcmp(buffer_.data() + pos_, kZstdMagic, 4) == 0) {
+    decompressor_.reset(ZSTD_createDCtx());
+    if (decompressor_ == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("%s: cannot set up zstd decompression (out of memory?)", name_));
+    }
+    compressed_.assign(buffer_.begin() + pos_, buffer_.begin() + end_);
+    compressed_end_ = compressed_.size();
+    compressed_read_ = compressed_.size();
+    compressed_.resize(std::max(compressed_.size(), kReadChunk));
+    end_ = pos_ = 0;
+  }
   if (!Fill(kTraceHeaderBytes)) {
     if (read_error_) return absl::DataLossError(error_);
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -144,7 +209,16 @@ FrameReader::Result FrameReader::NextBody(const unsigned char** body, uint64_t* 
   for (;;) {
     if (!Fill(varint_bytes + 1)) {
       if (read_error_) return Result::kError;
-      if (varint_bytes == 0 && end_ == pos_) return Result::kEnd;
+      if (varint_bytes == 0 && end_ == pos_) {
+        if (!zstd_frame_open_) return Result::kEnd;
+        // The writer ends a zstd frame at each flush: a file that stops inside one was cut
+        // while it was written, and what that frame held is gone.
+        error_ = absl::StrFormat(
+            "%s: truncated: the compressed trace ends inside a zstd frame (the frames it held are "
+            "lost); read %d whole frames up to byte %d of the decompressed trace",
+            name_, frames_read_, good_offset_);
+        return Result::kTruncated;
+      }
       error_ = absl::StrFormat(
           "%s: truncated inside a frame length at byte %d; read %d whole frames up to byte %d",
           name_, consumed_ + pos_, frames_read_, good_offset_);

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <zstd.h>
+
 #include <cstring>
 #include <utility>
 
@@ -15,16 +17,64 @@ namespace fragscope {
 
 namespace {
 constexpr std::size_t kFlushThreshold = 1 << 20;
+// zstd's level 3 (its default) compresses a trace to within 10 % of level 9 at 3 to 4 times
+// its speed: the collector compresses as it receives.
+constexpr int kZstdLevel = 3;
 }  // namespace
 
-absl::StatusOr<FrameWriter> FrameWriter::CreateFile(const std::string& path) {
+void FrameWriter::FreeCompressor::operator()(ZSTD_CCtx_s* c) const { ZSTD_freeCCtx(c); }
+
+absl::StatusOr<FrameWriter> FrameWriter::CreateFile(const std::string& path,
+                                                    TraceCompression compression) {
   absl::StatusOr<int> fd = CreateOutputFile(path);
   if (!fd.ok()) return fd.status();
   FrameWriter writer(*fd, path);
+  if (compression == TraceCompression::kZstd) {
+    writer.compressor_.reset(ZSTD_createCCtx());
+    // The checksum: a damaged file is refused where the damage is, not read as other numbers.
+    if (writer.compressor_ == nullptr ||
+        ZSTD_isError(ZSTD_CCtx_setParameter(writer.compressor_.get(), ZSTD_c_compressionLevel,
+                                            kZstdLevel)) ||
+        ZSTD_isError(
+            ZSTD_CCtx_setParameter(writer.compressor_.get(), ZSTD_c_checksumFlag, 1))) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("%s: cannot set up zstd compression (out of memory?)", path));
+    }
+  }
   unsigned char header[kTraceHeaderBytes];
   EncodeTraceHeader(kFormatMajor, kFormatMinor, header);
   writer.pending_.append(reinterpret_cast<const char*>(header), sizeof(header));
   if (absl::Status s = writer.Flush(); !s.ok()) return s;
+  return writer;
+}
+
+absl::StatusOr<FrameWriter> FrameWriter::CreateFileFrom(const std::string& path, int source,
+                                                        TraceCompression compression,
+                                                        uint64_t* copied) {
+  *copied = 0;
+  absl::StatusOr<FrameWriter> writer = CreateFile(path, compression);
+  if (!writer.ok()) return writer.status();
+  // Start over without the header CreateFile wrote: the source's own comes first.
+  if (::ftruncate(writer->fd_, 0) != 0 || ::lseek(writer->fd_, 0, SEEK_SET) != 0) {
+    return absl::DataLossError(absl::StrFormat("%s: %s", path, std::strerror(errno)));
+  }
+  writer->bytes_written_ = 0;
+  // Whole zstd frames and whole trace frames both append: the copy is the source's bytes.
+  std::string chunk(1 << 20, '\0');
+  for (off_t offset = 0;;) {
+    const ssize_t n = ::pread(source, chunk.data(), chunk.size(), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::DataLossError(
+          absl::StrFormat("%s: reading the file to copy: %s", path, std::strerror(errno)));
+    }
+    if (n == 0) break;
+    std::size_t done = 0;
+    absl::Status s = writer->WriteAll(chunk.data(), static_cast<std::size_t>(n), &done);
+    *copied += done;
+    if (!s.ok()) return s;
+    offset += n;
+  }
   return writer;
 }
 
@@ -36,6 +86,8 @@ FrameWriter& FrameWriter::operator=(FrameWriter&& other) noexcept {
     fd_ = std::exchange(other.fd_, -1);
     name_ = std::move(other.name_);
     pending_ = std::move(other.pending_);
+    compressor_ = std::move(other.compressor_);
+    compressed_ = std::move(other.compressed_);
     bytes_written_ = other.bytes_written_;
   }
   return *this;
@@ -72,20 +124,46 @@ absl::Status FrameWriter::WriteFramed(std::string_view framed_frames) {
 }
 
 absl::Status FrameWriter::Flush() {
+  if (pending_.empty()) return absl::OkStatus();
+  if (compressor_ == nullptr) {
+    std::size_t done = 0;
+    absl::Status s = WriteAll(pending_.data(), pending_.size(), &done);
+    pending_.erase(0, done);  // what did not reach the file stays for another Flush
+    return s;
+  }
+  compressed_.resize(ZSTD_compressBound(pending_.size()));
+  const std::size_t n = ZSTD_compress2(compressor_.get(), compressed_.data(), compressed_.size(),
+                                       pending_.data(), pending_.size());
+  if (ZSTD_isError(n)) {
+    return absl::InternalError(
+        absl::StrFormat("%s: zstd compression failed: %s", name_, ZSTD_getErrorName(n)));
+  }
+  pending_.clear();
   std::size_t done = 0;
-  while (done < pending_.size()) {
-    ssize_t n = ::write(fd_, pending_.data() + done, pending_.size() - done);
+  return WriteAll(compressed_.data(), n, &done);
+}
+
+absl::Status FrameWriter::WriteAll(const char* data, std::size_t size, std::size_t* written) {
+  std::size_t& done = *written;
+  while (done < size) {
+    ssize_t n = ::write(fd_, data + done, size - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      int err = errno;
-      pending_.erase(0, done);
       return absl::DataLossError(absl::StrFormat("%s: write failed after %d bytes: %s", name_,
-                                                 bytes_written_, std::strerror(err)));
+                                                 bytes_written_, std::strerror(errno)));
     }
     done += static_cast<std::size_t>(n);
     bytes_written_ += static_cast<uint64_t>(n);
   }
-  pending_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status FrameWriter::Sync() {
+  if (absl::Status s = Flush(); !s.ok()) return s;
+  if (::fsync(fd_) != 0) {
+    return absl::DataLossError(
+        absl::StrFormat("%s: fsync failed: %s", name_, std::strerror(errno)));
+  }
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -578,14 +579,59 @@ TEST_F(CliEndToEnd, AJobOfSeveralProcessesIsReportedAndGatedAsOne) {
       << no_rank.output;
 }
 
-// The offset of the last frame that starts at or before `at` in a trace (proto/README.md: a
-// 16-byte header, then frames of a varint length and that many bytes). Before, not after: the
-// agent packs runs of events into one frame, and the frame after `at` may be the last.
-size_t FrameStartBefore(const std::string& bytes, size_t at) {
+// Where each zstd frame of a compressed trace ends (`run -o` compresses; the collector ends a
+// zstd frame at each flush).
+std::vector<size_t> ZstdFrameEnds(const std::string& bytes) {
+  std::vector<size_t> ends;
+  size_t p = 0;
+  while (p < bytes.size()) {
+    const size_t n = ZSTD_findFrameCompressedSize(bytes.data() + p, bytes.size() - p);
+    if (ZSTD_isError(n)) break;
+    p += n;
+    ends.push_back(p);
+  }
+  return ends;
+}
+
+TEST_F(CliEndToEnd, TruncatedTraceIsReportedUpToTheDamageWithExit3) {
+  std::string bytes = Slurp(Trace());
+  // A compressed trace: its header, then a zstd frame per flush of the collector (at least
+  // one while the stream runs, and the last for what it appends at the end).
+  const std::vector<size_t> ends = ZstdFrameEnds(bytes);
+  ASSERT_GE(ends.size(), 3u);
+  ASSERT_EQ(ends.back(), bytes.size());
+  // Cut inside the last zstd frame. (A cut where a zstd frame ends is a stream that ends
+  // early, as a killed program's does: reported with exit 0.)
+  const size_t in = ends[ends.size() - 2] + (bytes.size() - ends[ends.size() - 2]) / 2;
+  std::ofstream(dir_ + "/cut.fst", std::ios::binary).write(bytes.data(), in);
+  Result r = Shell(Fragscope() + " report " + dir_ + "/cut.fst");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Device 0"), std::string::npos) << "the readable part is reported";
+}
+
+// The plain trace a compressed one holds (what `zstd -d` gives).
+std::string Decompressed(const std::string& bytes) {
+  std::string out;
+  ZSTD_DCtx* d = ZSTD_createDCtx();
+  ZSTD_inBuffer in{bytes.data(), bytes.size(), 0};
+  std::string chunk(1 << 16, '\0');
+  while (in.pos < in.size) {
+    ZSTD_outBuffer o{chunk.data(), chunk.size(), 0};
+    if (ZSTD_isError(ZSTD_decompressStream(d, &o, &in))) break;
+    out.append(chunk.data(), o.pos);
+  }
+  ZSTD_freeDCtx(d);
+  return out;
+}
+
+// Where each frame of a plain trace starts, up to its End frame (proto/README.md: a 16-byte
+// header, then frames of a varint length and that many bytes; End is Frame field 15).
+std::vector<size_t> FrameStartsBeforeEnd(const std::string& bytes) {
+  std::vector<size_t> starts;
   size_t p = 16;
-  size_t start = p;
-  while (p < bytes.size() && p <= at) {
-    start = p;
+  while (p < bytes.size()) {
+    const size_t start = p;
     uint64_t length = 0;
     int shift = 0;
     while (p < bytes.size()) {
@@ -594,34 +640,21 @@ size_t FrameStartBefore(const std::string& bytes, size_t at) {
       shift += 7;
       if (byte < 0x80) break;
     }
+    if (p < bytes.size() && static_cast<unsigned char>(bytes[p]) == ((15 << 3) | 2)) break;
+    starts.push_back(start);
     p += length;
   }
-  return start;
-}
-
-TEST_F(CliEndToEnd, TruncatedTraceIsReportedUpToTheDamageWithExit3) {
-  std::string bytes = Slurp(Trace());
-  ASSERT_GT(bytes.size(), 1000u);
-  // Cut inside a frame about two thirds in. (A cut that lands between two frames is a stream
-  // that ends early, as a killed program's does: reported with exit 0. Cutting at 2/3 of the
-  // bytes did that now and then.)
-  ASSERT_GT(FrameStartBefore(bytes, bytes.size() * 2 / 3), 16u);
-  const size_t frame = FrameStartBefore(bytes, bytes.size() * 2 / 3);
-  ASSERT_LT(frame + 2, bytes.size());
-  std::ofstream(dir_ + "/cut.fst", std::ios::binary).write(bytes.data(), frame + 2);
-  Result r = Shell(Fragscope() + " report " + dir_ + "/cut.fst");
-  EXPECT_EQ(r.exit_code, 3);
-  EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("Device 0"), std::string::npos) << "the readable part is reported";
+  return starts;
 }
 
 // A trace that stops between two frames, as a killed program's does (no End frame): nothing
 // is damaged, so the report is complete up to there, says the stream was cut, and exits 0.
 TEST_F(CliEndToEnd, TraceEndingBetweenFramesIsReportedAsCutWithExit0) {
-  std::string bytes = Slurp(Trace());
-  const size_t frame = FrameStartBefore(bytes, bytes.size() * 2 / 3);
-  ASSERT_LT(frame, bytes.size());
-  std::ofstream(dir_ + "/killed.fst", std::ios::binary).write(bytes.data(), frame);
+  const std::string bytes = Decompressed(Slurp(Trace()));
+  const std::vector<size_t> starts = FrameStartsBeforeEnd(bytes);
+  ASSERT_GT(starts.size(), 4u);
+  const size_t at = starts[starts.size() * 2 / 3];  // a frame two thirds of the way to End
+  std::ofstream(dir_ + "/killed.fst", std::ios::binary).write(bytes.data(), at);
   Result r = Shell(Fragscope() + " report " + dir_ + "/killed.fst");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("stream cut before its end"), std::string::npos) << r.output;

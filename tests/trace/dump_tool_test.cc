@@ -39,7 +39,7 @@ std::string TempPath(const std::string& name) {
 TEST(DumpTool, PrintsOneLinePerEventAndTotals) {
   std::string path = TempPath("ok.fst");
   {
-    auto w = FrameWriter::CreateFile(path);
+    auto w = FrameWriter::CreateFile(path, TraceCompression::kNone);  // cut by byte below
     ASSERT_TRUE(w.ok());
     v1::Frame f;
     f.mutable_hello()->set_pid(77);
@@ -101,7 +101,7 @@ TEST(DumpTool, UsageAndBadInputExitCodes) {
 
   std::string path = TempPath("trunc.fst");
   {
-    auto w = FrameWriter::CreateFile(path);
+    auto w = FrameWriter::CreateFile(path, TraceCompression::kNone);  // cut by byte below
     ASSERT_TRUE(w.ok());
     v1::Frame f;
     f.mutable_alloc()->set_api(v1::API_cuMemAlloc_v2);

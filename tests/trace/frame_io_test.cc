@@ -55,10 +55,17 @@ std::vector<v1::Frame> SampleFrames(int n) {
   return frames;
 }
 
-void WriteFrames(const std::string& path, const std::vector<v1::Frame>& frames) {
-  auto writer = FrameWriter::CreateFile(path);
+// Plain unless asked: most tests here look at the bytes of the format itself.
+void WriteFrames(const std::string& path, const std::vector<v1::Frame>& frames,
+                 TraceCompression compression = TraceCompression::kNone, size_t flush_every = 0) {
+  auto writer = FrameWriter::CreateFile(path, compression);
   ASSERT_TRUE(writer.ok()) << writer.status();
-  for (const auto& f : frames) ASSERT_TRUE(writer->Write(f).ok());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    ASSERT_TRUE(writer->Write(frames[i]).ok());
+    if (flush_every > 0 && (i + 1) % flush_every == 0) {
+      ASSERT_TRUE(writer->Flush().ok());
+    }
+  }
   ASSERT_TRUE(writer->Close().ok());
 }
 
@@ -99,6 +106,106 @@ TEST(FrameIo, RoundTripKeepsEveryFrameInOrder) {
   for (size_t i = 0; i < frames.size(); ++i) {
     ASSERT_EQ(got[i].SerializeAsString(), frames[i].SerializeAsString()) << "frame " << i;
   }
+}
+
+TEST(FrameIo, ACompressedTraceReadsAsThePlainOneAndIsSmaller) {
+  TempDir dir;
+  auto frames = SampleFrames(5000);
+  WriteFrames(dir.File("plain.fst"), frames);
+  WriteFrames(dir.File("z.fst"), frames, TraceCompression::kZstd, 700);
+  const std::string z = ReadAll(dir.File("z.fst"));
+  EXPECT_EQ(z.substr(0, 4), std::string("\x28\xb5\x2f\xfd", 4)) << "a zstd file";
+  EXPECT_LT(z.size() * 2, ReadAll(dir.File("plain.fst")).size());
+  std::vector<v1::Frame> got;
+  std::string error;
+  ASSERT_EQ(ReadFrames(dir.File("z.fst"), &got, &error), Result::kEnd) << error;
+  ASSERT_EQ(got.size(), frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    ASSERT_EQ(got[i].SerializeAsString(), frames[i].SerializeAsString()) << "frame " << i;
+  }
+  auto reader = FrameReader::OpenFile(dir.File("z.fst"));
+  ASSERT_TRUE(reader.ok());
+  EXPECT_TRUE(reader->compressed());
+  EXPECT_EQ(reader->major(), kFormatMajor);
+}
+
+// Each flush ends a zstd frame. A file cut at a flush reads like a plain trace that stopped
+// between frames (kEnd, everything up to the flush); cut anywhere else, the reader says it was
+// truncated and still returns every frame of the zstd frames before the cut.
+TEST(FrameIo, ACompressedTraceCutAnywhereKeepsWhatWasFlushedBeforeTheCut) {
+  TempDir dir;
+  auto frames = SampleFrames(60);
+  // Flush sizes: the file's length after each flush, and how many frames it then held.
+  std::vector<std::pair<size_t, size_t>> flushes;
+  {
+    auto writer = FrameWriter::CreateFile(dir.File("z.fst"), TraceCompression::kZstd);
+    ASSERT_TRUE(writer.ok());
+    flushes.push_back({writer->bytes_written(), 0});
+    for (size_t i = 0; i < frames.size(); ++i) {
+      ASSERT_TRUE(writer->Write(frames[i]).ok());
+      if ((i + 1) % 10 == 0) {
+        ASSERT_TRUE(writer->Flush().ok());
+        flushes.push_back({writer->bytes_written(), i + 1});
+      }
+    }
+    ASSERT_TRUE(writer->Flush().ok());
+    if (writer->bytes_written() != flushes.back().first) {
+      flushes.push_back({writer->bytes_written(), frames.size()});
+    }
+    ASSERT_TRUE(writer->Close().ok());
+  }
+  const std::string bytes = ReadAll(dir.File("z.fst"));
+  ASSERT_EQ(bytes.size(), flushes.back().first);
+  for (size_t cut = flushes[0].first; cut <= bytes.size(); ++cut) {
+    WriteBytes(dir.File("cut.fst"), bytes.substr(0, cut));
+    size_t whole = 0;
+    bool at_flush = false;
+    for (const auto& [end, held] : flushes) {
+      if (end <= cut) whole = held;
+      at_flush = at_flush || end == cut;
+    }
+    std::vector<v1::Frame> got;
+    std::string error;
+    const Result r = ReadFrames(dir.File("cut.fst"), &got, &error);
+    if (at_flush) {
+      EXPECT_EQ(r, Result::kEnd) << "cut " << cut << ": " << error;
+      EXPECT_EQ(got.size(), whole) << "cut " << cut;
+    } else {
+      EXPECT_EQ(r, Result::kTruncated) << "cut " << cut << ": " << error;
+      EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+      EXPECT_GE(got.size(), whole) << "cut " << cut;
+    }
+    ASSERT_LE(got.size(), frames.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].SerializeAsString(), frames[i].SerializeAsString()) << "cut " << cut;
+    }
+  }
+}
+
+TEST(FrameIo, CorruptCompressedDataIsAnErrorThatNamesTheFile) {
+  TempDir dir;
+  auto frames = SampleFrames(2000);
+  WriteFrames(dir.File("z.fst"), frames, TraceCompression::kZstd, 500);
+  std::string bytes = ReadAll(dir.File("z.fst"));
+  std::mt19937 rng(7);
+  int errors = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string damaged = bytes;
+    const size_t at = 4 + rng() % (bytes.size() - 4);
+    damaged[at] = static_cast<char>(damaged[at] ^ (1u << (rng() % 8)));
+    WriteBytes(dir.File("flip.fst"), damaged);
+    std::vector<v1::Frame> got;
+    std::string error;
+    const Result r = ReadFrames(dir.File("flip.fst"), &got, &error);
+    // A flip may land where zstd does not look (a block it skips), or change what a frame
+    // says; it never crashes, and what comes back before a refusal is a prefix of the frames.
+    if (r != Result::kEnd) {
+      ++errors;
+      EXPECT_NE(error.find(dir.File("flip.fst")), std::string::npos) << error;
+    }
+    ASSERT_LE(got.size(), frames.size());
+  }
+  EXPECT_GT(errors, 100);
 }
 
 TEST(FrameIo, HeaderCarriesMagicAndVersion) {

@@ -1,9 +1,14 @@
-// Reads a fragscope stream (trace file or connected socket) frame by frame.
+// Reads a fragscope stream (trace file or connected socket) frame by frame. A zstd-compressed
+// trace file is read through its decompression: offsets in messages are then those of the
+// decompressed trace.
 #ifndef FRAGSCOPE_TRACE_FRAME_READER_H_
 #define FRAGSCOPE_TRACE_FRAME_READER_H_
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +17,8 @@
 #include "fragscope/trace/decode_budget.h"
 #include "fragscope/trace/hot_frame_decoder.h"
 #include "fragscope/trace/packed_event_decoder.h"
+
+struct ZSTD_DCtx_s;
 
 namespace fragscope {
 
@@ -83,6 +90,8 @@ class FrameReader {
   // For kTruncated and kError: what went wrong, with the stream name and byte offset.
   const std::string& error() const { return error_; }
   uint32_t major() const { return major_; }
+  // Whether the stream is a zstd-compressed trace file.
+  bool compressed() const { return decompressor_ != nullptr; }
   uint32_t minor() const { return minor_; }
   // Byte offset just past the last whole frame returned.
   uint64_t good_offset() const { return good_offset_; }
@@ -92,6 +101,10 @@ class FrameReader {
  private:
   FrameReader(int fd, std::string name);
   absl::Status ReadHeader();
+  // Reads what comes next into [dst, dst + capacity): the file's bytes, or for a compressed
+  // file what they decompress to. The count (0 at the end), or -1 with error_ set.
+  ssize_t ReadSome(unsigned char* dst, std::size_t capacity);
+  ssize_t ReadDecompressed(unsigned char* dst, std::size_t capacity);
   // Makes at least `n` bytes available at buffer_[pos_]; false at end of stream or error.
   bool Fill(std::size_t n);
   // Makes the next frame's bytes available: its body of *body_length bytes at *body, and the
@@ -133,8 +146,17 @@ class FrameReader {
   DecodeBudget* budget_ = nullptr;
   DecodeBudget::Lease lease_;    // the cost of the last frame parsed, while the caller holds it
   std::string* copy_ = nullptr;  // set_copy
-  PackedEventDecoder packed_;    // the packed run being read, if any
-  uint64_t packed_offset_ = 0;   // its frame's byte offset, for messages
+  struct FreeDecompressor {
+    void operator()(ZSTD_DCtx_s* d) const;
+  };
+  std::unique_ptr<ZSTD_DCtx_s, FreeDecompressor> decompressor_;  // null: not compressed
+  std::vector<unsigned char> compressed_;  // read from the file, not yet decompressed
+  std::size_t compressed_pos_ = 0;
+  std::size_t compressed_end_ = 0;
+  uint64_t compressed_read_ = 0;  // bytes of the file read so far
+  bool zstd_frame_open_ = false;  // the input so far ends inside a zstd frame
+  PackedEventDecoder packed_;     // the packed run being read, if any
+  uint64_t packed_offset_ = 0;    // its frame's byte offset, for messages
 };
 
 }  // namespace fragscope
