@@ -137,11 +137,11 @@ ssize_t FrameReader::ReadDecompressed(unsigned char* dst, std::size_t capacity) 
     const std::size_t hint = ZSTD_decompressStream(decompressor_.get(), &out, &in);
     compressed_pos_ = in.pos;
     if (ZSTD_isError(hint)) {
+      // No offset in the compressed file: where zstd notices depends on how the bytes came.
       error_ = absl::StrFormat(
-          "%s: the compressed trace is corrupt near byte %d of the file (zstd: %s); read %d "
-          "whole frames up to byte %d of the decompressed trace",
-          name_, compressed_read_ - (compressed_end_ - compressed_pos_), ZSTD_getErrorName(hint),
-          frames_read_, good_offset_);
+          "%s: the compressed trace is corrupt (zstd: %s); read %d whole frames up to byte %d of "
+          "the decompressed trace",
+          name_, ZSTD_getErrorName(hint), frames_read_, good_offset_);
       return -1;
     }
     zstd_frame_open_ = hint != 0;
