@@ -267,25 +267,26 @@ FrameReader::Result FrameReader::NextPacked(HotEvent* event) {
 
 FrameReader::Result FrameReader::NextBodyOrPacked(const unsigned char** body, uint64_t* length,
                                                   std::size_t* frame_bytes, HotEvent* event) {
-  for (;;) {
-    if (packed_.active()) {
-      *body = nullptr;
-      return NextPacked(event);
-    }
-    if (Result r = NextBody(body, length, frame_bytes); r != Result::kFrame) return r;
-    if (!IsPackedFrame(*body, *length)) return Result::kFrame;
-    // A run of events: taken whole (its bytes stay where they are in the buffer until its last
-    // event is returned, as the buffer moves only in NextBody), then returned one by one.
-    packed_offset_ = consumed_ + pos_;
-    if (std::string what = packed_.Start(*body, *length); !what.empty()) {
-      error_ = absl::StrFormat(
-          "%s: malformed frame at byte %d: %s; read %d whole frames up to "
-          "byte %d",
-          name_, packed_offset_, what, frames_read_, good_offset_);
-      return Result::kError;
-    }
-    Consume(*frame_bytes);
+  if (packed_.active()) {
+    *body = nullptr;
+    return NextPacked(event);
   }
+  if (Result r = NextBody(body, length, frame_bytes); r != Result::kFrame) return r;
+  if (!IsPackedFrame(*body, *length)) return Result::kFrame;
+  // A run of events: its bytes stay where they are in the buffer until its last event is
+  // returned (the buffer moves only in NextBody). The frame counts as taken once its first
+  // event is read, so that a run refused outright leaves good_offset where it was.
+  packed_offset_ = consumed_ + pos_;
+  if (std::string what = packed_.Start(*body, *length); !what.empty()) {
+    error_ =
+        absl::StrFormat("%s: malformed frame at byte %d: %s; read %d whole frames up to byte %d",
+                        name_, packed_offset_, what, frames_read_, good_offset_);
+    return Result::kError;
+  }
+  const Result first = NextPacked(event);
+  if (first == Result::kFrame) Consume(*frame_bytes);
+  *body = nullptr;
+  return first;
 }
 
 FrameReader::Result FrameReader::Next(v1::Frame* out) {

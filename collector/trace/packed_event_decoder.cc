@@ -77,7 +77,7 @@ std::string PackedEventDecoder::Start(const unsigned char* data, std::size_t siz
       return absl::StrFormat("a packed-events frame with a field of wire type %d", type);
     }
   }
-  if ((count == 0) != (events_size == 0)) {
+  if (count == 0 || events_size == 0) {
     return absl::StrFormat("a packed-events frame that says %d events in %d bytes", count,
                            events_size);
   }

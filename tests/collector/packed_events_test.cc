@@ -125,15 +125,13 @@ size_t EncodePacked(const std::vector<EventRecord>& records, WireWriter& w, int 
   size_t runs = 0;
   std::mt19937 rng(5);
   for (const EventRecord& r : records) {
-    uint64_t field[wire::packed::kMaxField + 1];
-    const uint32_t body = agent::PackableFields(r, field);
-    if (body != 0) {
-      if (run.Add(w, body, field)) {
+    if (agent::PackedBody(r) != 0) {
+      if (agent::AddPacked(run, w, r)) {
         ++*packed;
       } else {
         run.Close(w);
         ++runs;
-        EXPECT_TRUE(run.Add(w, body, field));
+        EXPECT_TRUE(agent::AddPacked(run, w, r));
         ++*packed;
       }
       if (close_every > 0 && static_cast<int>(rng() % close_every) == 0) {

@@ -183,15 +183,13 @@ bool Put(Encode&& encode) {
 // One record: into the open packed run when it is one of the events a run holds, else as a
 // frame of its own.
 void PutRecord(const EventRecord& r) {
-  uint64_t field[wire::packed::kMaxField + 1];
-  const uint32_t body = PackableFields(r, field);
-  if (body == 0) {
+  if (PackedBody(r) == 0) {
     Put([&](WireWriter& w) { return EncodeRecord(w, r); });
     return;
   }
-  if (g_run.Add(g_writer, body, field)) return;
+  if (AddPacked(g_run, g_writer, r)) return;
   FlushWriter();  // the run is full, or the buffer
-  if (!g_run.Add(g_writer, body, field)) Put([&](WireWriter& w) { return EncodeRecord(w, r); });
+  if (!AddPacked(g_run, g_writer, r)) Put([&](WireWriter& w) { return EncodeRecord(w, r); });
 }
 
 void ReadProcessInfo() {

@@ -263,27 +263,6 @@ void EncodeEventBody(Writer& w, const EventRecord& r) {
   }
 }
 
-// A writer that keeps each field's value by number instead of encoding it: the values
-// libprotobuf would parse from the frame the same EncodeEventBody call writes (PackableFields).
-class FieldArrayWriter : public VarintFieldForms<FieldArrayWriter> {
- public:
-  explicit FieldArrayWriter(uint64_t* field) : field_(field) {}
-  void Uint64(uint32_t field, uint64_t value) {
-    if (field <= wire::packed::kMaxField) {
-      field_[field] = value;
-    } else if (value != 0) {
-      packable_ = false;  // a field a packed event cannot hold
-    }
-  }
-  void PresentUint64(uint32_t, uint64_t) { packable_ = false; }
-  void Bytes(uint32_t, const void*, size_t) { packable_ = false; }
-  bool packable() const { return packable_; }
-
- private:
-  uint64_t* field_;
-  bool packable_ = true;
-};
-
 // An event frame is at most its 3 header bytes (frame length, body tag, body length) and 15
 // varint fields, or a Mark's 3 varint fields, label, blocks_synced and rank fields: one room check
 // covers all of it.
@@ -331,22 +310,19 @@ bool EncodeDrops(WireWriter& w, const DropsData& d) {
   return frame.Close();
 }
 
-uint32_t PackableFields(const EventRecord& r, uint64_t (&field)[wire::packed::kMaxField + 1]) {
+uint32_t PackedBody(const EventRecord& r) {
   const uint32_t body = BodyField(r.type);
   if (wire::packed::ShapeOf(body).address_field == 0) return 0;
-  memset(field, 0, sizeof(field));
-  FieldArrayWriter writer(field);
-  EncodeEventBody(writer, r);
-  if (!writer.packable()) return 0;
-  // An int32 or enum field travels as an int32: a value that is not one keeps its own frame.
-  const uint32_t int32_fields = wire::packed::ShapeOf(body).int32_fields;
-  for (uint32_t f = 1; f <= wire::packed::kMaxField; ++f) {
-    if ((int32_fields & wire::packed::Bit(f)) != 0 &&
-        static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(field[f]))) != field[f]) {
-      return 0;
-    }
+  // EncodeEventBody's AllocEvent.failed_release_result (field 15), set on a failed release only.
+  if (r.type == RecordType::kAlloc && static_cast<int32_t>(static_cast<uint32_t>(r.aux1)) != 0) {
+    return 0;
   }
   return body;
+}
+
+bool AddPacked(PackedEventRun& run, WireWriter& w, const EventRecord& r) {
+  return run.Add(w, PackedBody(r),
+                 [&](PackedEventRun::EventWriter& fields) { EncodeEventBody(fields, r); });
 }
 
 namespace {

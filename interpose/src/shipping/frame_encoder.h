@@ -16,6 +16,7 @@
 #include "recording/api.h"
 #include "recording/event_record.h"
 #include "recording/live_table.h"
+#include "shipping/packed_event_run.h"
 #include "shipping/wire_encoder.h"
 
 namespace fragscope::agent {
@@ -94,11 +95,12 @@ bool EncodeStack(WireWriter& w, uint64_t id, const uint64_t* pcs, int count, Sta
 bool EncodeSymbolizedStack(WireWriter& w, uint64_t id, const uint8_t* frames, size_t size);
 // AllocEvent / FreeEvent / MapEvent / HandleEvent / FailedAlloc / MemInfo / Mark / BlockEvent.
 bool EncodeRecord(WireWriter& w, const EventRecord& record);
-// The body (Frame field number) and field values (by field number, as libprotobuf would parse
-// the frame EncodeRecord writes) of a record a packed run can hold (PackedEventRun::Add); 0 for
-// a record that goes as a frame of its own: not one of the five packable events, or an
-// AllocEvent with failed_release_result (a field past packed::kMaxField).
-uint32_t PackableFields(const EventRecord& record, uint64_t (&field)[wire::packed::kMaxField + 1]);
+// The message (Frame field number) a packed run holds `record` as, or 0 for a record that goes
+// as a frame of its own: not one of the five packable events, or an AllocEvent with
+// failed_release_result (a field past packed::kMaxField).
+uint32_t PackedBody(const EventRecord& record);
+// Adds a record PackedBody accepts to `run` (PackedEventRun::Add: false when it does not fit).
+bool AddPacked(PackedEventRun& run, WireWriter& w, const EventRecord& record);
 bool EncodeDrops(WireWriter& w, const DropsData& drops);
 bool EncodeEnd(WireWriter& w, const EndData& end);
 

@@ -42,53 +42,40 @@ bool PackedEventRun::Open(WireWriter& w) {
   return true;
 }
 
-bool PackedEventRun::Add(WireWriter& w, uint32_t body, const uint64_t* field) {
-  if (!open_ && !Open(w)) return false;
-  if (w.size() - events_ + kMaxPackedEventBytes > kMaxEventBytes) return false;
-  uint8_t* const start = w.Room(kMaxPackedEventBytes + kOverheadBytes);
-  if (start == nullptr) return false;
-  const packed::Shape shape = packed::ShapeOf(body);
-  uint64_t* prev = fields_[packed::SlotOf(body)];
-  const uint64_t seq = field[wire::EventCommon::kSeq];
-  const uint64_t time = field[wire::EventCommon::kTimeNs];
-  const uint64_t tid = field[wire::EventCommon::kTid];
-  const uint64_t address = field[shape.address_field];
-  uint32_t mask = 0;
-  for (uint32_t f = packed::kFirstMaskedField; f <= shape.max_field; ++f) {
-    if (f != shape.address_field && field[f] != prev[f])
-      mask |= 1u << (f - packed::kFirstMaskedField);
-  }
+uint8_t* PackedEventRun::Room(WireWriter& w) {
+  if (!open_ && !Open(w)) return nullptr;
+  if (w.size() - events_ + kMaxPackedEventBytes > kMaxEventBytes) return nullptr;
+  return w.Room(kMaxPackedEventBytes + kOverheadBytes);
+}
+
+uint8_t* PackedEventRun::Finish(uint8_t* p, uint32_t body, const EventWriter& fields,
+                                const uint8_t* values) {
+  const uint64_t seq = fields.common_[wire::EventCommon::kSeq];
+  const uint64_t time = fields.common_[wire::EventCommon::kTimeNs];
+  const uint64_t tid = fields.common_[wire::EventCommon::kTid];
   uint8_t header = static_cast<uint8_t>(body);
   if (seq == seq_ + 1) header |= packed::kSeqIsNext;
   if (tid == tid_) header |= packed::kSameTid;
-  if (address == address_) header |= packed::kSameAddress;
-  if (mask == 0) header |= packed::kSameFields;
-  uint8_t* p = start;
+  if (fields.address_ == address_) header |= packed::kSameAddress;
+  if (fields.mask_ == 0) header |= packed::kSameFields;
   *p++ = header;
-  if ((header & packed::kSeqIsNext) == 0)
+  if ((header & packed::kSeqIsNext) == 0) {
     p = PutVarint(p, packed::ZigZag(static_cast<int64_t>(seq - seq_)));
+  }
   p = PutVarint(p, packed::ZigZag(static_cast<int64_t>(time - time_)));
   if ((header & packed::kSameTid) == 0) p = PutVarint(p, tid);
-  if ((header & packed::kSameAddress) == 0) p = PutVarint(p, address);
-  if (mask != 0) {
-    p = PutVarint(p, mask);
-    for (uint32_t f = packed::kFirstMaskedField; f <= shape.max_field; ++f) {
-      if ((mask & (1u << (f - packed::kFirstMaskedField))) == 0) continue;
-      const uint64_t v = field[f];
-      p = PutVarint(p, (shape.int32_fields & packed::Bit(f)) != 0
-                           ? packed::ZigZag(static_cast<int32_t>(static_cast<uint32_t>(v)))
-                           : v);
-      prev[f] = v;
-    }
+  if ((header & packed::kSameAddress) == 0) p = PutVarint(p, fields.address_);
+  if (fields.mask_ != 0) {
+    p = PutVarint(p, fields.mask_);
+    const size_t n = static_cast<size_t>(fields.values_ - values);
+    memcpy(p, values, n);
+    p += n;
   }
-  w.Commit(p);
   seq_ = seq;
   time_ = time;
   tid_ = tid;
-  address_ = address;
-  prev[shape.address_field] = address;
-  ++count_;
-  return true;
+  address_ = fields.address_;
+  return p;
 }
 
 void PackedEventRun::Close(WireWriter& w) {

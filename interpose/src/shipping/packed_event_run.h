@@ -31,18 +31,76 @@ class PackedEventRun {
   bool open() const { return open_; }
   uint32_t count() const { return count_; }
 
-  // Adds one event (`body`: its Frame field number; `field`: its values by field number, 1 to
-  // packed::kMaxField, as libprotobuf would parse them), opening a run first if none is open.
-  // False, with the writer unchanged, when the run is full or the writer has no room for it;
-  // the caller then closes the run, writes the writer out and adds it again.
-  bool Add(WireWriter& w, uint32_t body, const uint64_t* field);
+  // Takes one event's fields, as a WireWriter does (the same calls, so EncodeEventBody writes
+  // them): every field of the message, zero or not, in ascending order, none past
+  // packed::kMaxField. Compares each with the previous event of the message as it comes and
+  // keeps only the values that changed, in their packed form.
+  class EventWriter {
+   public:
+    EventWriter(uint32_t address_field, uint64_t* previous, uint8_t* values)
+        : address_field_(address_field), previous_(previous), values_(values) {}
+    void Uint64(uint32_t field, uint64_t value) { Field(field, value, value); }
+    void Uint32(uint32_t field, uint32_t value) { Field(field, value, value); }
+    void Bool(uint32_t field, bool value) { Field(field, value ? 1 : 0, value ? 1 : 0); }
+    // int32 and enum fields: held sign-extended, as libprotobuf parses them, and sent as the
+    // zigzag of the int32 (the agent's enumerations are small: an enum is an int32 here).
+    void Int32(uint32_t field, int32_t value) {
+      Field(field, static_cast<uint64_t>(static_cast<int64_t>(value)), wire::packed::ZigZag(value));
+    }
+    void Enum(uint32_t field, uint32_t value) { Int32(field, static_cast<int32_t>(value)); }
+    // Not in the five packable messages.
+    void PresentUint64(uint32_t, uint64_t) {}
+    void Bytes(uint32_t, const void*, size_t) {}
+
+   private:
+    friend class PackedEventRun;
+    void Field(uint32_t field, uint64_t value, uint64_t on_wire) {
+      if (field < wire::packed::kFirstMaskedField) {
+        common_[field] = value;  // seq, time, tid
+      } else if (field == address_field_) {
+        address_ = value;
+      } else if (value != previous_[field]) {
+        previous_[field] = value;
+        mask_ |= 1u << (field - wire::packed::kFirstMaskedField);
+        values_ = PutVarint(values_, on_wire);
+      }
+    }
+    uint32_t address_field_;
+    uint64_t* previous_;
+    uint8_t* values_;
+    uint64_t common_[wire::packed::kFirstMaskedField] = {};
+    uint64_t address_ = 0;
+    uint32_t mask_ = 0;
+  };
+
+  // Adds one event of message `body` (its Frame field number: kAlloc, kFree, kMap, kHandle,
+  // kBlock), opening a run first if none is open; `write_fields(EventWriter&)` writes its fields.
+  // False, with the writer and the run unchanged, when the run is full or the writer has no
+  // room for it; the caller then closes the run, writes the writer out and adds it again.
+  template <typename WriteFields>
+  bool Add(WireWriter& w, uint32_t body, WriteFields&& write_fields) {
+    uint8_t* p = Room(w);
+    if (p == nullptr) return false;
+    uint8_t values[kMaxValueBytes];
+    EventWriter fields(wire::packed::ShapeOf(body).address_field,
+                       fields_[wire::packed::SlotOf(body)], values);
+    write_fields(fields);
+    w.Commit(Finish(p, body, fields, values));
+    ++count_;
+    return true;
+  }
   // Ends the run: fills in its lengths and count. No-op when none is open.
   void Close(WireWriter& w);
   // Forgets an open run without touching the writer (the caller cleared or truncated it).
   void Abandon() { open_ = false; }
 
  private:
+  static constexpr size_t kMaxValueBytes = 11 * 10;
   bool Open(WireWriter& w);
+  // Where the next event goes (opening the run if needed), or nullptr when it does not fit.
+  uint8_t* Room(WireWriter& w);
+  // Writes the event `fields` took at p: header, seq, time, tid, address, mask, then the values.
+  uint8_t* Finish(uint8_t* p, uint32_t body, const EventWriter& fields, const uint8_t* values);
 
   bool open_ = false;
   size_t start_ = 0;   // where the run's frame begins in the writer
