@@ -55,7 +55,10 @@ int ReportJob(const std::vector<std::string>& paths, ReportFormat format,
   const std::vector<std::string> problems = LoadTraces(
       paths, options, HtmlCapture(format, &page), [&](const std::string& path, LoadedTrace loaded) {
         processes.push_back({path, std::move(loaded.summary), loaded.damage});
-        pages.push_back(std::exchange(page, exporter::ExportInput{}));
+        // Moved, then reset (std::exchange with a temporary tripped gcc -O3's
+        // maybe-uninitialized warning in Release builds).
+        pages.push_back(std::move(page));
+        page = exporter::ExportInput();
       });
   if (!processes.empty()) {
     absl::Status written;

@@ -15,7 +15,11 @@ constexpr unsigned char kLengthDelimited = 2;
 constexpr unsigned char kVarint = 0;
 
 // Reads a varint at *p (before end); false when it runs past end or past 64 bits.
-bool ReadVarint(const unsigned char** p, const unsigned char* end, uint64_t* value) {
+inline bool ReadVarint(const unsigned char** p, const unsigned char* end, uint64_t* value) {
+  if (*p < end && **p < 0x80) [[likely]] {  // most values of a packed event take one byte
+    *value = *(*p)++;
+    return true;
+  }
   uint64_t v = 0;
   for (int shift = 0; shift < 64 && *p < end; shift += 7) {
     const unsigned char b = *(*p)++;
@@ -28,6 +32,24 @@ bool ReadVarint(const unsigned char** p, const unsigned char* end, uint64_t* val
   }
   return false;
 }
+
+// Per Frame field number (the header's low bits): the message's shape and the mask bits it may
+// carry (its fields from kFirstMaskedField on, less its address), worked out once.
+struct BodyInfo {
+  packed::Shape shape;
+  uint32_t allowed_mask = 0;
+};
+constexpr BodyInfo InfoOf(uint32_t body) {
+  BodyInfo info{packed::ShapeOf(body), 0};
+  if (info.shape.address_field == 0) return info;
+  for (uint32_t f = packed::kFirstMaskedField; f <= info.shape.max_field; ++f) {
+    if (f != info.shape.address_field) info.allowed_mask |= 1u << (f - packed::kFirstMaskedField);
+  }
+  return info;
+}
+constexpr BodyInfo kBodies[packed::kBodyBits + 1] = {
+    InfoOf(0), InfoOf(1), InfoOf(2),  InfoOf(3),  InfoOf(4),  InfoOf(5),  InfoOf(6),  InfoOf(7),
+    InfoOf(8), InfoOf(9), InfoOf(10), InfoOf(11), InfoOf(12), InfoOf(13), InfoOf(14), InfoOf(15)};
 
 }  // namespace
 
@@ -106,69 +128,74 @@ bool PackedEventDecoder::Next(HotEvent* event, std::string* error) {
   if (p_ >= end_) return Fail("the run's bytes end before its count", error);
   const unsigned char header = *p_++;
   const uint32_t body = header & packed::kBodyBits;
-  const packed::Shape shape = packed::ShapeOf(body);
-  if (shape.address_field == 0) {
+  const BodyInfo& info = kBodies[body];
+  if (info.shape.address_field == 0) {
     return Fail(absl::StrFormat("message %d is not one a run holds", body), error);
   }
-  uint64_t* const f = fields_[packed::SlotOf(body)];
+  // The event starts as the previous one of its message, then takes what changed; each change
+  // is stored in both places. (Decoding into the state and copying it out after read it back
+  // right after storing it, in wider loads than the stores: a stall on every event.)
+  uint64_t* const prev = fields_[packed::SlotOf(body)];
+  uint64_t* const f = event->field;
+  std::memcpy(f, prev, sizeof(event->field));
+  auto set = [&](uint32_t field, uint64_t value) {
+    f[field] = value;
+    prev[field] = value;
+  };
   uint64_t v = 0;
   if ((header & packed::kSeqIsNext) != 0) {
-    f[wire::EventCommon::kSeq] = seq_ + 1;
+    set(wire::EventCommon::kSeq, seq_ + 1);
   } else {
     if (!ReadVarint(&p_, end_, &v)) return Fail("malformed seq", error);
-    f[wire::EventCommon::kSeq] = seq_ + static_cast<uint64_t>(packed::UnZigZag(v));
+    set(wire::EventCommon::kSeq, seq_ + static_cast<uint64_t>(packed::UnZigZag(v)));
   }
   if (!ReadVarint(&p_, end_, &v)) return Fail("malformed time", error);
-  f[wire::EventCommon::kTimeNs] = time_ + static_cast<uint64_t>(packed::UnZigZag(v));
+  set(wire::EventCommon::kTimeNs, time_ + static_cast<uint64_t>(packed::UnZigZag(v)));
   if ((header & packed::kSameTid) != 0) {
-    f[wire::EventCommon::kTid] = tid_;
+    set(wire::EventCommon::kTid, tid_);
   } else {
     if (!ReadVarint(&p_, end_, &v) || v > UINT32_MAX) return Fail("malformed thread id", error);
-    f[wire::EventCommon::kTid] = v;
+    set(wire::EventCommon::kTid, v);
   }
   if ((header & packed::kSameAddress) != 0) {
-    f[shape.address_field] = address_;
+    set(info.shape.address_field, address_);
   } else {
     if (!ReadVarint(&p_, end_, &v)) return Fail("malformed address", error);
-    f[shape.address_field] = v;
+    set(info.shape.address_field, v);
   }
   if ((header & packed::kSameFields) == 0) {
     uint64_t mask = 0;
     if (!ReadVarint(&p_, end_, &mask)) return Fail("malformed field mask", error);
     // Only fields the message has, and not the address (it has its own place).
-    const uint64_t allowed =
-        ((uint64_t{1} << (shape.max_field - packed::kFirstMaskedField + 1)) - 1) &
-        ~(uint64_t{1} << (shape.address_field - packed::kFirstMaskedField));
-    if (mask == 0 || (mask & ~allowed) != 0) {
+    if (mask == 0 || (mask & ~uint64_t{info.allowed_mask}) != 0) {
       return Fail(
           absl::StrFormat("field mask 0x%x names fields message %d does not have", mask, body),
           error);
     }
-    for (uint32_t field = packed::kFirstMaskedField; field <= shape.max_field; ++field) {
-      if ((mask & (uint64_t{1} << (field - packed::kFirstMaskedField))) == 0) continue;
+    for (uint32_t bits = static_cast<uint32_t>(mask); bits != 0; bits &= bits - 1) {
+      const uint32_t field = packed::kFirstMaskedField + static_cast<uint32_t>(__builtin_ctz(bits));
       if (!ReadVarint(&p_, end_, &v))
         return Fail(absl::StrFormat("malformed field %d", field), error);
       const uint32_t bit = packed::Bit(field);
-      if ((shape.int32_fields & bit) != 0) {
+      if ((info.shape.int32_fields & bit) != 0) {
         const int64_t s = packed::UnZigZag(v);
         if (s < INT32_MIN || s > INT32_MAX) {
           return Fail(absl::StrFormat("field %d holds %d, not an int32", field, s), error);
         }
         v = static_cast<uint64_t>(s);
-      } else if (((shape.uint32_fields & bit) != 0 && v > UINT32_MAX) ||
-                 ((shape.bool_fields & bit) != 0 && v > 1)) {
+      } else if (((info.shape.uint32_fields & bit) != 0 && v > UINT32_MAX) ||
+                 ((info.shape.bool_fields & bit) != 0 && v > 1)) {
         return Fail(absl::StrFormat("field %d holds %d, more than its type holds", field, v),
                     error);
       }
-      f[field] = v;
+      set(field, v);
     }
   }
   seq_ = f[wire::EventCommon::kSeq];
   time_ = f[wire::EventCommon::kTimeNs];
   tid_ = f[wire::EventCommon::kTid];
-  address_ = f[shape.address_field];
+  address_ = f[info.shape.address_field];
   event->body = body;
-  std::memcpy(event->field, f, sizeof(event->field));
   if (--remaining_ == 0 && p_ != end_) {
     return Fail(absl::StrFormat("%d bytes after the run's last event", end_ - p_), error);
   }
