@@ -113,7 +113,11 @@ std::string PackedEventDecoder::Start(const unsigned char* data, std::size_t siz
   end_ = events + events_size;
   remaining_ = count_ = count;
   seq_ = time_ = tid_ = address_ = 0;
-  std::memset(fields_, 0, sizeof(fields_));
+  std::memset(last_api_, 0, sizeof(last_api_));
+  if (++run_ == 0) {  // after 2^32 runs: no entry may look current by chance
+    std::memset(api_run_, 0, sizeof(api_run_));
+    run_ = 1;
+  }
   return std::string();
 }
 
@@ -121,6 +125,14 @@ bool PackedEventDecoder::Fail(const std::string& what, std::string* error) {
   *error = absl::StrFormat("packed event %d of %d: %s", index() + 1, count_, what);
   remaining_ = 0;
   return false;
+}
+
+uint64_t* PackedEventDecoder::ApiFields(uint64_t api) {
+  if (api_run_[api] != run_) {
+    std::memset(api_fields_[api], 0, sizeof(api_fields_[api]));
+    api_run_[api] = run_;
+  }
+  return api_fields_[api];
 }
 
 bool PackedEventDecoder::Next(HotEvent* event, std::string* error) {
@@ -132,39 +144,24 @@ bool PackedEventDecoder::Next(HotEvent* event, std::string* error) {
   if (info.shape.address_field == 0) {
     return Fail(absl::StrFormat("message %d is not one a run holds", body), error);
   }
-  // The event starts as the previous one of its message, then takes what changed; each change
-  // is stored in both places. (Decoding into the state and copying it out after read it back
-  // right after storing it, in wider loads than the stores: a stall on every event.)
-  uint64_t* const prev = fields_[packed::SlotOf(body)];
-  uint64_t* const f = event->field;
-  std::memcpy(f, prev, sizeof(event->field));
-  auto set = [&](uint32_t field, uint64_t value) {
-    f[field] = value;
-    prev[field] = value;
-  };
   uint64_t v = 0;
-  if ((header & packed::kSeqIsNext) != 0) {
-    set(wire::EventCommon::kSeq, seq_ + 1);
-  } else {
+  uint64_t seq = seq_ + 1;
+  if ((header & packed::kSeqIsNext) == 0) {
     if (!ReadVarint(&p_, end_, &v)) return Fail("malformed seq", error);
-    set(wire::EventCommon::kSeq, seq_ + static_cast<uint64_t>(packed::UnZigZag(v)));
+    seq = seq_ + static_cast<uint64_t>(packed::UnZigZag(v));
   }
   if (!ReadVarint(&p_, end_, &v)) return Fail("malformed time", error);
-  set(wire::EventCommon::kTimeNs, time_ + static_cast<uint64_t>(packed::UnZigZag(v)));
-  if ((header & packed::kSameTid) != 0) {
-    set(wire::EventCommon::kTid, tid_);
-  } else {
-    if (!ReadVarint(&p_, end_, &v) || v > UINT32_MAX) return Fail("malformed thread id", error);
-    set(wire::EventCommon::kTid, v);
+  const uint64_t time = time_ + static_cast<uint64_t>(packed::UnZigZag(v));
+  uint64_t tid = tid_;
+  if ((header & packed::kSameTid) == 0) {
+    if (!ReadVarint(&p_, end_, &tid) || tid > UINT32_MAX) return Fail("malformed thread id", error);
   }
-  if ((header & packed::kSameAddress) != 0) {
-    set(info.shape.address_field, address_);
-  } else {
-    if (!ReadVarint(&p_, end_, &v)) return Fail("malformed address", error);
-    set(info.shape.address_field, v);
+  uint64_t address = address_;
+  if ((header & packed::kSameAddress) == 0) {
+    if (!ReadVarint(&p_, end_, &address)) return Fail("malformed address", error);
   }
+  uint64_t mask = 0;
   if ((header & packed::kSameFields) == 0) {
-    uint64_t mask = 0;
     if (!ReadVarint(&p_, end_, &mask)) return Fail("malformed field mask", error);
     // Only fields the message has, and not the address (it has its own place).
     if (mask == 0 || (mask & ~uint64_t{info.allowed_mask}) != 0) {
@@ -172,29 +169,53 @@ bool PackedEventDecoder::Next(HotEvent* event, std::string* error) {
           absl::StrFormat("field mask 0x%x names fields message %d does not have", mask, body),
           error);
     }
-    for (uint32_t bits = static_cast<uint32_t>(mask); bits != 0; bits &= bits - 1) {
-      const uint32_t field = packed::kFirstMaskedField + static_cast<uint32_t>(__builtin_ctz(bits));
-      if (!ReadVarint(&p_, end_, &v))
-        return Fail(absl::StrFormat("malformed field %d", field), error);
-      const uint32_t bit = packed::Bit(field);
-      if ((info.shape.int32_fields & bit) != 0) {
-        const int64_t s = packed::UnZigZag(v);
-        if (s < INT32_MIN || s > INT32_MAX) {
-          return Fail(absl::StrFormat("field %d holds %d, not an int32", field, s), error);
-        }
-        v = static_cast<uint64_t>(s);
-      } else if (((info.shape.uint32_fields & bit) != 0 && v > UINT32_MAX) ||
-                 ((info.shape.bool_fields & bit) != 0 && v > 1)) {
-        return Fail(absl::StrFormat("field %d holds %d, more than its type holds", field, v),
-                    error);
-      }
-      set(field, v);
-    }
   }
-  seq_ = f[wire::EventCommon::kSeq];
-  time_ = f[wire::EventCommon::kTimeNs];
-  tid_ = f[wire::EventCommon::kTid];
-  address_ = f[info.shape.address_field];
+  // The api first (bit 0, against the message's last): the other fields are the api's.
+  uint64_t& last_api = last_api_[packed::SlotOf(body)];
+  if ((mask & 1) != 0) {
+    if (!ReadVarint(&p_, end_, &v)) return Fail("malformed api", error);
+    const int64_t api = packed::UnZigZag(v);
+    if (api < 0 || api >= static_cast<int64_t>(packed::kApis)) {
+      return Fail(absl::StrFormat("api %d is out of range", api), error);
+    }
+    last_api = static_cast<uint64_t>(api);
+  }
+  // The event starts as the api's previous one, then takes what changed; each change is stored
+  // in both places. (Decoding into the state and copying it out after read it back right after
+  // storing it, in wider loads than the stores: a stall on every event.)
+  uint64_t* const prev = ApiFields(last_api);
+  uint64_t* const f = event->field;
+  std::memcpy(f, prev, sizeof(event->field));
+  auto set = [&](uint32_t field, uint64_t value) {
+    f[field] = value;
+    prev[field] = value;
+  };
+  set(wire::EventCommon::kSeq, seq);
+  set(wire::EventCommon::kTimeNs, time);
+  set(wire::EventCommon::kTid, tid);
+  set(wire::EventCommon::kApi, last_api);
+  set(info.shape.address_field, address);
+  for (uint32_t bits = static_cast<uint32_t>(mask) & ~1u; bits != 0; bits &= bits - 1) {
+    const uint32_t field = packed::kFirstMaskedField + static_cast<uint32_t>(__builtin_ctz(bits));
+    if (!ReadVarint(&p_, end_, &v))
+      return Fail(absl::StrFormat("malformed field %d", field), error);
+    const uint32_t bit = packed::Bit(field);
+    if ((info.shape.int32_fields & bit) != 0) {
+      const int64_t s = packed::UnZigZag(v);
+      if (s < INT32_MIN || s > INT32_MAX) {
+        return Fail(absl::StrFormat("field %d holds %d, not an int32", field, s), error);
+      }
+      v = static_cast<uint64_t>(s);
+    } else if (((info.shape.uint32_fields & bit) != 0 && v > UINT32_MAX) ||
+               ((info.shape.bool_fields & bit) != 0 && v > 1)) {
+      return Fail(absl::StrFormat("field %d holds %d, more than its type holds", field, v), error);
+    }
+    set(field, v);
+  }
+  seq_ = seq;
+  time_ = time;
+  tid_ = tid;
+  address_ = address;
   event->body = body;
   if (--remaining_ == 0 && p_ != end_) {
     return Fail(absl::StrFormat("%d bytes after the run's last event", end_ - p_), error);

@@ -313,6 +313,7 @@ bool EncodeDrops(WireWriter& w, const DropsData& d) {
 uint32_t PackedBody(const EventRecord& r) {
   const uint32_t body = BodyField(r.type);
   if (wire::packed::ShapeOf(body).address_field == 0) return 0;
+  if (static_cast<uint32_t>(r.api) >= wire::packed::kApis) return 0;
   // EncodeEventBody's AllocEvent.failed_release_result (field 15), set on a failed release only.
   if (r.type == RecordType::kAlloc && static_cast<int32_t>(static_cast<uint32_t>(r.aux1)) != 0) {
     return 0;

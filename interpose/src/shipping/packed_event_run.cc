@@ -37,7 +37,11 @@ bool PackedEventRun::Open(WireWriter& w) {
   events_ = w.size();
   count_ = 0;
   seq_ = time_ = tid_ = address_ = 0;
-  memset(fields_, 0, sizeof(fields_));
+  memset(last_api_, 0, sizeof(last_api_));
+  if (++run_ == 0) {  // after 2^32 runs: no entry may look current by chance
+    memset(api_run_, 0, sizeof(api_run_));
+    run_ = 1;
+  }
   open_ = true;
   return true;
 }

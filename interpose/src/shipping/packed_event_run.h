@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "fragscope/packed_events.h"
 #include "shipping/wire_encoder.h"
@@ -33,12 +34,16 @@ class PackedEventRun {
 
   // Takes one event's fields, as a WireWriter does (the same calls, so EncodeEventBody writes
   // them): every field of the message, zero or not, in ascending order, none past
-  // packed::kMaxField. Compares each with the previous event of the message as it comes and
-  // keeps only the values that changed, in their packed form.
+  // packed::kMaxField, api below packed::kApis. Compares each with the previous event as the
+  // encoding says (packed_events.h) as it comes and keeps only the values that changed, in their
+  // packed form.
   class EventWriter {
    public:
-    EventWriter(uint32_t address_field, uint64_t* previous, uint8_t* values)
-        : address_field_(address_field), previous_(previous), values_(values) {}
+    EventWriter(PackedEventRun& run, uint32_t body, uint8_t* values)
+        : run_(run),
+          slot_(wire::packed::SlotOf(body)),
+          address_field_(wire::packed::ShapeOf(body).address_field),
+          values_(values) {}
     void Uint64(uint32_t field, uint64_t value) { Field(field, value, value); }
     void Uint32(uint32_t field, uint32_t value) { Field(field, value, value); }
     void Bool(uint32_t field, bool value) { Field(field, value ? 1 : 0, value ? 1 : 0); }
@@ -57,16 +62,27 @@ class PackedEventRun {
     void Field(uint32_t field, uint64_t value, uint64_t on_wire) {
       if (field < wire::packed::kFirstMaskedField) {
         common_[field] = value;  // seq, time, tid
+      } else if (field == wire::EventCommon::kApi) {
+        previous_ = run_.ApiFields(value);
+        previous_[field] = value;
+        if (value != run_.last_api_[slot_]) {
+          run_.last_api_[slot_] = value;
+          mask_ |= 1;
+          values_ = PutVarint(values_, on_wire);
+        }
       } else if (field == address_field_) {
         address_ = value;
+        previous_[field] = value;  // as the reader keeps it: another message's field may be here
       } else if (value != previous_[field]) {
         previous_[field] = value;
         mask_ |= 1u << (field - wire::packed::kFirstMaskedField);
         values_ = PutVarint(values_, on_wire);
       }
     }
+    PackedEventRun& run_;
+    int slot_;
     uint32_t address_field_;
-    uint64_t* previous_;
+    uint64_t* previous_ = nullptr;  // the api's fields, once the api came
     uint8_t* values_;
     uint64_t common_[wire::packed::kFirstMaskedField] = {};
     uint64_t address_ = 0;
@@ -82,8 +98,7 @@ class PackedEventRun {
     uint8_t* p = Room(w);
     if (p == nullptr) return false;
     uint8_t values[kMaxValueBytes];
-    EventWriter fields(wire::packed::ShapeOf(body).address_field,
-                       fields_[wire::packed::SlotOf(body)], values);
+    EventWriter fields(*this, body, values);
     write_fields(fields);
     w.Commit(Finish(p, body, fields, values));
     ++count_;
@@ -97,6 +112,15 @@ class PackedEventRun {
  private:
   static constexpr size_t kMaxValueBytes = 11 * 10;
   bool Open(WireWriter& w);
+  // The previous event of `api`'s fields in this run (zero before the first).
+  uint64_t* ApiFields(uint64_t api) {
+    const size_t a = static_cast<size_t>(api) % wire::packed::kApis;  // PackedBody checked it
+    if (api_run_[a] != run_) {
+      memset(api_fields_[a], 0, sizeof(api_fields_[a]));
+      api_run_[a] = run_;
+    }
+    return api_fields_[a];
+  }
   // Where the next event goes (opening the run if needed), or nullptr when it does not fit.
   uint8_t* Room(WireWriter& w);
   // Writes the event `fields` took at p: header, seq, time, tid, address, mask, then the values.
@@ -111,7 +135,11 @@ class PackedEventRun {
   uint64_t time_ = 0;
   uint64_t tid_ = 0;
   uint64_t address_ = 0;
-  uint64_t fields_[wire::packed::kSlots][wire::packed::kMaxField + 1] = {};
+  uint64_t last_api_[wire::packed::kSlots] = {};  // per message
+  // Per api, its previous event's fields; an entry whose api_run_ is not run_ is all zero.
+  uint64_t api_fields_[wire::packed::kApis][wire::packed::kMaxField + 1] = {};
+  uint32_t api_run_[wire::packed::kApis] = {};
+  uint32_t run_ = 0;  // counts the runs opened (0: none yet)
 };
 
 }  // namespace fragscope::agent

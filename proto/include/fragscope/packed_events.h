@@ -16,9 +16,11 @@
 //   address    varint of the address field (AddressField), absent with kSameAddress (the
 //              previous event's address field, whatever its message)
 //   mask       varint, absent with kSameFields (then 0): bit (f - kFirstMaskedField) says field f
-//              differs from the previous event of the same message and follows
+//              changed and follows: `api` (bit 0) against the previous event of the same
+//              message, every other field against the previous event of the same api (so an
+//              allocation compares with the last allocation, not with the free in between)
 //   values     one varint per bit of the mask, by ascending field: the value itself, or for an
-//              int32 or enum field the zigzag of the value as an int32
+//              int32 or enum field the zigzag of the value as an int32; `api` below kApis
 //
 // Thread safety: constants and pure functions only.
 #ifndef FRAGSCOPE_PACKED_EVENTS_H_
@@ -92,6 +94,10 @@ static_assert(ShapeOf(Frame::kAlloc).max_field <= kMaxField &&
               ShapeOf(Frame::kMap).max_field <= kMaxField &&
               ShapeOf(Frame::kHandle).max_field <= kMaxField &&
               ShapeOf(Frame::kBlock).max_field <= kMaxField);
+
+// A packed event's api is below this (every Api value is); its state is kept per api.
+inline constexpr uint32_t kApis = 128;
+static_assert(EventCommon::kApi == kFirstMaskedField, "api is the mask's bit 0");
 
 // A slot per packable message, for per-message state (0..4).
 constexpr int SlotOf(uint32_t body) {

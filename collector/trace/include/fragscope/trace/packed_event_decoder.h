@@ -37,6 +37,7 @@ class PackedEventDecoder {
 
  private:
   bool Fail(const std::string& what, std::string* error);
+  uint64_t* ApiFields(uint64_t api);  // api below kApis
 
   const unsigned char* p_ = nullptr;
   const unsigned char* end_ = nullptr;
@@ -46,7 +47,11 @@ class PackedEventDecoder {
   uint64_t time_ = 0;
   uint64_t tid_ = 0;
   uint64_t address_ = 0;
-  uint64_t fields_[wire::packed::kSlots][wire::packed::kMaxField + 1] = {};
+  uint64_t last_api_[wire::packed::kSlots] = {};  // per message
+  // Per api, its previous event's fields; an entry whose api_run_ is not run_ is all zero.
+  uint64_t api_fields_[wire::packed::kApis][wire::packed::kMaxField + 1] = {};
+  uint32_t api_run_[wire::packed::kApis] = {};
+  uint32_t run_ = 0;  // counts the runs started
 };
 
 }  // namespace fragscope
