@@ -317,9 +317,10 @@ void BM_BlockAllocFree(benchmark::State& state, bool direct) {
   state.SetItemsProcessed(state.iterations() * 2);
 }
 
-// Depth 30 is the workload tests/bench/README.md compares with heaptrack; 64 fills a 64-frame stack.
-BENCHMARK_CAPTURE(BM_MallocFree, direct, true)->Arg(30)->Arg(64);
-BENCHMARK_CAPTURE(BM_MallocFree, intercepted, false)->Arg(30)->Arg(64);
+// Depth 30 is the workload tests/bench/README.md compares with heaptrack; 64 fills a 64-frame
+// stack; 0 and 64 say whether the hook's cost depends on the caller's depth.
+BENCHMARK_CAPTURE(BM_MallocFree, direct, true)->Arg(0)->Arg(30)->Arg(64);
+BENCHMARK_CAPTURE(BM_MallocFree, intercepted, false)->Arg(0)->Arg(30)->Arg(64);
 BENCHMARK(BM_MallocFreePaired)->Arg(30)->Arg(64);
 BENCHMARK_CAPTURE(BM_MallocFreeAsync, direct, true)->Arg(30);
 BENCHMARK_CAPTURE(BM_MallocFreeAsync, intercepted, false)->Arg(30);
