@@ -542,7 +542,10 @@ int main(int argc, char** argv) {
   const std::string trace = TakeFlag(&argc, argv, "trace");
   if (!generate.empty()) {
     if (trace.empty()) Die("--generate needs --trace=FILE");
-    absl::StatusOr<fragscope::FrameWriter> writer = fragscope::FrameWriter::CreateFile(trace);
+    // Plain, as the agent's own trace files are: the replay figures are the reader's and the
+    // model's, not zstd's.
+    absl::StatusOr<fragscope::FrameWriter> writer =
+        fragscope::FrameWriter::CreateFile(trace, fragscope::TraceCompression::kNone);
     if (!writer.ok()) Die(std::string(writer.status().message()));
     TraceGenerator(&*writer).Run(std::strtoull(generate.c_str(), nullptr, 10));
     if (absl::Status s = writer->Close(); !s.ok()) Die(std::string(s.message()));

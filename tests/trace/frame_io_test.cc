@@ -272,6 +272,30 @@ TEST(FrameIo, RejectsNonTraceAndShortFiles) {
   EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
 }
 
+// Format 1.x (every event a frame of its own, no packed runs) is what traces written before
+// 2.0 hold: read as before, plain or compressed afterwards with zstd.
+TEST(FrameIo, ReadsVersion1Traces) {
+  TempDir dir;
+  auto frames = SampleFrames(300);
+  std::string bytes;
+  unsigned char header[kTraceHeaderBytes];
+  EncodeTraceHeader(1, 11, header);
+  bytes.append(reinterpret_cast<char*>(header), sizeof(header));
+  for (const v1::Frame& f : frames) AppendFramed(f.SerializeAsString(), &bytes);
+  WriteBytes(dir.File("v1.fst"), bytes);
+  std::vector<v1::Frame> got;
+  std::string error;
+  ASSERT_EQ(ReadFrames(dir.File("v1.fst"), &got, &error), Result::kEnd) << error;
+  ASSERT_EQ(got.size(), frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    EXPECT_EQ(got[i].SerializeAsString(), frames[i].SerializeAsString()) << "frame " << i;
+  }
+  auto reader = FrameReader::OpenFile(dir.File("v1.fst"));
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ(reader->major(), 1u);
+  EXPECT_EQ(reader->minor(), 11u);
+}
+
 TEST(FrameIo, RejectsNewerMajorVersionButAcceptsNewerMinor) {
   TempDir dir;
   unsigned char header[kTraceHeaderBytes];
