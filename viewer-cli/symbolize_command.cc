@@ -36,19 +36,39 @@ constexpr char kUsage[] =
     "  taken. Without -o, TRACE is replaced (written to a temporary file, then renamed).\n"
     "  --debug-dir   folders with debug files: DIR/.build-id/xx/yyyy.debug, DIR/NAME.debug\n";
 
+// A temporary file beside `out_path` (its name in *tmp), for a write that ends in a rename.
+absl::StatusOr<int> CreateTemporaryBeside(const std::string& out_path, std::string* tmp) {
+  *tmp = out_path + ".tmp-XXXXXX";
+  const int fd = ::mkstemp(tmp->data());
+  if (fd < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: cannot create a temporary file beside it (%s); choose -o in a folder you can write",
+        out_path, std::strerror(errno)));
+  }
+  return fd;
+}
+
+// Renames the finished temporary file `tmp` to `out_path` (removing it if that fails).
+absl::Status RenameOver(const std::string& tmp, const std::string& out_path) {
+  if (::rename(tmp.c_str(), out_path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: cannot rename %s to it: %s", out_path, tmp, std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
 // Writes `header`, the bytes of `in_path` after its header up to `keep`, then `tail`, to
 // `out_path` through a temporary file in the same folder and a rename: `out_path` is either what
 // it was or whole.
 absl::Status WriteTraceWithTail(const std::string& in_path,
                                 const unsigned char (&header)[kTraceHeaderBytes], uint64_t keep,
                                 const std::string& tail, const std::string& out_path) {
-  std::string tmp = out_path + ".tmp-XXXXXX";
-  int out = ::mkstemp(tmp.data());
-  if (out < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: cannot create a temporary file beside it (%s); choose -o in a folder you can write",
-        out_path, std::strerror(errno)));
-  }
+  std::string tmp;
+  absl::StatusOr<int> created = CreateTemporaryBeside(out_path, &tmp);
+  if (!created.ok()) return created.status();
+  const int out = *created;
   auto fail = [&](const std::string& what) {
     ::close(out);
     ::unlink(tmp.c_str());
@@ -90,27 +110,17 @@ absl::Status WriteTraceWithTail(const std::string& in_path,
     ::unlink(tmp.c_str());
     return absl::DataLossError(absl::StrFormat("%s: closing: %s", tmp, std::strerror(errno)));
   }
-  if (::rename(tmp.c_str(), out_path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: cannot rename %s to it: %s", out_path, tmp, std::strerror(err)));
-  }
-  return absl::OkStatus();
+  return RenameOver(tmp, out_path);
 }
 
 // The same for a compressed trace, through its decompression: its frames up to `keep` (an
 // offset of the decompressed trace), then `tail`, into a new compressed file.
 absl::Status WriteCompressedTraceWithTail(const std::string& in_path, uint64_t keep,
                                           const std::string& tail, const std::string& out_path) {
-  std::string tmp = out_path + ".tmp-XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: cannot create a temporary file beside it (%s); choose -o in a folder you can write",
-        out_path, std::strerror(errno)));
-  }
-  ::close(fd);
+  std::string tmp;
+  absl::StatusOr<int> created = CreateTemporaryBeside(out_path, &tmp);
+  if (!created.ok()) return created.status();
+  ::close(*created);  // FrameWriter opens it again
   auto fail = [&](const absl::Status& s) {
     ::unlink(tmp.c_str());
     return absl::DataLossError(absl::StrFormat("%s; %s is unchanged", s.message(), out_path));
@@ -133,13 +143,7 @@ absl::Status WriteCompressedTraceWithTail(const std::string& in_path, uint64_t k
   }
   if (absl::Status s = out->Sync(); !s.ok()) return fail(s);
   if (absl::Status s = out->Close(); !s.ok()) return fail(s);
-  if (::rename(tmp.c_str(), out_path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: cannot rename %s to it: %s", out_path, tmp, std::strerror(err)));
-  }
-  return absl::OkStatus();
+  return RenameOver(tmp, out_path);
 }
 
 }  // namespace

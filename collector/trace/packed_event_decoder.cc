@@ -112,12 +112,7 @@ std::string PackedEventDecoder::Start(const unsigned char* data, std::size_t siz
   p_ = events;
   end_ = events + events_size;
   remaining_ = count_ = count;
-  seq_ = time_ = tid_ = address_ = 0;
-  std::memset(last_api_, 0, sizeof(last_api_));
-  if (++run_ == 0) {  // after 2^32 runs: no entry may look current by chance
-    std::memset(api_run_, 0, sizeof(api_run_));
-    run_ = 1;
-  }
+  state_.Start();
   return std::string();
 }
 
@@ -125,14 +120,6 @@ bool PackedEventDecoder::Fail(const std::string& what, std::string* error) {
   *error = absl::StrFormat("packed event %d of %d: %s", index() + 1, count_, what);
   remaining_ = 0;
   return false;
-}
-
-uint64_t* PackedEventDecoder::ApiFields(uint64_t api) {
-  if (api_run_[api] != run_) {
-    std::memset(api_fields_[api], 0, sizeof(api_fields_[api]));
-    api_run_[api] = run_;
-  }
-  return api_fields_[api];
 }
 
 bool PackedEventDecoder::Next(HotEvent* event, std::string* error) {
@@ -145,18 +132,18 @@ bool PackedEventDecoder::Next(HotEvent* event, std::string* error) {
     return Fail(absl::StrFormat("message %d is not one a run holds", body), error);
   }
   uint64_t v = 0;
-  uint64_t seq = seq_ + 1;
+  uint64_t seq = state_.seq + 1;
   if ((header & packed::kSeqIsNext) == 0) {
     if (!ReadVarint(&p_, end_, &v)) return Fail("malformed seq", error);
-    seq = seq_ + static_cast<uint64_t>(packed::UnZigZag(v));
+    seq = state_.seq + static_cast<uint64_t>(packed::UnZigZag(v));
   }
   if (!ReadVarint(&p_, end_, &v)) return Fail("malformed time", error);
-  const uint64_t time = time_ + static_cast<uint64_t>(packed::UnZigZag(v));
-  uint64_t tid = tid_;
+  const uint64_t time = state_.time + static_cast<uint64_t>(packed::UnZigZag(v));
+  uint64_t tid = state_.tid;
   if ((header & packed::kSameTid) == 0) {
     if (!ReadVarint(&p_, end_, &tid) || tid > UINT32_MAX) return Fail("malformed thread id", error);
   }
-  uint64_t address = address_;
+  uint64_t address = state_.address;
   if ((header & packed::kSameAddress) == 0) {
     if (!ReadVarint(&p_, end_, &address)) return Fail("malformed address", error);
   }
@@ -171,7 +158,7 @@ bool PackedEventDecoder::Next(HotEvent* event, std::string* error) {
     }
   }
   // The api first (bit 0, against the message's last): the other fields are the api's.
-  uint64_t& last_api = last_api_[packed::SlotOf(body)];
+  uint64_t& last_api = state_.last_api[packed::SlotOf(body)];
   if ((mask & 1) != 0) {
     if (!ReadVarint(&p_, end_, &v)) return Fail("malformed api", error);
     const int64_t api = packed::UnZigZag(v);
@@ -183,7 +170,7 @@ bool PackedEventDecoder::Next(HotEvent* event, std::string* error) {
   // The event starts as the api's previous one, then takes what changed; each change is stored
   // in both places. (Decoding into the state and copying it out after read it back right after
   // storing it, in wider loads than the stores: a stall on every event.)
-  uint64_t* const prev = ApiFields(last_api);
+  uint64_t* const prev = state_.ApiFields(last_api);
   uint64_t* const f = event->field;
   std::memcpy(f, prev, sizeof(event->field));
   auto set = [&](uint32_t field, uint64_t value) {
@@ -212,10 +199,10 @@ bool PackedEventDecoder::Next(HotEvent* event, std::string* error) {
     }
     set(field, v);
   }
-  seq_ = seq;
-  time_ = time;
-  tid_ = tid;
-  address_ = address;
+  state_.seq = seq;
+  state_.time = time;
+  state_.tid = tid;
+  state_.address = address;
   event->body = body;
   if (--remaining_ == 0 && p_ != end_) {
     return Fail(absl::StrFormat("%d bytes after the run's last event", end_ - p_), error);

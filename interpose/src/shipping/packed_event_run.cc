@@ -36,12 +36,7 @@ bool PackedEventRun::Open(WireWriter& w) {
   w.Commit(p + 3 * kLengthBytes + 3);
   events_ = w.size();
   count_ = 0;
-  seq_ = time_ = tid_ = address_ = 0;
-  memset(last_api_, 0, sizeof(last_api_));
-  if (++run_ == 0) {  // after 2^32 runs: no entry may look current by chance
-    memset(api_run_, 0, sizeof(api_run_));
-    run_ = 1;
-  }
+  state_.Start();
   open_ = true;
   return true;
 }
@@ -58,15 +53,15 @@ uint8_t* PackedEventRun::Finish(uint8_t* p, uint32_t body, const EventWriter& fi
   const uint64_t time = fields.common_[wire::EventCommon::kTimeNs];
   const uint64_t tid = fields.common_[wire::EventCommon::kTid];
   uint8_t header = static_cast<uint8_t>(body);
-  if (seq == seq_ + 1) header |= packed::kSeqIsNext;
-  if (tid == tid_) header |= packed::kSameTid;
-  if (fields.address_ == address_) header |= packed::kSameAddress;
+  if (seq == state_.seq + 1) header |= packed::kSeqIsNext;
+  if (tid == state_.tid) header |= packed::kSameTid;
+  if (fields.address_ == state_.address) header |= packed::kSameAddress;
   if (fields.mask_ == 0) header |= packed::kSameFields;
   *p++ = header;
   if ((header & packed::kSeqIsNext) == 0) {
-    p = PutVarint(p, packed::ZigZag(static_cast<int64_t>(seq - seq_)));
+    p = PutVarint(p, packed::ZigZag(static_cast<int64_t>(seq - state_.seq)));
   }
-  p = PutVarint(p, packed::ZigZag(static_cast<int64_t>(time - time_)));
+  p = PutVarint(p, packed::ZigZag(static_cast<int64_t>(time - state_.time)));
   if ((header & packed::kSameTid) == 0) p = PutVarint(p, tid);
   if ((header & packed::kSameAddress) == 0) p = PutVarint(p, fields.address_);
   if (fields.mask_ != 0) {
@@ -75,10 +70,10 @@ uint8_t* PackedEventRun::Finish(uint8_t* p, uint32_t body, const EventWriter& fi
     memcpy(p, values, n);
     p += n;
   }
-  seq_ = seq;
-  time_ = time;
-  tid_ = tid;
-  address_ = fields.address_;
+  state_.seq = seq;
+  state_.time = time;
+  state_.tid = tid;
+  state_.address = fields.address_;
   return p;
 }
 

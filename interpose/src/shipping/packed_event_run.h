@@ -12,7 +12,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 #include "fragscope/packed_events.h"
 #include "shipping/wire_encoder.h"
@@ -63,10 +62,10 @@ class PackedEventRun {
       if (field < wire::packed::kFirstMaskedField) {
         common_[field] = value;  // seq, time, tid
       } else if (field == wire::EventCommon::kApi) {
-        previous_ = run_.ApiFields(value);
+        previous_ = run_.state_.ApiFields(value);
         previous_[field] = value;
-        if (value != run_.last_api_[slot_]) {
-          run_.last_api_[slot_] = value;
+        if (value != run_.state_.last_api[slot_]) {
+          run_.state_.last_api[slot_] = value;
           mask_ |= 1;
           values_ = PutVarint(values_, on_wire);
         }
@@ -112,15 +111,6 @@ class PackedEventRun {
  private:
   static constexpr size_t kMaxValueBytes = 11 * 10;
   bool Open(WireWriter& w);
-  // The previous event of `api`'s fields in this run (zero before the first).
-  uint64_t* ApiFields(uint64_t api) {
-    const size_t a = static_cast<size_t>(api) % wire::packed::kApis;  // PackedBody checked it
-    if (api_run_[a] != run_) {
-      memset(api_fields_[a], 0, sizeof(api_fields_[a]));
-      api_run_[a] = run_;
-    }
-    return api_fields_[a];
-  }
   // Where the next event goes (opening the run if needed), or nullptr when it does not fit.
   uint8_t* Room(WireWriter& w);
   // Writes the event `fields` took at p: header, seq, time, tid, address, mask, then the values.
@@ -130,16 +120,7 @@ class PackedEventRun {
   size_t start_ = 0;   // where the run's frame begins in the writer
   size_t events_ = 0;  // where its events begin
   uint32_t count_ = 0;
-  // The previous event's values (the encoding's "previous").
-  uint64_t seq_ = 0;
-  uint64_t time_ = 0;
-  uint64_t tid_ = 0;
-  uint64_t address_ = 0;
-  uint64_t last_api_[wire::packed::kSlots] = {};  // per message
-  // Per api, its previous event's fields; an entry whose api_run_ is not run_ is all zero.
-  uint64_t api_fields_[wire::packed::kApis][wire::packed::kMaxField + 1] = {};
-  uint32_t api_run_[wire::packed::kApis] = {};
-  uint32_t run_ = 0;  // counts the runs opened (0: none yet)
+  wire::packed::RunState state_;  // the encoding's "previous"
 };
 
 }  // namespace fragscope::agent

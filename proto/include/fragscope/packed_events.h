@@ -27,6 +27,7 @@
 #define FRAGSCOPE_PACKED_EVENTS_H_
 
 #include <cstdint>
+#include <cstring>
 
 #include "fragscope/wire_constants.h"
 #include "fragscope/wire_events.h"
@@ -115,6 +116,41 @@ constexpr int SlotOf(uint32_t body) {
   }
 }
 inline constexpr int kSlots = 5;
+
+// What both sides keep while a run is written or read, so that they cannot keep it differently:
+// the previous event's seq, time, tid and address, the last api of each message, and for each
+// api the fields of its previous event. Start() begins a run. No allocation; not thread-safe.
+class RunState {
+ public:
+  void Start() {
+    seq = time = tid = address = 0;
+    std::memset(last_api, 0, sizeof(last_api));
+    if (++run_ == 0) {  // after 2^32 runs: no entry may look current by chance
+      std::memset(api_run_, 0, sizeof(api_run_));
+      run_ = 1;
+    }
+  }
+  // The fields of the previous event of `api` (below kApis) in this run, all zero before the
+  // first: an entry from an earlier run is cleared when first asked for.
+  uint64_t* ApiFields(uint64_t api) {
+    if (api_run_[api] != run_) {
+      std::memset(api_fields_[api], 0, sizeof(api_fields_[api]));
+      api_run_[api] = run_;
+    }
+    return api_fields_[api];
+  }
+
+  uint64_t seq = 0;
+  uint64_t time = 0;
+  uint64_t tid = 0;
+  uint64_t address = 0;
+  uint64_t last_api[kSlots] = {};  // by SlotOf(message)
+
+ private:
+  uint64_t api_fields_[kApis][kMaxField + 1] = {};
+  uint32_t api_run_[kApis] = {};
+  uint32_t run_ = 0;  // runs started
+};
 
 constexpr uint64_t ZigZag(int64_t v) {
   return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);

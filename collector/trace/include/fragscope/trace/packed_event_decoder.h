@@ -37,21 +37,12 @@ class PackedEventDecoder {
 
  private:
   bool Fail(const std::string& what, std::string* error);
-  uint64_t* ApiFields(uint64_t api);  // api below kApis
 
   const unsigned char* p_ = nullptr;
   const unsigned char* end_ = nullptr;
   uint64_t remaining_ = 0;
   uint64_t count_ = 0;
-  uint64_t seq_ = 0;
-  uint64_t time_ = 0;
-  uint64_t tid_ = 0;
-  uint64_t address_ = 0;
-  uint64_t last_api_[wire::packed::kSlots] = {};  // per message
-  // Per api, its previous event's fields; an entry whose api_run_ is not run_ is all zero.
-  uint64_t api_fields_[wire::packed::kApis][wire::packed::kMaxField + 1] = {};
-  uint32_t api_run_[wire::packed::kApis] = {};
-  uint32_t run_ = 0;  // counts the runs started
+  wire::packed::RunState state_;  // the encoding's "previous"
 };
 
 }  // namespace fragscope
