@@ -30,7 +30,7 @@ namespace {
 [[gnu::noinline]] int WithLargeFrame(const ChainProbe& probe, int seed) {
   // A CFA offset beyond the small ones: the buffer's address escapes, so all of it is on the
   // stack whatever the compiler knows about `seed`.
-  volatile char buffer[3000];
+  volatile char buffer[12000];  // a frame larger than 4 KiB (the rule cache held no more)
   asm volatile("" : : "r"(buffer) : "memory");
   buffer[seed & 1023] = static_cast<char>(seed);
   const int r = HoldsAFakeFrameRecord(probe, seed + buffer[seed & 1023]);

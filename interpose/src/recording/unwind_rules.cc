@@ -468,11 +468,15 @@ UnwindRule RuleFromObject(const FoundObject& object, uintptr_t pc) {
 }
 
 bool Pack(uintptr_t key, const UnwindRule& rule, uint64_t* entry) {
-  if (key == 0 || (key & ~internal::kRuleKeyMask) != 0) return false;
-  if ((rule.cfa_offset & 7) != 0 || rule.cfa_offset / 8 > 511) return false;
+  const uint64_t high = key >> internal::kRuleCacheBits;
+  if (high == 0 || (high & ~internal::kRuleKeyMask) != 0) return false;
+  if (rule.cfa_offset < 0 || (rule.cfa_offset & 7) != 0 ||
+      rule.cfa_offset / 8 >= (1 << internal::kRuleCfaBits)) {
+    return false;
+  }
   if ((rule.fp_offset & 7) != 0 || -rule.fp_offset / 8 > 31) return false;
   const uint64_t bits = internal::PackRuleBits(rule.kind, rule.cfa_offset, rule.fp_offset);
-  *entry = key | bits << 47;
+  *entry = high | bits << internal::kRuleKeyBits;
   return true;
 }
 

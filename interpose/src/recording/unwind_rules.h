@@ -58,12 +58,17 @@ UnwindRule ComputeUnwindRule(uintptr_t pc);
 
 namespace internal {
 
-// Cache entry, keyed by return address (a walk's pcs): the address in the low 47 bits (user
-// space on x86-64), above it the rule of the call before it: kind (3 bits), -fp_offset / 8
-// (5 bits), cfa_offset / 8 (9 bits, the top ones, so a walk gets it with one shift). One word,
-// so a reader never sees half of another entry. Rules that do not fit are not cached.
+// Cache entry, keyed by return address (a walk's pcs, below 2^47: user space on x86-64): in the
+// low 34 bits the address without its low 13 (the entry's index and those 34 bits give them
+// back: RuleCacheIndex xors the low 13 bits with bits the entry holds, so two addresses that
+// share an entry differ in what it holds), above it the rule of the call before it: kind
+// (3 bits), -fp_offset / 8 (5 bits), cfa_offset / 8 (22 bits: frames up to 32 MiB; the top bits,
+// so a walk gets them with one shift). One word, so a reader never sees half of another entry.
+// Rules that do not fit are not cached.
 inline constexpr int kRuleCacheBits = 13;
-inline constexpr uint64_t kRuleKeyMask = (uint64_t{1} << 47) - 1;
+inline constexpr int kRuleKeyBits = 47 - kRuleCacheBits;
+inline constexpr uint64_t kRuleKeyMask = (uint64_t{1} << kRuleKeyBits) - 1;
+inline constexpr int kRuleCfaBits = 64 - kRuleKeyBits - 8;
 extern std::atomic<uint64_t> g_rule_cache[1 << kRuleCacheBits];
 
 // Shifts and an xor: a multiply would lengthen the walk's chain of dependent steps.
@@ -96,8 +101,9 @@ UnwindRule FindReturnRuleSlow(uintptr_t return_address);
 [[gnu::always_inline]] inline bool CachedReturnRuleBits(uintptr_t return_address, uint32_t* bits) {
   const uint64_t entry = internal::g_rule_cache[internal::RuleCacheIndex(return_address)].load(
       std::memory_order_relaxed);
-  if ((entry & internal::kRuleKeyMask) != return_address || return_address == 0) return false;
-  *bits = static_cast<uint32_t>(entry >> 47);
+  const uint64_t key = return_address >> internal::kRuleCacheBits;
+  if ((entry & internal::kRuleKeyMask) != key || key == 0) return false;
+  *bits = static_cast<uint32_t>(entry >> internal::kRuleKeyBits);
   return true;
 }
 

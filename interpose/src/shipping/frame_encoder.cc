@@ -11,7 +11,7 @@ using F = wire::Frame;
 
 // The fields common to all event messages (the same numbers in each).
 template <typename Writer>
-void CommonEventFields(Writer& w, const EventRecord& r) {
+[[gnu::always_inline]] inline void CommonEventFields(Writer& w, const EventRecord& r) {
   using E = wire::EventCommon;
   w.Uint64(E::kSeq, r.seq);
   w.Uint64(E::kTimeNs, r.time_ns);
@@ -150,7 +150,7 @@ uint32_t BodyField(RecordType type) {
 
 // The record's message fields, with either writer (below: the same bytes).
 template <typename Writer>
-void EncodeEventBody(Writer& w, const EventRecord& r) {
+[[gnu::always_inline]] inline void EncodeEventBody(Writer& w, const EventRecord& r) {
   switch (r.type) {
     case RecordType::kAlloc: {
       using E = wire::AllocEvent;
