@@ -318,19 +318,9 @@ class Recorder {
   uint64_t next_id_ = 0;
 };
 
-bool IsStateEvent(const v1::Frame& f) {
-  switch (f.body_case()) {
-    case v1::Frame::kAlloc:
-    case v1::Frame::kFree:
-    case v1::Frame::kMap:
-    case v1::Frame::kHandle:
-    case v1::Frame::kBlock:
-    case v1::Frame::kFailed:
-      return true;
-    default:
-      return false;
-  }
-}
+// The events a stop seq may name: those that change live state, and failed allocations (an
+// OOM's seq).
+bool IsStopEvent(const v1::Frame& f) { return IsStateEvent(f) || f.has_failed(); }
 
 }  // namespace
 
@@ -345,14 +335,14 @@ bool ReplayStream(const FrameSource& next, const ReplayOptions& options, Process
     if (reached) {
       // After the stop event, only the blocks placed for it directly.
       const bool block_alloc = f.has_block() && f.block().op() == v1::BlockEvent::OP_ALLOC;
-      if (!options.stop_after_blocks || (IsStateEvent(f) && !block_alloc)) {
+      if (!options.stop_after_blocks || (IsStopEvent(f) && !block_alloc)) {
         done = true;
         return;
       }
     }
     model.Apply(f);
     recorder.Observe(f);
-    if (options.stop_at_seq && !reached && EventSeq(f) == *options.stop_at_seq && IsStateEvent(f)) {
+    if (options.stop_at_seq && !reached && EventSeq(f) == *options.stop_at_seq && IsStopEvent(f)) {
       reached = true;
       done = !options.stop_after_blocks;
     }
