@@ -87,33 +87,24 @@ void StreamSession::RestoreRemovedTraceCopy(StreamOutcome& outcome) {
 absl::StatusOr<uint64_t> StreamSession::RewriteTraceCopy() {
   struct stat old_file;
   const uint64_t old_bytes = ::fstat(watch_fd_, &old_file) == 0 ? old_file.st_size : 0;
-  // `partial`: the new file, cut where writing it failed (kept: a cut trace reads up to the cut).
-  auto lost = [&](const std::string& why, FrameWriter* partial) {
-    if (partial != nullptr) (void)partial->Close();  // what it holds is counted below
-    if (partial == nullptr || partial->bytes_written() <= kTraceHeaderBytes) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s was removed while its stream ran and cannot be written again (%s): the %d bytes it "
-          "held are lost, and the copy stops",
-          trace_path_, why, old_bytes));
-    }
-    return absl::DataLossError(absl::StrFormat(
-        "%s was removed while its stream ran and could be written again only in part (%s): it "
-        "holds the first %d of %d bytes, and the copy stops there",
-        trace_path_, why, partial->bytes_written(), old_bytes));
-  };
   // The removed file holds whole frames only, as the copy was flushed just before: its bytes
-  // are the new file's first.
+  // are the new file's first. On a failure the new file keeps what reached it (a cut trace
+  // reads up to the cut).
   uint64_t copied = 0;
   absl::StatusOr<FrameWriter> fresh =
       FrameWriter::CreateFileFrom(trace_path_, watch_fd_, kTraceCompression, &copied);
   if (!fresh.ok()) {
-    if (copied == 0) return lost(std::string(fresh.status().message()), nullptr);
+    if (copied == 0) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s was removed while its stream ran and cannot be written again (%s): the %d bytes it "
+          "held are lost, and the copy stops",
+          trace_path_, fresh.status().message(), old_bytes));
+    }
     return absl::DataLossError(absl::StrFormat(
         "%s was removed while its stream ran and could be written again only in part (%s): it "
         "holds the first %d of %d bytes, and the copy stops there",
         trace_path_, fresh.status().message(), copied, old_bytes));
   }
-  if (absl::Status s = fresh->Flush(); !s.ok()) return lost(std::string(s.message()), &*fresh);
   const int fresh_watch = ::open(trace_path_.c_str(), O_RDONLY | O_CLOEXEC);
   writer_.emplace(std::move(*fresh));  // closes the removed file: its space is freed
   ::close(watch_fd_);

@@ -24,8 +24,8 @@ constexpr int kZstdLevel = 3;
 
 void FrameWriter::FreeCompressor::operator()(ZSTD_CCtx_s* c) const { ZSTD_freeCCtx(c); }
 
-absl::StatusOr<FrameWriter> FrameWriter::CreateFile(const std::string& path,
-                                                    TraceCompression compression) {
+absl::StatusOr<FrameWriter> FrameWriter::Open(const std::string& path,
+                                              TraceCompression compression) {
   absl::StatusOr<int> fd = CreateOutputFile(path);
   if (!fd.ok()) return fd.status();
   FrameWriter writer(*fd, path);
@@ -35,16 +35,22 @@ absl::StatusOr<FrameWriter> FrameWriter::CreateFile(const std::string& path,
     if (writer.compressor_ == nullptr ||
         ZSTD_isError(ZSTD_CCtx_setParameter(writer.compressor_.get(), ZSTD_c_compressionLevel,
                                             kZstdLevel)) ||
-        ZSTD_isError(
-            ZSTD_CCtx_setParameter(writer.compressor_.get(), ZSTD_c_checksumFlag, 1))) {
+        ZSTD_isError(ZSTD_CCtx_setParameter(writer.compressor_.get(), ZSTD_c_checksumFlag, 1))) {
       return absl::ResourceExhaustedError(
           absl::StrFormat("%s: cannot set up zstd compression (out of memory?)", path));
     }
   }
+  return writer;
+}
+
+absl::StatusOr<FrameWriter> FrameWriter::CreateFile(const std::string& path,
+                                                    TraceCompression compression) {
+  absl::StatusOr<FrameWriter> writer = Open(path, compression);
+  if (!writer.ok()) return writer.status();
   unsigned char header[kTraceHeaderBytes];
   EncodeTraceHeader(kFormatMajor, kFormatMinor, header);
-  writer.pending_.append(reinterpret_cast<const char*>(header), sizeof(header));
-  if (absl::Status s = writer.Flush(); !s.ok()) return s;
+  writer->pending_.append(reinterpret_cast<const char*>(header), sizeof(header));
+  if (absl::Status s = writer->Flush(); !s.ok()) return s;
   return writer;
 }
 
@@ -52,14 +58,10 @@ absl::StatusOr<FrameWriter> FrameWriter::CreateFileFrom(const std::string& path,
                                                         TraceCompression compression,
                                                         uint64_t* copied) {
   *copied = 0;
-  absl::StatusOr<FrameWriter> writer = CreateFile(path, compression);
+  absl::StatusOr<FrameWriter> writer = Open(path, compression);
   if (!writer.ok()) return writer.status();
-  // Start over without the header CreateFile wrote: the source's own comes first.
-  if (::ftruncate(writer->fd_, 0) != 0 || ::lseek(writer->fd_, 0, SEEK_SET) != 0) {
-    return absl::DataLossError(absl::StrFormat("%s: %s", path, std::strerror(errno)));
-  }
-  writer->bytes_written_ = 0;
-  // Whole zstd frames and whole trace frames both append: the copy is the source's bytes.
+  // Whole zstd frames and whole trace frames both append: the copy is the source's bytes, its
+  // header first.
   std::string chunk(1 << 20, '\0');
   for (off_t offset = 0;;) {
     const ssize_t n = ::pread(source, chunk.data(), chunk.size(), offset);

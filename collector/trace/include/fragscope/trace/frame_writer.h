@@ -65,6 +65,8 @@ class FrameWriter {
     void operator()(ZSTD_CCtx_s* c) const;
   };
   FrameWriter(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
+  // Creates `path` as CreateFile does and sets up the compression, writing nothing.
+  static absl::StatusOr<FrameWriter> Open(const std::string& path, TraceCompression compression);
   // Writes [data, data + size) to the file; *written counts what reached it.
   absl::Status WriteAll(const char* data, std::size_t size, std::size_t* written);
   int fd_ = -1;
