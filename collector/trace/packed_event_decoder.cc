@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "varint_reader.h"
 
 namespace fragscope {
 namespace {
@@ -14,23 +15,13 @@ static_assert(HotEvent::kMaxField == static_cast<int>(packed::kMaxField));
 constexpr unsigned char kLengthDelimited = 2;
 constexpr unsigned char kVarint = 0;
 
-// Reads a varint at *p (before end); false when it runs past end or past 64 bits.
+// Reads the varint at *p (before end) and moves *p past it; false when it runs past end, is
+// longer than 10 bytes or holds more than 64 bits (*p then unchanged).
 inline bool ReadVarint(const unsigned char** p, const unsigned char* end, uint64_t* value) {
-  if (*p < end && **p < 0x80) [[likely]] {  // most values of a packed event take one byte
-    *value = *(*p)++;
-    return true;
-  }
-  uint64_t v = 0;
-  for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-    const unsigned char b = *(*p)++;
-    if (shift == 63 && b > 1) return false;
-    v |= uint64_t{b & 0x7fu} << shift;
-    if (b < 0x80) {
-      *value = v;
-      return true;
-    }
-  }
-  return false;
+  const unsigned char* after = internal::ReadVarint(*p, end, value);
+  if (after == nullptr) return false;
+  *p = after;
+  return true;
 }
 
 // Per Frame field number (the header's low bits): the message's shape and the mask bits it may
@@ -117,7 +108,7 @@ std::string PackedEventDecoder::Start(const unsigned char* data, std::size_t siz
 }
 
 bool PackedEventDecoder::Fail(const std::string& what, std::string* error) {
-  *error = absl::StrFormat("packed event %d of %d: %s", index() + 1, count_, what);
+  *error = absl::StrFormat("packed event %d of %d: %s", count_ - remaining_ + 1, count_, what);
   remaining_ = 0;
   return false;
 }

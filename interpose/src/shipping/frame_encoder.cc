@@ -328,22 +328,25 @@ bool AddPacked(PackedEventRun& run, WireWriter& w, const EventRecord& r) {
 
 namespace {
 
+// Reads the varint at p (before end) into *value and moves p past it; false when it runs past
+// end or past ten bytes.
+bool TakeVarint(const uint8_t*& p, const uint8_t* end, uint64_t* value) {
+  *value = 0;
+  for (int shift = 0; p < end && shift < 64; shift += 7) {
+    const uint8_t b = *p++;
+    *value |= uint64_t{b & 0x7fu} << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
 // The count of a PackedEvents body of `size` bytes at `p` (0 when it holds none or is not one).
 size_t PackedEventCount(const uint8_t* p, size_t size) {
   const uint8_t* end = p + size;
-  auto varint = [&](uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; p < end && shift < 64; shift += 7) {
-      const uint8_t b = *p++;
-      *v |= uint64_t{b & 0x7fu} << shift;
-      if ((b & 0x80) == 0) return true;
-    }
-    return false;
-  };
   uint64_t count = 0;
   while (p < end) {
     uint64_t tag = 0, value = 0;
-    if (!varint(&tag) || !varint(&value)) return 0;
+    if (!TakeVarint(p, end, &tag) || !TakeVarint(p, end, &value)) return 0;
     if ((tag & 7) == WireWriter::kLengthDelimited) {
       if (value > static_cast<uint64_t>(end - p)) return 0;
       p += value;
@@ -365,15 +368,10 @@ size_t CountWholeEventFrames(const uint8_t* data, size_t size) {
   }
   size_t events = 0;
   while (pos < size) {
-    uint64_t length = 0;
-    int shift = 0;
-    for (;;) {  // the frame's length prefix
-      if (pos >= size || shift > 63) return events;
-      const uint8_t byte = data[pos++];
-      length |= uint64_t{byte & 0x7fu} << shift;
-      shift += 7;
-      if ((byte & 0x80) == 0) break;
-    }
+    uint64_t length = 0;  // the frame's length prefix
+    const uint8_t* p = data + pos;
+    if (!TakeVarint(p, data + size, &length)) return events;
+    pos = static_cast<size_t>(p - data);
     if (length == 0 || length > size - pos) return events;  // cut inside this frame
     // The body's tag: field numbers up to 15 fit its first byte (16, SymbolizedStack, does not).
     const uint32_t field = (data[pos] & 0x80) == 0 ? data[pos] >> 3 : 0;
@@ -392,14 +390,12 @@ size_t CountWholeEventFrames(const uint8_t* data, size_t size) {
         if (length > 2 &&
             data[pos] == (((F::kPacked << 3) | WireWriter::kLengthDelimited) | 0x80) &&
             data[pos + 1] == (F::kPacked >> 4)) {
-          size_t at = pos + 2;
+          const uint8_t* at = data + pos + 2;
+          const uint8_t* const frame_end = data + pos + length;
           uint64_t body = 0;
-          for (int shift = 0; at < pos + length && shift < 64; shift += 7) {
-            const uint8_t b = data[at++];
-            body |= uint64_t{b & 0x7fu} << shift;
-            if ((b & 0x80) == 0) break;
+          if (TakeVarint(at, frame_end, &body) && body <= static_cast<uint64_t>(frame_end - at)) {
+            events += PackedEventCount(at, body);
           }
-          if (body <= pos + length - at) events += PackedEventCount(data + at, body);
         }
         break;
     }

@@ -31,9 +31,6 @@ class PackedEventDecoder {
   // Decodes the next event into *event. False, with *error set and the run ended, when it is
   // malformed.
   bool Next(HotEvent* event, std::string* error);
-  // The number of the event Next decodes next, from 0, and the run's count, for messages.
-  uint64_t index() const { return count_ - remaining_; }
-  uint64_t count() const { return count_; }
 
  private:
   bool Fail(const std::string& what, std::string* error);
