@@ -138,9 +138,8 @@ absl::Status WriteCompressedTraceWithTail(const std::string& in_path, uint64_t k
     frames.clear();
   }
   if (in->good_offset() < keep) return fail(absl::DataLossError(in->error()));
-  for (const std::string* bytes : {static_cast<const std::string*>(&frames), &tail}) {
-    if (absl::Status s = out->WriteFramed(*bytes); !s.ok()) return fail(s);
-  }
+  if (absl::Status s = out->WriteFramed(frames); !s.ok()) return fail(s);
+  if (absl::Status s = out->WriteFramed(tail); !s.ok()) return fail(s);
   if (absl::Status s = out->Sync(); !s.ok()) return fail(s);
   if (absl::Status s = out->Close(); !s.ok()) return fail(s);
   return RenameOver(tmp, out_path);
@@ -227,8 +226,8 @@ int SymbolizeCommand(const std::vector<std::string>& args) {
   const absl::Status written =
       file->compressed() ? WriteCompressedTraceWithTail(path, file->good_offset(), tail, target)
                          : WriteTraceWithTail(path, header, file->good_offset(), tail, target);
-  if (absl::Status s = written; !s.ok()) {
-    std::fprintf(stderr, "fragscope symbolize: %s\n", std::string(s.message()).c_str());
+  if (!written.ok()) {
+    std::fprintf(stderr, "fragscope symbolize: %s\n", std::string(written.message()).c_str());
     return kExitBadInput;
   }
   std::fprintf(stderr, "fragscope symbolize: wrote %s: %llu return addresses named", target.c_str(),
