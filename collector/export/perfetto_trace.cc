@@ -52,6 +52,18 @@ void BeginEvent(JsonWriter& w, const char* phase, std::string_view name, int pid
   w.Field("tid", tid);
 }
 
+// An instant event ("i") of scope `scope` ("t" thread, "p" process) at `ts` (microseconds),
+// left open inside its args object: the caller adds the args and ends both objects.
+void BeginInstantArgs(JsonWriter& w, std::string_view name, const char* scope, const char* category,
+                      double ts, int pid, int tid) {
+  BeginEvent(w, "i", name, pid, tid);
+  w.Field("s", scope);
+  w.Field("cat", category);
+  w.FieldDoubleExact("ts", ts);
+  w.Key("args");
+  w.BeginObject();
+}
+
 // A metadata event ("M") whose args hold one string.
 void MetadataEvent(JsonWriter& w, const char* name, int pid, int tid, const char* arg,
                    std::string_view value) {
@@ -122,13 +134,8 @@ void WriteProcessEvents(const ModelSummary& s, const std::vector<MarkEvent>* mar
     }
   }
   for (const FailedAllocation& f : s.failed_allocations) {
-    BeginEvent(w, "i", absl::StrFormat("failed %s %s", f.api_name, FormatBytes(f.requested_bytes)),
-               pid, TidOf(f.device));
-    w.Field("s", "t");
-    w.Field("cat", "failed_alloc");
-    w.FieldDoubleExact("ts", Ts(f.time_ns));
-    w.Key("args");
-    w.BeginObject();
+    BeginInstantArgs(w, absl::StrFormat("failed %s %s", f.api_name, FormatBytes(f.requested_bytes)),
+                     "t", "failed_alloc", Ts(f.time_ns), pid, TidOf(f.device));
     w.Field("seq", f.seq);
     w.Field("api", f.api_name);
     w.Field("result", f.result);
@@ -144,12 +151,8 @@ void WriteProcessEvents(const ModelSummary& s, const std::vector<MarkEvent>* mar
 
   for (const OomPostMortem& o : s.ooms) {
     const OomFigures& f = o.figures;
-    BeginEvent(w, "i", o.headline, pid, TidOf(o.failure.device));
-    w.Field("s", "t");
-    w.Field("cat", "oom");
-    w.FieldDoubleExact("ts", Ts(o.failure.time_ns));
-    w.Key("args");
-    w.BeginObject();
+    BeginInstantArgs(w, o.headline, "t", "oom", Ts(o.failure.time_ns), pid,
+                     TidOf(o.failure.device));
     w.Field("seq", o.failure.seq);
     w.Field("class", OomClassName(o.oom_class));
     w.Field("explanation", o.explanation);
@@ -170,13 +173,8 @@ void WriteProcessEvents(const ModelSummary& s, const std::vector<MarkEvent>* mar
   // The program's own labels (fragscope_annotate_mark): on the whole process, not a device.
   if (marks != nullptr) {
     for (const MarkEvent& m : *marks) {
-      BeginEvent(w, "i", m.label.empty() ? std::string_view("mark") : std::string_view(m.label),
-                 pid, 0);
-      w.Field("s", "p");
-      w.Field("cat", "mark");
-      w.FieldDoubleExact("ts", Ts(m.time_ns));
-      w.Key("args");
-      w.BeginObject();
+      BeginInstantArgs(w, m.label.empty() ? std::string_view("mark") : std::string_view(m.label),
+                       "p", "mark", Ts(m.time_ns), pid, 0);
       w.Field("seq", m.seq);
       w.Field("label", m.label);
       w.EndObject();
